@@ -1,0 +1,1 @@
+"""Profiles shipped with ddptui (YAML files beside this module)."""

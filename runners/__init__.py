@@ -1,0 +1,1 @@
+"""ddptui engine: profiles, runners, process supervision, parsing and verdicts (never imports textual)."""

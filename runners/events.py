@@ -1,0 +1,211 @@
+"""The events the engine emits to its front ends (console, Textual app, run record), as plain dataclasses.
+
+The session calls ``emit(batch)`` once per loop turn with a list of these, never once per log line:
+log lines arrive grouped in ``LogLines`` (one per source and read).
+Every event serialises with ``to_json()`` into the run record's ``events.jsonl`` and back with
+``from_json()``, which is what ``ddptui replay`` feeds the UI.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: ClassVar[str] = "event"
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["kind"] = self.kind
+        return d
+
+
+@dataclass(frozen=True)
+class RunStarted(Event):
+    kind: ClassVar[str] = "run_started"
+    run_dir: str
+    profile: str
+    runner: str
+    world_size: int
+    steps: int | None
+    wall: float
+
+
+@dataclass(frozen=True)
+class ProcessStarted(Event):
+    kind: ClassVar[str] = "process_started"
+    name: str
+    pid: int
+    ranks: tuple[int, ...]
+    wall: float
+
+
+@dataclass(frozen=True)
+class RankHello(Event):
+    """A rank announced itself through the injected code (pid, host, world size)."""
+
+    kind: ClassVar[str] = "rank_hello"
+    rank: int
+    pid: int
+    host: str
+    world: int
+    wall: float
+
+
+@dataclass(frozen=True)
+class LogLines(Event):
+    """Complete lines read in one go from one source. rank None: the launcher's own output."""
+
+    kind: ClassVar[str] = "log_lines"
+    rank: int | None
+    stream: str  # "out" | "err"
+    wall: float  # time.time() when read
+    mono: float  # time.monotonic() when read
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Progress(Event):
+    kind: ClassVar[str] = "progress"
+    rank: int
+    step: int | None
+    loss: float | None
+    wall: float
+    source: str  # "hook" (optimizer step post-hook), "report" (explicit helper), "parsed" (plain log line)
+
+
+@dataclass(frozen=True)
+class RankState(Event):
+    """A rank's status badge changed: starting, running, slow, stalled, exited, failed, killed."""
+
+    kind: ClassVar[str] = "rank_state"
+    rank: int
+    status: str
+    detail: str
+    wall: float
+
+
+@dataclass(frozen=True)
+class ProcessExited(Event):
+    kind: ClassVar[str] = "process_exited"
+    name: str
+    ranks: tuple[int, ...]
+    returncode: int
+    signal: str | None  # "SIGABRT" when the process died of a signal
+    wall: float
+
+
+@dataclass(frozen=True)
+class Resources(Event):
+    """CPU % and RSS (bytes) per rank, sampled with psutil."""
+
+    kind: ClassVar[str] = "resources"
+    cpu: dict[int, float]
+    rss: dict[int, int]
+    wall: float
+
+
+@dataclass(frozen=True)
+class HintRaised(Event):
+    kind: ClassVar[str] = "hint"
+    code: str
+    title: str
+    explanation: str
+    fix: str
+    rank: int | None
+    line: str
+    wall: float
+
+
+@dataclass(frozen=True)
+class StallDetected(Event):
+    kind: ClassVar[str] = "stall"
+    stalled: tuple[int, ...]
+    progressing: tuple[int, ...]
+    since: float  # wall time of the last progress of the stalled ranks
+    threshold: float  # the stall_after in force (seconds)
+    wall: float
+
+
+@dataclass(frozen=True)
+class StacksCollected(Event):
+    """Stacks of every rank: {rank: [{"thread": str, "idle": bool, "frames": [[func, file, line], ...]}]}."""
+
+    kind: ClassVar[str] = "stacks"
+    method: dict[int, str]  # rank -> "py-spy" | "faulthandler" | "unavailable: why"
+    threads: dict[int, list[dict[str, Any]]]
+    seconds: float  # time spent collecting
+    path: str  # folder in the run record
+    wall: float
+
+
+@dataclass(frozen=True)
+class HangVerdict(Event):
+    kind: ClassVar[str] = "hang_verdict"
+    text: str  # one sentence a user can act on
+    culprits: tuple[int, ...]
+    waiting: tuple[int, ...]
+    where: dict[int, dict[str, Any]]  # rank -> {"category", "func", "file", "line", "code", "step"}
+    wall: float
+
+
+@dataclass(frozen=True)
+class CrashVerdict(Event):
+    kind: ClassVar[str] = "crash_verdict"
+    text: str
+    root_rank: int | None
+    victims: tuple[int, ...]
+    exit: str  # "exit 1", "SIGSEGV", ...
+    excerpt: tuple[str, ...]  # traceback excerpt of the root cause
+    wall: float
+
+
+@dataclass(frozen=True)
+class ReplicaVerdict(Event):
+    kind: ClassVar[str] = "replica_verdict"
+    status: str  # "identical" | "differ" | "incomplete" | "unavailable"
+    text: str
+    param: str | None  # first differing parameter
+    ranks: tuple[int, ...]  # ranks that differ from the majority
+    params: tuple[str, ...]  # every parameter name, in order
+    table: dict[int, tuple[str, ...]]  # rank -> digest per parameter (same order)
+    wall: float
+
+
+@dataclass(frozen=True)
+class RunFinished(Event):
+    kind: ClassVar[str] = "run_finished"
+    status: str  # "ok" | "failed" | "stalled" | "replicas differ" | "stopped"
+    exit_code: int  # the documented ddptui exit code
+    summary_path: str
+    wall: float
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (
+        RunStarted, ProcessStarted, RankHello, LogLines, Progress, RankState, ProcessExited, Resources,
+        HintRaised, StallDetected, StacksCollected, HangVerdict, CrashVerdict, ReplicaVerdict, RunFinished,
+    )
+}
+
+_TUPLE_FIELDS = {"ranks", "lines", "stalled", "progressing", "culprits", "waiting", "victims", "excerpt", "params"}
+_INT_KEY_FIELDS = {"cpu", "rss", "method", "threads", "where", "table"}
+
+
+def from_json(d: dict[str, Any]) -> Event:
+    """Rebuild an event from its ``to_json()`` form (JSON turns tuples into lists and int keys into str)."""
+    cls = EVENT_TYPES[d["kind"]]
+    kw = {}
+    for f in fields(cls):
+        if f.name not in d:
+            continue
+        v = d[f.name]
+        if f.name in _TUPLE_FIELDS and isinstance(v, list):
+            v = tuple(v)
+        elif f.name in _INT_KEY_FIELDS and isinstance(v, dict):
+            v = {int(k): (tuple(x) if f.name == "table" else x) for k, x in v.items()}
+        kw[f.name] = v
+    return cls(**kw)

@@ -1,0 +1,203 @@
+"""Catalogue of known messages and exit codes: each maps to an explanation and a fix, raised at most once per run."""
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Hint:
+    code: str
+    title: str
+    explanation: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class _Rule:
+    hint: Hint
+    needles: tuple[str, ...]  # lowercase substrings: the rule is looked at only when one is in the line
+    pattern: re.Pattern[str] | None = None  # then, if given, this must match too
+
+
+def _rule(code: str, title: str, explanation: str, fix: str, needles: tuple[str, ...], pattern: str | None = None) -> _Rule:
+    return _Rule(Hint(code, title, explanation, fix), tuple(n.lower() for n in needles),
+                 re.compile(pattern, re.I) if pattern else None)
+
+
+RULES: tuple[_Rule, ...] = (
+    # mirage tutorial, Troubleshooting
+    _rule("cuda-unavailable", "CUDA / GPU runtime not available",
+          "The rank asked for a GPU but torch sees none: torch.cuda.is_available() is False (a CPU-only torch, a venv "
+          "missing the ROCm runtime, or `rocm-sdk init` not run, so rocjitsu's KMD interposer is absent).",
+          "Install a GPU torch into the ranks' venv; for mirage re-run the install step in the active venv and run "
+          "`rocm-sdk init`. Or run on the CPU: device: cpu, backend: gloo.",
+          ("not compiled with cuda", "no cuda gpus", "no hip gpus", "nvidia driver", "is_available() = false",
+           "is_available() is false", "doesn't have nccl built in", "processgroupnccl is only supported with gpus",
+           "cuda requested", "cuda not available", "cuda is not available")),
+    _rule("mirage-in-process", "Ranks crashed in mirage --in-process mode",
+          "With --in-process every rank gets its own emulator and cannot share GPU memory, so multi-GPU RCCL fails and "
+          "ranks SIGSEGV/SIGABRT immediately when nproc_per_node > 1.",
+          "Drop --in-process (mirage.in_process: false) so the default daemon emulator is used.",
+          ()),  # no message of its own: raised by for_exit(in_process=True)
+    _rule("duplicate-gpu", "Two ranks on the same GPU",
+          "RCCL/NCCL refuses to run two ranks on one device (`Duplicate GPU detected` / `ncclInvalidUsage` at the first "
+          "collective).",
+          "Give the session at least as many GPUs as ranks (mirage --gpus-per-node N) and pin each rank to "
+          "`LOCAL_RANK % torch.cuda.device_count()`.",
+          ("duplicate gpu detected", "ncclinvalidusage")),
+    _rule("kmd-preload", "Installed mirage used instead of the workspace build",
+          "`KMD preload library not found`: mirage from PATH cannot find rocjitsu's KMD interposer.",
+          "Run mirage via `cargo run --` from emulation/mirage (mirage.command: [cargo, run, --quiet, --]).",
+          ("kmd preload library not found",)),
+    # XLA reference, key points, and the field notes
+    _rule("xla-device-zero", "Every process sees xla:0: this is normal",
+          "Under torch_xla.launch each process (or thread replica) addresses its own device as xla:0; the ordinal, "
+          "not the device name, tells the ranks apart.",
+          "Nothing to fix; use xr.global_ordinal() for the rank.",
+          ("xla:0",), r"\b(all|every|each)\b.*\bxla:0\b|\bxla:0\b.*\b(all|every|each|both)\b"),
+    _rule("xla-cache-shared", "XLA compilation cache shared between processes",
+          "The persistent compilation cache path must be unique per process; a shared path makes processes read each "
+          "other's half-written entries.",
+          "Pass a per-process path: xr.initialize_cache(f'/tmp/xla_cache_{index}') (profile: xla.cache_dir).",
+          ("cache",), r"(compil\w* cache|xla_cache|initialize_cache).*(in use|locked|shared|corrupt|already|exists|permission)"),
+    _rule("xla-bucket-view", "XLA DDP needs gradient_as_bucket_view=True",
+          "DistributedDataParallel with the XLA backend requires gradient_as_bucket_view=True.",
+          "DDP(model, gradient_as_bucket_view=True). (In PJRT CPU thread mode the field notes found True gave wrong "
+          "gradients: there use init_sync=False and let the replica check judge.)",
+          ("gradient_as_bucket_view",)),
+    _rule("xla-device-ids", "No device_ids with XLA DDP",
+          "device_ids=[rank] is for CUDA; XLA assigns the device itself.",
+          "Call DDP(model, gradient_as_bucket_view=True) without device_ids.",
+          ("device_ids",), r"device_ids.*(xla|not supported|must be none|single-device)|(xla).*device_ids"),
+    _rule("xla-rendezvous-deadlock", "XLA thread replicas deadlocked in a rendezvous",
+          "On PJRT CPU the thread replicas missed the compile cache at once and compiled twin executables whose "
+          "collectives wait on different rendezvous keys; XLA aborts and the launcher raises BrokenProcessPool.",
+          "Set PJRT_CPU_ASYNC_CLIENT=0 (xla.async_client: false) and call torch_xla.sync() in ordinal order each step "
+          "(a threading.Condition turnstile); with more devices than cores also XLA_THREAD_POOL_SIZE >= N.",
+          ("threads to join the rendezvous", "brokenprocesspool", "termination timeout"),
+          r"Expected \d+ threads to join the rendezvous|BrokenProcessPool|Termination timeout"),
+    _rule("xla-deserialize-noise", "XLA cache 'Failed to deserialize executable': harmless",
+          "The persistent compilation cache does not work on PJRT CPU; every rerun prints this once per graph and "
+          "recompiles.",
+          "Nothing to fix (drop xr.initialize_cache on CPU to silence it).",
+          ("failed to deserialize executable",)),
+    _rule("xla-torchrun-world1", "torchrun + xla:// gives world size 1 in every process",
+          "Under torchrun each process's xla:// process group has world size 1 and every process calls itself rank 0: "
+          "nothing is all-reduced and the replicas drift apart.",
+          "Launch XLA runs with torch_xla.launch (runner: xla), not torchrun.",
+          ("xla://", "world size 1", "world_size=1", "world_size 1"),
+          r"xla://.*(torchrun|world.?size.?(=|:)?\s*1\b)|world.?size.?(=|:)?\s*1\b.*xla"),
+    # common failures
+    _rule("address-in-use", "Rendezvous port already in use",
+          "The master port is taken by another process: rank 0 cannot listen (EADDRINUSE) and the other ranks may "
+          "connect to the foreign server and hang.",
+          "Use master_port: auto (a free port), or stop whatever listens on the port (`ss -ltnp`).",
+          ("eaddrinuse", "address already in use", "errno 98")),
+    _rule("collective-timeout", "A collective timed out",
+          "A rank waited for a peer longer than the process-group timeout: a peer is stuck elsewhere, far slower, or "
+          "calls a different collective.",
+          "Look at the hang verdict / stacks for the rank that is not in the collective; raise "
+          "init_process_group(timeout=...) only if the peer is merely slow.",
+          ("timed out waiting", "watchdog caught collective operation timeout", "collective operation timeout"),
+          r"Timed out waiting \d+ms for (recv|send)|collective operation timeout"),
+    _rule("store-timeout", "Not every rank joined the rendezvous",
+          "The store timed out waiting for clients: some ranks never reached init_process_group (crashed before it, "
+          "started late, or point at another address/port).",
+          "Check the missing ranks' logs for an earlier error; check MASTER_ADDR/MASTER_PORT and WORLD_SIZE.",
+          ("diststoreerror", "clients joined", "waiting for clients"),
+          r"clients joined|waiting for clients|DistStoreError"),
+    _rule("peer-closed", "A peer rank crashed (this rank is a victim)",
+          "`Connection closed by peer` means a remote rank went away; this rank's error is a consequence.",
+          "Find the rank that failed first (the crash verdict) and fix its error.",
+          ("connection closed by peer", "connection reset by peer", "remote worker crashing")),
+    _rule("ddp-model-mismatch", "Ranks built different models",
+          "DDP checks at construction that every rank has the same parameters (count and shapes); they differ.",
+          "Build the model identically on every rank (same config, same code path, no rank-dependent layers).",
+          ("ddp expects same model", "appears not to match sizes of the same param")),
+    _rule("numpy-missing", "NumPy missing in the ranks' venv",
+          "torch warns `Failed to initialize NumPy` when numpy is not installed; anything that converts to numpy fails.",
+          "pip install numpy into the ranks' venv.",
+          ("failed to initialize numpy", "numpy is not available")),
+    _rule("debug-detail-segfault", "TORCH_DISTRIBUTED_DEBUG=DETAIL segfaults DDP here",
+          "In this torch build TORCH_DISTRIBUTED_DEBUG=DETAIL makes DDP.__init__ segfault on every rank (exit -11).",
+          "Unset TORCH_DISTRIBUTED_DEBUG or use INFO.",
+          ("torch_distributed_debug",), r"TORCH_DISTRIBUTED_DEBUG\s*[=:]\s*['\"]?DETAIL"),
+    _rule("exit-abort-no-barrier", "SIGABRT at exit: process group torn down without a barrier",
+          "`terminate called without an active exception` at exit: a gloo thread was still alive when the process "
+          "group was destroyed (10–30% of runs here). The training itself finished.",
+          "Call dist.barrier() before dist.destroy_process_group(); judge the run by its final checks.",
+          ("terminate called without an active exception",)),
+    _rule("oom-kill", "Killed by the out-of-memory killer",
+          "The kernel's OOM killer ended the process (SIGKILL).",
+          "Lower the batch size / model size or the number of ranks, or give the machine more memory (`dmesg | grep -i oom`).",
+          ("out of memory", "oom-kill", "oom_kill", "killed process"), r"oom.?kill|Killed process \d+|out of memory: kill"),
+)
+
+_BY_CODE = {r.hint.code: r.hint for r in RULES}
+
+# the multi-GPU-over-the-daemon-emulator hang has no message of its own: the engine raises it on a stall under mirage
+MIRAGE_MULTI_GPU_HANG = Hint(
+    "mirage-multigpu-hang", "Known mirage limitation: multi-GPU DDP hangs after a few steps",
+    "Over the daemon emulator RCCL initialises and a single collective completes (dist_smoke passes), but DDP's "
+    "repeated, bucketed collectives stall on a later one.",
+    "Known limitation: run multi-GPU DDP on the CPU (gloo) or train single-rank on mirage.")
+_BY_CODE[MIRAGE_MULTI_GPU_HANG.code] = MIRAGE_MULTI_GPU_HANG
+
+
+def by_code(code: str) -> Hint:
+    return _BY_CODE[code]
+
+
+def all_hints() -> list[Hint]:
+    return list(_BY_CODE.values())
+
+
+class HintMatcher:
+    """Matches log lines against the catalogue; each hint is returned at most once per matcher (one per run)."""
+
+    def __init__(self, rules: tuple[_Rule, ...] = RULES):
+        self._rules = list(rules)
+        self.seen: set[str] = set()
+        self._xla0: set[int] = set()
+
+    def _give(self, hint: Hint) -> Hint | None:
+        if hint.code in self.seen:
+            return None
+        self.seen.add(hint.code)
+        self._rules = [r for r in self._rules if r.hint.code != hint.code]
+        return hint
+
+    def feed(self, rank: int | None, line: str) -> Hint | None:
+        if not self._rules:
+            return None
+        low = line.lower()
+        if rank is not None and "xla:0" in low and "xla-device-zero" not in self.seen:
+            # two different ranks both printing xla:0 is the thing users mistake for a bug
+            self._xla0.add(rank)
+            if len(self._xla0) > 1:
+                return self._give(by_code("xla-device-zero"))
+        for r in self._rules:
+            if any(n in low for n in r.needles) and (r.pattern is None or r.pattern.search(line)):
+                return self._give(r.hint)
+        return None
+
+    def for_exit(self, rank: int | None, returncode: int, completed: bool = False, in_process: bool = False) -> Hint | None:
+        """A hint from an exit status: -9/137 (SIGKILL, the OOM killer's), -11/-6 (SIGSEGV/SIGABRT).
+
+        completed: the rank had finished its work (an exit-time SIGABRT); in_process: mirage --in-process mode.
+        """
+        sig = -returncode if returncode < 0 else (returncode - 128 if returncode > 128 else 0)
+        if sig == signal.SIGKILL:
+            return self._give(by_code("oom-kill"))
+        if sig in (signal.SIGSEGV, signal.SIGABRT):
+            if in_process:
+                return self._give(by_code("mirage-in-process"))
+            if sig == signal.SIGABRT and completed:
+                return self._give(by_code("exit-abort-no-barrier"))
+        return None
+
+    def raise_code(self, code: str) -> Hint | None:
+        """A hint the engine decided on itself (e.g. ``mirage-multigpu-hang`` on a stall under mirage)."""
+        return self._give(by_code(code))

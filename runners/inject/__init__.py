@@ -1,0 +1,1 @@
+"""Code put on the ranks' PYTHONPATH: sitecustomize (automatic instrumentation) and ddptui_report (explicit reports)."""

@@ -1,0 +1,379 @@
+"""PyTorch/XLA thread replicas: per-thread ordinal, `@ddptui:N ` line tags, ordered syncs, exceptions and digests before XLA aborts.
+
+Imported by sitecustomize when DDPTUI_XLA=1 (importing installs it; install() is idempotent). On PJRT CPU,
+torch_xla.launch runs every replica as a thread of one worker process sharing one stdout, so:
+- a post-import hook wraps torch_xla's per-thread entry (``_SpawnFn.__call__``), which calls ``bind(ordinal)``:
+  the thread is named ``xla-rank-N`` (Python and OS name, so stacks show it);
+- sys.stdout / sys.stderr are wrapped: a replica thread's text is buffered per line and written as
+  ``@ddptui:N line`` in one write; other threads pass through untagged;
+- an exception leaving a replica is printed (tagged) and reported (``exc``) at once: XLA aborts the whole
+  worker ~10 s later when the other replicas' collectives time out, and the original text is lost otherwise;
+- when the replica returns, the parameters of the first module it moved to the XLA device are digested
+  (source ``xla``), unless the workload already called ``digests()``;
+- with DDPTUI_XLA_TURNSTILE=1 (the xla runner sets it for PJRT CPU with more than one device) every
+  step marker (torch_xla.sync, xm.mark_step, torch_xla.step, MpDeviceLoader) runs in ordinal order, so
+  replica N reuses the executable replica N-1 compiled instead of compiling a twin whose collectives
+  wait on a different rendezvous key (the deadlock in docs/xla.md). Unmodified scripts work with it.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.abc
+import json
+import os
+import socket
+import sys
+import threading
+import traceback
+
+_HOOKED_MODULE = "torch_xla._internal.pjrt"
+_local = threading.local()
+_lock = threading.RLock()  # one writer at a time on the real streams
+_installed = False
+
+
+def ordinal() -> int | None:
+    """The XLA ordinal of the calling replica thread, None elsewhere."""
+    return getattr(_local, "ordinal", None)
+
+
+# ---------------------------------------------------------------- reports
+
+
+def _emit(kind: str, **fields) -> None:
+    """One ``@ddptui`` report line from this replica (through ddptui_report when it is there)."""
+    rep = sys.modules.get("ddptui_report")
+    if rep is not None and hasattr(rep, "emit"):
+        try:
+            rep.emit(kind, **fields)
+            return
+        except Exception:
+            pass
+    rec = {"k": kind, "r": ordinal(), **fields}
+    sys.stdout.write("@ddptui " + json.dumps(rec, separators=(",", ":"), default=str) + "\n")
+    sys.stdout.flush()
+
+
+def param_digests(model) -> list[list]:
+    """[[name, blake2b hex, shape, dtype], ...] of the parameters moved to host, in named_parameters() order."""
+    out = []
+    for name, p in model.named_parameters():
+        t = p.detach().cpu().contiguous()
+        raw = t.reshape(-1).view(__import__("torch").uint8).numpy().tobytes()
+        out.append([name, hashlib.blake2b(raw, digest_size=16).hexdigest(), list(t.shape),
+                    str(t.dtype).replace("torch.", "")])
+    return out
+
+
+def digests(model) -> None:
+    """Report this replica's parameter digests (source "xla"); the automatic end-of-replica report is then skipped."""
+    _local.digested = True
+    rep = sys.modules.get("ddptui_report")
+    if rep is not None and hasattr(rep, "digests"):
+        rep.digests(model, source="xla")
+    else:
+        _emit("digest", source="xla", params=param_digests(model))
+
+
+def report_exception(exc: BaseException) -> None:
+    """Print the traceback (tagged) and send an ``exc`` report, once per exception."""
+    if getattr(exc, "_ddptui_reported", False):
+        return
+    try:
+        exc._ddptui_reported = True
+    except Exception:
+        pass
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    sys.stderr.write("".join(tb))
+    sys.stderr.flush()
+    _emit("exc", type=type(exc).__name__, msg=str(exc), where=where, tb=[s.rstrip("\n") for s in tb])
+
+
+# ---------------------------------------------------------------- binding a thread to its ordinal
+
+
+def _set_os_thread_name(name: str) -> None:
+    try:
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME: /proc/<pid>/task/<tid>/comm
+    except Exception:
+        pass
+
+
+def bind(index: int) -> None:
+    """Make the calling thread replica ``index``: name it, tag its output, report hello once."""
+    index = int(index)
+    if ordinal() == index:
+        return
+    _local.ordinal = index
+    name = f"xla-rank-{index}"
+    threading.current_thread().name = name
+    _set_os_thread_name(name)
+    world = None
+    try:
+        import torch_xla.runtime as xr
+        world = xr.world_size()
+    except Exception:
+        pass
+    if world and world > 1 and os.environ.get("DDPTUI_XLA_TURNSTILE") == "1":
+        _TURNSTILE.enable(world)
+    _emit("hello", world=world, local=index, pid=os.getpid(), host=socket.gethostname())
+
+
+def unbind() -> None:
+    """The replica is done (returned or raised): release the turnstile, flush partial lines."""
+    n = ordinal()
+    if n is None:
+        return
+    _TURNSTILE.finish(n)
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, _TaggedStream):
+            stream.flush_partial()
+    _local.ordinal = None
+
+
+# ---------------------------------------------------------------- ordered step markers
+
+
+class _Turnstile:
+    """Replica N's k-th step marker waits until replica N-1 finished its k-th (or finished altogether)."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.world = 0
+        self.done: list[int] = []
+        self.gone: set[int] = set()
+
+    def enable(self, world: int) -> None:
+        with self.cond:
+            if self.world == 0:
+                self.world = world
+                self.done = [0] * world
+                _patch_step_marker()
+
+    @property
+    def active(self) -> bool:
+        return self.world > 1
+
+    def before(self, n: int) -> None:
+        with self.cond:
+            # Every lower ordinal (not only N-1) is checked: one that is gone no longer blocks N.
+            self.cond.wait_for(lambda: all(self.done[j] > self.done[n] or j in self.gone for j in range(n)))
+
+    def after(self, n: int) -> None:
+        with self.cond:
+            self.done[n] += 1
+            self.cond.notify_all()
+
+    def finish(self, n: int) -> None:
+        with self.cond:
+            self.gone.add(n)
+            self.cond.notify_all()
+
+
+_TURNSTILE = _Turnstile()
+
+
+def turnstile_active() -> bool:
+    """True when every step marker is already ordered here (the built-in workloads then skip their own)."""
+    return _TURNSTILE.active
+
+
+def _patch_step_marker() -> None:
+    import torch_xla
+
+    xlac = torch_xla._XLAC
+    orig = xlac._xla_step_marker
+    if getattr(orig, "_ddptui", False):
+        return
+
+    def _xla_step_marker(*args, **kwargs):
+        n = ordinal()
+        if n is None or n >= _TURNSTILE.world:
+            return orig(*args, **kwargs)
+        _TURNSTILE.before(n)
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            _TURNSTILE.after(n)
+
+    _xla_step_marker._ddptui = True
+    xlac._xla_step_marker = _xla_step_marker
+
+
+# ---------------------------------------------------------------- the per-thread entry of torch_xla.launch
+
+
+def _remember_module(module, device) -> None:
+    if ordinal() is None or getattr(device, "type", str(device).split(":")[0]) != "xla":
+        return
+    mods = getattr(_local, "modules", None)
+    if mods is None:
+        mods = _local.modules = []
+    mods.append(module)
+
+
+def _patch_module_to() -> None:
+    import torch
+
+    orig = torch.nn.Module.to
+    if getattr(orig, "_ddptui", False):
+        return
+
+    def to(self, *args, **kwargs):
+        out = orig(self, *args, **kwargs)
+        if ordinal() is not None:
+            dev = kwargs.get("device", args[0] if args else None)
+            if dev is not None and not isinstance(dev, torch.dtype):
+                _remember_module(self, torch.device(dev) if isinstance(dev, str) else dev)
+        return out
+
+    to._ddptui = True
+    torch.nn.Module.to = to
+
+
+def _auto_digests() -> None:
+    mods = getattr(_local, "modules", None) or []
+    if getattr(_local, "digested", False) or not mods:
+        return
+    rep = sys.modules.get("ddptui_report")
+    if rep is not None and hasattr(rep, "was_reported") and rep.was_reported(mods[0]):
+        return  # already reported (e.g. by the DDP wrapper's digest)
+    model = mods[0]  # the first module moved to XLA in this replica: `model = Net().to('xla')`
+    try:
+        digests(model)
+    except Exception as e:  # never turn a finished replica into a failed one
+        sys.stderr.write(f"ddptui: parameter digests failed: {type(e).__name__}: {e}\n")
+
+
+def _run_replica(call, spawn_fn):
+    import torch_xla.runtime as xr
+
+    bind(xr.global_ordinal())
+    _local.modules, _local.digested = [], False
+    try:
+        out = call(spawn_fn)
+    except BaseException as e:
+        report_exception(e)
+        raise
+    else:
+        _auto_digests()
+        return out
+    finally:
+        unbind()
+
+
+def _patch_pjrt(mod) -> None:
+    cls = getattr(mod, "_SpawnFn", None)
+    if cls is None or getattr(cls.__call__, "_ddptui", False):
+        return
+    orig = cls.__call__
+
+    def __call__(self):
+        return _run_replica(orig, self)
+
+    __call__._ddptui = True
+    cls.__call__ = __call__
+    _patch_module_to()
+
+
+class _PostImportLoader(importlib.abc.Loader):
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        _patch_pjrt(module)
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    """Patches torch_xla._internal.pjrt right after it is imported (never imports torch_xla itself)."""
+
+    def find_spec(self, name, path, target=None):
+        if name != _HOOKED_MODULE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _PostImportLoader(spec.loader)
+                return spec
+        return None
+
+
+# ---------------------------------------------------------------- tagged output
+
+
+class _TaggedStream:
+    """A text stream whose replica-thread lines come out as ``@ddptui:N line``, one write per chunk of lines."""
+
+    def __init__(self, raw):
+        self._raw = raw
+
+    def write(self, s: str) -> int:
+        n = ordinal()
+        if n is None:
+            with _lock:
+                self._raw.write(s)
+            return len(s)
+        bufs = getattr(_local, "bufs", None)
+        if bufs is None:
+            bufs = _local.bufs = {}
+        text = bufs.pop(id(self), "") + s
+        head, sep, tail = text.rpartition("\n")
+        if tail:
+            bufs[id(self)] = tail
+        if sep:
+            out = "".join(f"@ddptui:{n} {line}\n" for line in head.split("\n"))
+            with _lock:
+                self._raw.write(out)
+                self._raw.flush()
+        return len(s)
+
+    def flush_partial(self) -> None:
+        bufs = getattr(_local, "bufs", None) or {}
+        tail = bufs.pop(id(self), "")
+        if tail:
+            self.write(tail + "\n")
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        with _lock:
+            self._raw.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._raw, name)
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, _TaggedStream):
+            setattr(sys, name, _TaggedStream(stream))
+    try:
+        import ddptui_report as rep  # its reports then carry the thread's ordinal as "r"
+    except Exception:
+        rep = None
+    if rep is not None and hasattr(rep, "set_rank_resolver"):
+        rep.set_rank_resolver(ordinal)
+    if _HOOKED_MODULE in sys.modules:
+        _patch_pjrt(sys.modules[_HOOKED_MODULE])
+    else:
+        sys.meta_path.insert(0, _PostImportFinder())
+
+
+if os.environ.get("DDPTUI_XLA") == "1":
+    install()

@@ -1,0 +1,255 @@
+"""Loaded by every Python process on the ranks' PYTHONPATH: inert unless DDPTUI=1, then instruments a rank."""
+import os
+import sys
+
+
+def _chain() -> None:
+    # Our file shadows any sitecustomize further down sys.path (the venv's, the distro's): run that one too.
+    try:
+        import importlib.machinery
+        import importlib.util
+
+        here = os.path.dirname(os.path.realpath(__file__))
+        rest, seen = [], False
+        for entry in sys.path:
+            try:
+                same = os.path.realpath(entry or os.getcwd()) == here
+            except Exception:
+                same = False
+            if seen and not same:
+                rest.append(entry)
+            seen = seen or same
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest) if rest else None
+        if spec is None or spec.loader is None:
+            return
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["_ddptui_next_sitecustomize"] = mod
+        spec.loader.exec_module(mod)
+    except Exception:
+        pass
+
+
+_chain()
+
+_state = {"counts": {}, "emitted": {}, "last_t": {}}
+_ddp_modules = []  # weakref.finalize objects of DDP-wrapped modules
+
+
+def _is_rank() -> bool:
+    if os.environ.get("RANK") is not None:
+        return True
+    if os.environ.get("DDPTUI_XLA") == "1":
+        try:
+            import ddptui_xla  # noqa: F401  (written by the XLA runner's author; optional)
+        except ImportError:
+            pass
+        except Exception:
+            pass
+        return True
+    return False
+
+
+def _faults_and_ptrace() -> None:
+    import faulthandler
+    import signal
+
+    try:
+        faulthandler.enable()
+    except Exception:
+        pass
+    try:
+        # Stack fallback for when py-spy cannot ptrace us: `kill -USR1 pid` dumps every thread to stderr.
+        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+    except Exception:
+        pass
+    pid = os.environ.get("DDPTUI_PID")
+    if pid:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(0x59616D61, ctypes.c_ulong(int(pid)), 0, 0, 0)  # PR_SET_PTRACER (Yama)
+        except Exception:
+            pass
+
+
+def _on_step(optimizer, args, kwargs) -> None:
+    try:
+        import time
+
+        import ddptui_report
+
+        r = ddptui_report.rank()
+        n = _state["counts"].get(r, 0) + 1
+        _state["counts"][r] = n
+        now = time.monotonic()
+        if n <= 3 or now - _state["last_t"].get(r, 0.0) >= 0.1:
+            _state["last_t"][r] = now
+            _state["emitted"][r] = n
+            ddptui_report.emit("step", r=r, step=n)
+    except Exception:
+        pass
+
+
+def _final_steps() -> None:
+    try:
+        import ddptui_report
+
+        for r, n in list(_state["counts"].items()):
+            if _state["emitted"].get(r) != n:
+                _state["emitted"][r] = n
+                ddptui_report.emit("step", r=r, step=n)
+    except Exception:
+        pass
+
+
+def _ddp_digest(module, r) -> None:
+    try:
+        import ddptui_report
+
+        if not ddptui_report.was_reported(module):
+            ddptui_report.digests(module, source="ddp", r=r)
+    except Exception:
+        pass
+
+
+def _patch_optimizer(mod) -> None:
+    mod.register_optimizer_step_post_hook(_on_step)
+
+
+def _patch_ddp(mod) -> None:
+    import functools
+    import weakref
+
+    cls = mod.DistributedDataParallel
+    orig = cls.__init__
+
+    @functools.wraps(orig)
+    def __init__(self, module, *args, **kwargs):
+        orig(self, module, *args, **kwargs)
+        try:
+            import ddptui_report
+
+            # Digest when the wrapper goes away (e.g. main() returned) or at exit, whichever comes first;
+            # the finalizer holds the inner module no longer than the wrapper itself does.
+            _ddp_modules.append(weakref.finalize(self, _ddp_digest, module, ddptui_report.rank()))
+        except Exception:
+            pass
+
+    cls.__init__ = __init__
+
+
+_PATCHES = {"torch.optim.optimizer": _patch_optimizer, "torch.nn.parallel.distributed": _patch_ddp}
+
+
+class _Loader:
+    """Delegates to the real loader; after the module ran, applies our patch and puts the real loader back."""
+
+    def __init__(self, real, patch):
+        self._real, self._patch = real, patch
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def create_module(self, spec):
+        return self._real.create_module(spec)
+
+    def exec_module(self, module):
+        try:
+            spec = module.__spec__
+            spec.loader = self._real
+            module.__loader__ = self._real
+        except Exception:
+            pass
+        self._real.exec_module(module)
+        try:
+            self._patch(module)
+        except Exception:
+            pass
+
+
+class _PostImportFinder:
+    """A sys.meta_path entry that only wraps the loaders of the modules in _PATCHES, then removes itself."""
+
+    def __init__(self):
+        self.pending = dict(_PATCHES)
+
+    def find_spec(self, name, path=None, target=None):
+        patch = self.pending.get(name)
+        if patch is None:
+            return None
+        try:
+            del self.pending[name]
+            if not self.pending and self in sys.meta_path:
+                sys.meta_path.remove(self)
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+            if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = _Loader(spec.loader, patch)
+            return spec
+        except Exception:
+            return None
+
+
+def _excepthooks() -> None:
+    import threading
+
+    import ddptui_report
+
+    prev = sys.excepthook
+
+    def excepthook(exc_type, exc, tb):
+        ddptui_report.exception(exc_type, exc, tb)
+        prev(exc_type, exc, tb)
+
+    sys.excepthook = excepthook
+    prev_thread = threading.excepthook
+
+    def thread_excepthook(args):
+        if args.exc_type is not SystemExit:
+            ddptui_report.exception(args.exc_type, args.exc_value, args.exc_traceback)
+        prev_thread(args)
+
+    threading.excepthook = thread_excepthook
+
+
+def _install() -> None:
+    import atexit
+
+    for step in (_faults_and_ptrace, _excepthooks):
+        try:
+            step()
+        except Exception:
+            pass
+    try:
+        import ddptui_report
+
+        if ddptui_report.rank() is not None:
+            ddptui_report.hello()
+    except Exception:
+        pass
+    try:
+        finder = _PostImportFinder()
+        for name, patch in list(finder.pending.items()):
+            if name in sys.modules:  # imported before us (unusual): patch in place
+                del finder.pending[name]
+                patch(sys.modules[name])
+        if finder.pending:
+            sys.meta_path.insert(0, finder)
+    except Exception:
+        pass
+    atexit.register(_final_steps)
+
+
+if os.environ.get("DDPTUI") == "1":
+    try:
+        if _is_rank():
+            _install()
+    except Exception:
+        pass

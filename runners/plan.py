@@ -1,0 +1,64 @@
+"""A launch described as data: what every process will be started with, printable before anything runs."""
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """A file that some rank's output is written into (by the launcher or by our own spawn)."""
+
+    path: str  # absolute path, or a glob (torchrun's run-id folder is only known once it starts)
+    rank: int | None  # global rank whose output lands there; None: the launcher's own output
+    stream: str  # "out" or "err"
+
+
+@dataclass(frozen=True)
+class ProcSpec:
+    """One process ddptui starts itself (a launcher agent, or a rank when there is no launcher)."""
+
+    name: str  # "torchrun", "node0", "rank3", "mirage", ...
+    argv: tuple[str, ...]
+    env: dict[str, str]  # only what ddptui adds or changes; the child inherits the rest
+    cwd: str
+    ranks: tuple[int, ...]  # global ranks that live under this process
+    stdout: str  # file the process's stdout is redirected to
+    stderr: str  # file the process's stderr is redirected to
+    stdout_rank: int | None = None  # rank of those files' lines; None: launcher output that may carry prefixes
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    runner: str
+    world_size: int
+    procs: tuple[ProcSpec, ...]
+    sources: tuple[LogSource, ...] = field(default=())  # extra per-rank files written by a launcher
+    notes: tuple[str, ...] = field(default=())  # what the plan changed or assumed, shown by --dry-run
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """The --dry-run text: argv, env and cwd of every process."""
+        out = [f"runner: {self.runner}   world size: {self.world_size}   processes: {len(self.procs)}"]
+        for p in self.procs:
+            ranks = ",".join(map(str, p.ranks)) or "-"
+            out.append(f"\n[{p.name}] ranks {ranks}")
+            out.append(f"  cwd:  {p.cwd}")
+            out.append(f"  argv: {shlex.join(p.argv)}")
+            for k in sorted(p.env):
+                out.append(f"  env:  {k}={p.env[k]}")
+            out.append(f"  stdout -> {p.stdout}")
+            out.append(f"  stderr -> {p.stderr}")
+        if self.sources:
+            out.append("\nrank logs written by the launcher:")
+            for s in self.sources:
+                out.append(f"  rank {s.rank} {s.stream}: {s.path}")
+        for n in self.notes:
+            out.append(f"note: {n}")
+        return "\n".join(out)
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)

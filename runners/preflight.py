@@ -1,0 +1,202 @@
+"""Checks run before a launch: what is known to fail, said in one line each with the fix, before any process starts."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import mirage
+
+ROCM_INDEX = "https://rocm.nightlies.amd.com/v2/gfx950-dcgpu/"
+PROBE_TIMEOUT = 90.0
+
+# Run by the workload's interpreter: does torch import, is it a ROCm build, is the ROCm SDK installed and unpacked?
+_PROBE = r"""
+import importlib.util, json, os, site, sys
+out = {"torch": None, "torch_error": None, "hip": None, "rocm_sdk": False, "devel": None, "site": []}
+dirs = list(getattr(site, "getsitepackages", lambda: [])())
+try:
+    dirs.append(site.getusersitepackages())
+except Exception:
+    pass
+dirs += [p for p in sys.path if p.endswith("site-packages")]
+out["site"] = sorted(set(d for d in dirs if os.path.isdir(d)))
+for d in out["site"]:
+    if os.path.isdir(os.path.join(d, "_rocm_sdk_devel")):
+        out["devel"] = os.path.join(d, "_rocm_sdk_devel")
+out["rocm_sdk"] = importlib.util.find_spec("rocm_sdk") is not None
+try:
+    import torch
+    out["torch"] = torch.__version__
+    out["hip"] = getattr(torch.version, "hip", None)
+except Exception as e:
+    out["torch_error"] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+print("@probe " + json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class Problem:
+    severity: str  # "error" (the launch would fail: do not start) | "warning" (start, but say it)
+    code: str
+    message: str  # one line
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.severity}: [{self.code}] {self.message} -- fix: {self.fix}"
+
+
+def errors(problems: list[Problem]) -> list[Problem]:
+    return [p for p in problems if p.severity == "error"]
+
+
+def _resolve(exe: str, cwd: str | None = None, path: str | None = None) -> str | None:
+    if os.sep in exe:
+        p = Path(exe) if os.path.isabs(exe) or cwd is None else Path(cwd) / exe
+        return str(p) if p.is_file() and os.access(p, os.X_OK) else None
+    return shutil.which(exe, path=path)
+
+
+def check(profile) -> list[Problem]:
+    problems = _generic(profile)
+    if getattr(profile, "runner", None) == "mirage":
+        problems += _mirage(profile)
+    return problems
+
+
+def _generic(profile) -> list[Problem]:
+    out = []
+    if profile.nproc < 1:
+        out.append(Problem("error", "nproc", f"nproc is {profile.nproc}: a run needs at least one rank per node",
+                           "set nproc to 1 or more (--set nproc=2)"))
+    if getattr(profile, "nnodes", 1) < 1:
+        out.append(Problem("error", "nnodes", f"nnodes is {profile.nnodes}: a run needs at least one node",
+                           "set nnodes to 1 or more"))
+    w = profile.workload
+    if w.command:
+        if _resolve(w.command[0]) is None:
+            out.append(Problem("error", "command-missing", f"command not found: {w.command[0]}",
+                               "give workload.command an executable on PATH or an existing path"))
+        return out
+    venv = getattr(w, "venv", None)
+    if venv and not (Path(venv) / "bin" / "python").exists():
+        out.append(Problem("error", "venv-missing", f"no venv at {venv} (no bin/python in it)",
+                           f"create it: python3 -m venv {venv} (then install torch), or fix workload.venv"))
+    elif _resolve(w.python) is None:
+        out.append(Problem("error", "python-missing", f"interpreter not found: {w.python}",
+                           "fix workload.python (a path or a name on PATH) or use workload.venv"))
+    script = getattr(w, "script_path", None)
+    if not w.module and script and not Path(script).is_file():
+        out.append(Problem("error", "script-missing", f"rank script not found: {script}",
+                           "fix workload.script (relative to the profile's folder) or workload.builtin"))
+    return out
+
+
+def _mirage(profile) -> list[Problem]:
+    out = []
+    try:
+        opts = mirage.options(profile)
+    except ValueError as e:
+        return [Problem("error", "mirage-options", str(e), "set mirage.inner to torchrun or env")]
+    out += _mirage_binary(profile, opts)
+    per_node = profile.nproc
+    if per_node > opts.gpus_per_node:
+        out.append(Problem(
+            "error", "mirage-duplicate-gpu",
+            f"{per_node} ranks per node on {opts.gpus_per_node} emulated GPU(s): two ranks would pin one GPU "
+            "and RCCL stops at the first collective (`Duplicate GPU detected` / ncclInvalidUsage)",
+            f"give every rank its own GPU: --set mirage.gpus_per_node={per_node} (or lower nproc)"))
+    if opts.in_process and per_node > 1:
+        out.append(Problem(
+            "error", "mirage-in-process",
+            f"mirage.in_process with {per_node} ranks per node: each rank gets its own emulator with no shared "
+            "GPU memory and ranks SIGSEGV/SIGABRT at start-up",
+            "drop --in-process (--set mirage.in_process=false) so the default daemon emulator is used"))
+    world = opts.num_nodes * per_node
+    if getattr(profile, "backend", None) == "nccl" and world > 1:
+        out.append(Problem(
+            "warning", "mirage-nccl-multi-gpu",
+            f"backend nccl over {world} emulated GPUs: RCCL initialises and one collective completes, but DDP's "
+            "repeated bucketed collectives are known to stall on a later one over the daemon emulator",
+            "use backend gloo (the upstream runner's default) for multi-GPU runs; nccl works with one rank"))
+    w = profile.workload
+    if not w.command and not mirage.venv_of(profile):
+        out.append(Problem(
+            "warning", "mirage-no-venv",
+            "no workload.venv: mirage finds rocjitsu through the active venv's `rocm-sdk` (the document's VENV)",
+            "set workload.venv to the venv holding torch + rocm[libraries,devel] (--set workload.venv=.venv-mi350)"))
+    if not w.command:
+        out += _venv_probe(profile, opts)
+    return out
+
+
+def _mirage_binary(profile, opts: mirage.MirageOptions) -> list[Problem]:
+    out = []
+    exe = opts.command[0]
+    ws = Path(opts.workspace)
+    if not ws.is_dir():
+        return [Problem("error", "mirage-workspace", f"mirage.workspace is not a folder: {ws}",
+                        "point mirage.workspace at the mirage checkout (emulation/mirage) or drop it")]
+    venv = mirage.venv_of(profile)
+    path = os.environ.get("PATH", "")
+    if venv:
+        path = str(Path(venv) / "bin") + os.pathsep + path
+    if _resolve(exe, str(ws), path) is None:
+        if opts.via_cargo:
+            fix = "install Rust (rustup) or use an installed mirage: --set mirage.command=[mirage]"
+        else:
+            fix = ("put mirage on PATH, or run it from the workspace build: "
+                   "mirage.command: [cargo, run, --quiet, --] with mirage.workspace: <rocm-systems>/emulation/mirage")
+        out.append(Problem("error", "mirage-not-found", f"{exe} not found (mirage.command = {list(opts.command)})", fix))
+    if opts.via_cargo and not (ws / "Cargo.toml").is_file():
+        out.append(Problem("error", "mirage-workspace", f"no Cargo.toml in mirage.workspace {ws}: `cargo run` "
+                           "has no mirage to build there",
+                           "set mirage.workspace to the mirage checkout (rocm-systems/emulation/mirage)"))
+    return out
+
+
+def probe_python(python: str, cwd: str | None = None) -> dict | None:
+    """What the interpreter can import; None if it could not even be asked."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    try:
+        r = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT,
+                           env=env, cwd=cwd, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in r.stdout.splitlines():
+        if line.startswith("@probe "):
+            return json.loads(line[len("@probe "):])
+    return None
+
+
+def _venv_probe(profile, opts: mirage.MirageOptions) -> list[Problem]:
+    python = mirage.interpreter(profile)
+    if _resolve(python) is None:
+        return []  # already an error of its own
+    venv = mirage.venv_of(profile) or str(Path(python).parent.parent)
+    info = probe_python(python, opts.workspace)
+    if info is None:
+        return [Problem("warning", "probe-failed", f"could not ask {python} what it can import",
+                        f"check that `{python} -c 'import torch'` runs")]
+    out = []
+    if info["torch"] is None:
+        out.append(Problem("error", "torch-missing", f"{python} cannot import torch ({info['torch_error']})",
+                           f"{venv}/bin/pip install --index-url {ROCM_INDEX} \"rocm[libraries,devel]\" torch numpy"))
+    if not opts.require_rocm:
+        return out
+    if not info["rocm_sdk"]:
+        out.append(Problem("error", "rocm-sdk-missing", f"the ROCm SDK (rocm_sdk) is not installed in {venv}: "
+                           "torch.cuda.is_available() will be False and mirage has no rocjitsu",
+                           f"{venv}/bin/pip install --index-url {ROCM_INDEX} \"rocm[libraries,devel]\" torch numpy"))
+    elif info["devel"] is None:
+        out.append(Problem("error", "rocm-sdk-init", f"no _rocm_sdk_devel in {venv}'s site-packages: "
+                           "`rocm-sdk init` was not run, so rocjitsu's KMD interposer is missing",
+                           f"{venv}/bin/rocm-sdk init"))
+    if info["torch"] is not None and not info["hip"]:
+        out.append(Problem("warning", "torch-not-rocm", f"torch {info['torch']} in {venv} is not a ROCm build: "
+                           "torch.cuda.is_available() will be False on the emulated GPUs",
+                           f"reinstall torch from {ROCM_INDEX} in that venv"))
+    return out

@@ -1,0 +1,787 @@
+"""YAML profiles → frozen, validated dataclasses; every error names file:line:column and the field."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+RUNNERS = ("torchrun", "env", "xla", "mirage")
+BACKENDS = ("gloo", "nccl", "xla", "auto")
+DEVICES = ("cpu", "cuda", "xla", "auto")
+ON_STALL = ("wait", "dump", "stop")
+FAULT_KINDS = ("hang", "crash", "diverge", "slow")
+FAULT_SECONDS = {"hang": 3600.0, "slow": 0.2, "crash": 0.0, "diverge": 0.0}
+PJRT_DEVICES = ("CPU", "TPU", "CUDA")
+MIRAGE_INNER = ("torchrun", "env")
+WORKLOAD_KINDS = ("builtin", "script", "module", "command")
+
+TOP_KEYS = ("name", "description", "runner", "nproc", "nnodes", "workload", "env", "backend", "device",
+            "steps", "seed", "stall_after", "startup_grace", "on_stall", "timeout", "master_addr",
+            "master_port", "replica_check", "fault", "mirage", "xla")
+WORKLOAD_KEYS = WORKLOAD_KINDS + ("args", "python", "venv")
+FAULT_KEYS = ("kind", "rank", "step", "seconds")
+MIRAGE_KEYS = ("command", "workspace", "profile", "gpus_per_node", "num_nodes", "in_process", "env", "inner")
+XLA_KEYS = ("pjrt_device", "num_devices", "async_client", "thread_pool_size", "cache_dir")
+
+WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
+ADHOC_SOURCE = "<command line>"
+_MAX_NODES = 20000  # aliases can make a small file expand enormously
+_MAX_DEPTH = 64
+
+
+class ProfileError(Exception):
+    """A profile problem, located: ``str(err)`` is one line ``where: field 'x': message``."""
+
+    def __init__(self, file: str | None, line: int | None, col: int | None, field: str | None,
+                 message: str, *, show_field: bool = True):
+        self.file, self.line, self.col, self.field = file, line, col, field
+        self.message = " ".join(message.split())  # always one line
+        self._show_field = show_field and field is not None
+        super().__init__(str(self))
+
+    @property
+    def where(self) -> str:
+        if self.file is None:
+            return ""
+        return f"{self.file}:{self.line}:{self.col}" if self.line is not None else self.file
+
+    def __str__(self) -> str:
+        body = f"field '{self.field}': {self.message}" if self._show_field else self.message
+        return f"{self.where}: {body}" if self.where else body
+
+
+@dataclass(frozen=True)
+class Workload:
+    builtin: str | None = None
+    script: str | None = None
+    module: str | None = None
+    command: tuple[str, ...] | None = None
+    args: tuple[str, ...] = ()
+    python: str = sys.executable  # absolute interpreter path
+    script_path: str | None = None  # absolute path of the file to run (builtin, script)
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    rank: int = 0
+    step: int = 0
+    seconds: float = 0.0
+
+    def spec(self) -> str:
+        """The DDP_FAULT value: kind:rank:step:seconds."""
+        s = self.seconds
+        secs = str(int(s)) if float(s).is_integer() else repr(float(s))
+        return f"{self.kind}:{self.rank}:{self.step}:{secs}"
+
+
+@dataclass(frozen=True)
+class MirageOptions:
+    command: tuple[str, ...] = ("mirage",)
+    workspace: str = ""
+    profile: str = "mi350x"
+    gpus_per_node: int = 2
+    num_nodes: int = 1
+    in_process: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    inner: str = "torchrun"
+
+
+@dataclass(frozen=True)
+class XlaOptions:
+    pjrt_device: str = "CPU"
+    num_devices: int = 2
+    async_client: bool = False
+    thread_pool_size: int | None = None
+    cache_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    workload: Workload
+    source: str
+    description: str = ""
+    runner: str = "torchrun"
+    nproc: int = 2
+    nnodes: int = 1
+    env: dict[str, str] = field(default_factory=dict)
+    backend: str = "auto"
+    device: str = "cpu"
+    steps: int | None = None
+    seed: int = 0
+    stall_after: float | str = "auto"
+    startup_grace: float = 60.0
+    on_stall: str = "stop"
+    timeout: float = 0.0
+    master_addr: str = "127.0.0.1"
+    master_port: int | str = "auto"
+    replica_check: bool = True
+    fault: Fault | None = None
+    mirage: MirageOptions = field(default_factory=MirageOptions)
+    xla: XlaOptions = field(default_factory=XlaOptions)
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+    def to_json(self) -> dict[str, Any]:
+        d = json.loads(json.dumps(asdict(self)))  # tuples → lists
+        d["world_size"] = self.world_size
+        return d
+
+    def rank_env(self) -> dict[str, str]:
+        """What every rank gets from the profile: DDP_* variables, then the profile's own env (which wins)."""
+        out = {"DDP_BACKEND": self.backend, "DDP_DEVICE": self.device, "DDP_SEED": str(self.seed)}
+        if self.steps is not None:
+            out["DDP_STEPS"] = str(self.steps)
+        if self.fault is not None:
+            out["DDP_FAULT"] = self.fault.spec()
+        out.update(self.env)
+        return out
+
+
+# ---------------------------------------------------------------- located tree
+
+@dataclass(frozen=True)
+class _Loc:
+    file: str
+    line: int | None = None
+    col: int | None = None
+
+    def error(self, field: str | None, message: str, *, show_field: bool = True) -> ProfileError:
+        return ProfileError(self.file, self.line, self.col, field, message, show_field=show_field)
+
+
+@dataclass
+class _Node:
+    """A YAML value with where it came from. map: {key: (key_loc, node)}; seq: [node]; scalar: value + text."""
+
+    kind: str  # "map" | "seq" | "scalar"
+    value: Any
+    loc: _Loc
+    text: str = ""  # the scalar as written (after unquoting)
+
+
+def _yaml_error_to_profile(exc: Exception, file: str, text: str) -> ProfileError:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    if mark is not None:
+        msg = f"invalid YAML: {problem}"
+        ctx, cmark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if ctx and cmark is not None:
+            msg += f" ({ctx} at line {cmark.line + 1}, column {cmark.column + 1})"
+        return ProfileError(file, mark.line + 1, mark.column + 1, None, msg)
+    pos = getattr(exc, "position", None)  # ReaderError: a bad character
+    if isinstance(pos, int):
+        line = text.count("\n", 0, pos) + 1
+        col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        return ProfileError(file, line, col, None, f"invalid YAML: {getattr(exc, 'reason', exc)}"
+                            f" (character {getattr(exc, 'character', '?')!r})")
+    return ProfileError(file, 1, 1, None, f"invalid YAML: {problem}")
+
+
+class _Converter:
+    """PyYAML composed nodes → _Node, constructing scalars with SafeLoader's rules."""
+
+    def __init__(self, locate: Callable[[Any], _Loc]):
+        import yaml
+
+        self.yaml = yaml
+        self.ctor = yaml.constructor.SafeConstructor()
+        self.locate = locate
+        self.count = 0
+        self.active: set[int] = set()
+
+    def convert(self, y: Any, path: str, depth: int = 0) -> _Node:
+        yaml = self.yaml
+        loc = self.locate(y.start_mark)
+        self.count += 1
+        if self.count > _MAX_NODES or depth > _MAX_DEPTH:
+            raise loc.error(None, "profile too large or too deeply nested")
+        if isinstance(y, yaml.ScalarNode):
+            try:
+                value = self.ctor.construct_object(y, deep=True)
+            except Exception as exc:  # bad !!int, !!binary, unknown tag, ... all land here
+                problem = getattr(exc, "problem", None) or str(exc)
+                raise loc.error(path or None, f"cannot read value: {problem}") from None
+            return _Node("scalar", value, loc, y.value)
+        if id(y) in self.active:
+            raise loc.error(path or None, "recursive alias")
+        self.active.add(id(y))
+        try:
+            if isinstance(y, yaml.SequenceNode):
+                return _Node("seq", [self.convert(c, f"{path}[{i}]", depth + 1) for i, c in enumerate(y.value)], loc)
+            return self._mapping(y, path, loc, depth)
+        finally:
+            self.active.discard(id(y))
+
+    def _mapping(self, y: Any, path: str, loc: _Loc, depth: int) -> _Node:
+        yaml = self.yaml
+        own = {id(k) for k, _ in y.value if k.tag != "tag:yaml.org,2002:merge"}
+        try:
+            self.ctor.flatten_mapping(y)  # resolve `<<` merge keys
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None) or y.start_mark
+            raise self.locate(mark).error(None, f"invalid merge: {getattr(exc, 'problem', exc)}") from None
+        out: dict[str, tuple[_Loc, _Node]] = {}
+        from_merge: set[str] = set()
+        for k, v in y.value:
+            kloc = self.locate(k.start_mark)
+            if not isinstance(k, yaml.ScalarNode):
+                raise kloc.error(None, f"expected a field name, got a {'list' if isinstance(k, yaml.SequenceNode) else 'mapping'}")
+            name = k.value
+            dotted = f"{path}.{name}" if path else name
+            if name in out and name not in from_merge and id(k) in own:
+                raise kloc.error(dotted, f"duplicate field '{dotted}' (first at line {out[name][0].line})",
+                                 show_field=False)
+            out[name] = (kloc, self.convert(v, dotted, depth + 1))
+            (from_merge.discard if id(k) in own else from_merge.add)(name)
+        return _Node("map", out, loc)
+
+
+def _parse_text(text: str, file: str) -> _Node | None:
+    import yaml
+
+    try:
+        loader = yaml.SafeLoader(text)  # the reader already rejects unprintable characters here
+        try:
+            root = loader.get_single_node()
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as exc:
+        raise _yaml_error_to_profile(exc, file, text) from None
+    except RecursionError:
+        raise ProfileError(file, 1, 1, None, "profile too deeply nested") from None
+    if root is None:
+        return None
+    conv = _Converter(lambda m: _Loc(file, m.line + 1, m.column + 1))
+    try:
+        return conv.convert(root, "")
+    except RecursionError:
+        raise ProfileError(file, 1, 1, None, "profile too deeply nested") from None
+
+
+# ---------------------------------------------------------------- overrides
+
+def _apply_override(root: _Node, item: str) -> None:
+    import yaml
+
+    loc = _Loc(f"--set {item}")
+    key, sep, raw = item.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not all(p.strip() for p in parts):
+        raise loc.error(None, "expected key=value")
+    parts = [p.strip() for p in parts]
+    try:
+        loader = yaml.SafeLoader(raw)
+        try:
+            y = loader.get_single_node()
+        finally:
+            loader.dispose()
+        value = _Node("scalar", None, loc, "") if y is None else _Converter(lambda m: loc).convert(y, key)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or exc
+        raise loc.error(key, f"invalid YAML value: {problem}") from None
+    except RecursionError:
+        raise loc.error(key, "value too deeply nested") from None
+    node = root
+    for i, part in enumerate(parts[:-1]):
+        entry = node.value.get(part)
+        if entry is None or (entry[1].kind == "scalar" and entry[1].value is None):
+            entry = (loc, _Node("map", {}, loc))
+            node.value[part] = entry
+        elif entry[1].kind != "map":
+            dotted = ".".join(parts[: i + 1])
+            raise loc.error(dotted, f"expected a mapping to set '{parts[i + 1]}' in, got {_got(entry[1])}")
+        node = entry[1]
+    last = parts[-1]
+    if parts[:-1] == ["workload"] and last in WORKLOAD_KINDS:
+        for other in WORKLOAD_KINDS:  # choosing a workload kind replaces the file's choice
+            if other != last:
+                node.value.pop(other, None)
+    node.value[last] = (loc, value)
+
+
+# ---------------------------------------------------------------- validation helpers
+
+def _got(node: _Node) -> str:
+    if node.kind == "seq":
+        return "a list"
+    if node.kind == "map":
+        return "a mapping"
+    v = node.value
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        s = repr(v)
+        return s if len(s) <= 40 else s[:37] + "..."
+    if isinstance(v, str):
+        return repr(v) if len(v) <= 50 else repr(v[:47]) + "..."
+    return f"a {type(v).__name__}"
+
+
+def _closest(word: str, choices: Sequence[str], cutoff: float = 0.6) -> str | None:
+    import difflib
+
+    for choice in choices:
+        if choice.casefold() == word.casefold():
+            return choice
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+def _suggest(word: str, choices: Sequence[str], cutoff: float = 0.6) -> str:
+    close = _closest(word, choices, cutoff)
+    return f" (did you mean '{close}'?)" if close else ""
+
+
+class _Fields:
+    """One mapping under validation: rejects unknown keys, hands out typed values located at their node."""
+
+    def __init__(self, node: _Node | None, path: str, allowed: Sequence[str], where: _Loc):
+        self.path = path
+        if node is None or (node.kind == "scalar" and node.value is None):
+            self.items: dict[str, tuple[_Loc, _Node]] = {}
+            self.loc = node.loc if node is not None else where
+            return
+        if node.kind != "map":
+            raise node.loc.error(path or None, f"expected a mapping, got {_got(node)}")
+        self.items, self.loc = node.value, node.loc
+        for name, (kloc, _) in self.items.items():
+            if name not in allowed:
+                full = self.dotted(name)
+                close = _closest(name, allowed)
+                hint = f" (did you mean '{self.dotted(close)}'?)" if close else ""
+                raise kloc.error(full, f"unknown field '{full}'{hint}", show_field=False)
+
+    def dotted(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def node(self, name: str) -> _Node | None:
+        entry = self.items.get(name)
+        return entry[1] if entry else None
+
+    def get(self, name: str, default: Any, check: Callable[[_Node, str], Any]) -> Any:
+        node = self.node(name)
+        return default if node is None else check(node, self.dotted(name))
+
+
+def _fail(node: _Node, field: str, expected: str) -> ProfileError:
+    return node.loc.error(field, f"expected {expected}, got {_got(node)}")
+
+
+def _is_int(node: _Node) -> bool:
+    return node.kind == "scalar" and isinstance(node.value, int) and not isinstance(node.value, bool)
+
+
+def _is_num(node: _Node) -> bool:
+    return (node.kind == "scalar" and isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+            and math.isfinite(node.value))
+
+
+def _range_text(lo: int | None, hi: int | None) -> str:
+    if lo is not None and hi is not None:
+        return f"an integer in {lo}..{hi}"
+    if lo is not None:
+        return f"an integer >= {lo}"
+    return "an integer"
+
+
+def _int(lo: int | None = None, hi: int | None = None, *, nullable: bool = False, auto: bool = False):
+    expected = _range_text(lo, hi) + (" or null" if nullable else "") + (" or 'auto'" if auto else "")
+
+    def check(node: _Node, field: str) -> Any:
+        if nullable and node.kind == "scalar" and node.value is None:
+            return None
+        if auto and node.kind == "scalar" and node.value == "auto":
+            return "auto"
+        if not _is_int(node) or (lo is not None and node.value < lo) or (hi is not None and node.value > hi):
+            raise _fail(node, field, expected)
+        return node.value
+    return check
+
+
+def _num(lo: float, *, strict: bool, auto: bool = False):
+    expected = f"a number {'>' if strict else '>='} {lo:g}" + (" or 'auto'" if auto else "")
+
+    def check(node: _Node, field: str) -> Any:
+        if auto and node.kind == "scalar" and node.value == "auto":
+            return "auto"
+        if not _is_num(node) or node.value < lo or (strict and node.value == lo):
+            raise _fail(node, field, expected)
+        return float(node.value)
+    return check
+
+
+def _bool(node: _Node, field: str) -> bool:
+    if node.kind != "scalar" or not isinstance(node.value, bool):
+        raise _fail(node, field, "true or false")
+    return node.value
+
+
+def _str(nullable: bool = False):
+    def check(node: _Node, field: str) -> Any:
+        if nullable and node.kind == "scalar" and node.value is None:
+            return None
+        if node.kind != "scalar" or not isinstance(node.value, str):
+            raise _fail(node, field, "a string" + (" or null" if nullable else ""))
+        if "\x00" in node.value:
+            raise node.loc.error(field, "NUL characters are not allowed")
+        return node.value
+    return check
+
+
+def _enum(choices: Sequence[str]):
+    def check(node: _Node, field: str) -> str:
+        if node.kind == "scalar" and isinstance(node.value, str) and node.value in choices:
+            return node.value
+        # short enum words look alike (gpu/cpu), so only near misses get a suggestion
+        hint = _suggest(node.value, choices, 0.75) if node.kind == "scalar" and isinstance(node.value, str) else ""
+        raise node.loc.error(field, f"expected one of {', '.join(choices)}, got {_got(node)}{hint}")
+    return check
+
+
+def _scalar_text(node: _Node, field: str, what: str) -> str:
+    """A scalar as the user wrote it (env values, argv words): 010 stays '010', true stays 'true'."""
+    if node.kind != "scalar" or node.value is None:
+        raise _fail(node, field, what)
+    text = node.value if isinstance(node.value, str) else node.text
+    if "\x00" in text:
+        raise node.loc.error(field, "NUL characters are not allowed")
+    return text
+
+
+def _argv(nonempty: bool):
+    expected = "a non-empty list of strings" if nonempty else "a list of strings"
+
+    def check(node: _Node, field: str) -> tuple[str, ...]:
+        if node.kind == "scalar" and isinstance(node.value, str):  # a shell-like string is split
+            try:
+                words = shlex.split(node.value)
+            except ValueError as exc:
+                raise node.loc.error(field, f"cannot split into words: {exc}") from None
+        elif node.kind == "seq":
+            words = [_scalar_text(c, f"{field}[{i}]", "a string") for i, c in enumerate(node.value)]
+        else:
+            raise _fail(node, field, expected)
+        if nonempty and not words:
+            raise _fail(node, field, expected)
+        return tuple(words)
+    return check
+
+
+def _env_map(node: _Node, field: str) -> dict[str, str]:
+    if node.kind == "scalar" and node.value is None:
+        return {}
+    if node.kind != "map":
+        raise _fail(node, field, "a mapping of NAME: value")
+    out = {}
+    for name, (kloc, child) in node.value.items():
+        if not name or "=" in name or "\x00" in name:
+            raise kloc.error(field, f"invalid variable name {name!r}")
+        out[name] = _scalar_text(child, f"{field}.{name}", "a string (or number/boolean)")
+    return out
+
+
+# ---------------------------------------------------------------- the profile
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # name too long and the like: not a usable file either
+        return False
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def _path_value(node: _Node, field: str, base: Path) -> Path:
+    return Path(os.path.abspath(base / os.path.expanduser(_str()(node, field))))
+
+
+def _interpreter(f: _Fields, base: Path) -> str:
+    py, venv = f.node("python"), f.node("venv")
+    if py is not None and venv is not None:
+        kloc = f.items["venv"][0] if list(f.items).index("venv") > list(f.items).index("python") else f.items["python"][0]
+        raise kloc.error(f.path, "expected at most one of python, venv, got both")
+    if venv is not None:
+        folder = _path_value(venv, f.dotted("venv"), base)
+        exe = folder / "bin" / "python"
+        if not _is_dir(folder):
+            raise venv.loc.error(f.dotted("venv"), f"venv folder not found: {folder}")
+        if not (_is_file(exe) and os.access(exe, os.X_OK)):
+            raise venv.loc.error(f.dotted("venv"), f"no executable bin/python in venv {folder}")
+        return str(exe)
+    if py is None:
+        return sys.executable
+    value = _str()(py, f.dotted("python"))
+    if not value:
+        raise _fail(py, f.dotted("python"), "an interpreter path or name")
+    if os.sep in value or value.startswith("~"):
+        exe = _path_value(py, f.dotted("python"), base)
+        if not _is_file(exe):
+            raise py.loc.error(f.dotted("python"), f"interpreter not found: {exe}")
+        if not os.access(exe, os.X_OK):
+            raise py.loc.error(f.dotted("python"), f"interpreter is not executable: {exe}")
+        return str(exe)
+    found = shutil.which(value)
+    if found is None:
+        raise py.loc.error(f.dotted("python"), f"interpreter '{value}' not found on PATH")
+    return os.path.abspath(found)
+
+
+def builtin_names() -> list[str]:
+    """Names of the built-in workloads (files in runners/workloads/, private ones excluded)."""
+    if not WORKLOADS_DIR.is_dir():
+        return []
+    return sorted(p.stem for p in WORKLOADS_DIR.glob("*.py") if not p.stem.startswith("_"))
+
+
+_MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
+
+
+def _workload(node: _Node | None, root_loc: _Loc, base: Path) -> Workload:
+    if node is None:
+        raise root_loc.error("workload", "missing required field 'workload'", show_field=False)
+    f = _Fields(node, "workload", WORKLOAD_KEYS, root_loc)
+    kinds = [k for k in f.items if k in WORKLOAD_KINDS]
+    if len(kinds) != 1:
+        got = "none" if not kinds else " and ".join(kinds)
+        loc = f.items[kinds[1]][0] if len(kinds) > 1 else f.loc
+        raise loc.error("workload", f"expected exactly one of {', '.join(WORKLOAD_KINDS)}, got {got}")
+    kind = kinds[0]
+    vnode, field_name = f.items[kind][1], f.dotted(kind)
+    values: dict[str, Any] = {}
+    if kind == "builtin":
+        name = _str()(vnode, field_name)
+        path = WORKLOADS_DIR / f"{name}.py"
+        if not re.fullmatch(r"[A-Za-z]\w*", name) or not _is_file(path):
+            names = builtin_names()
+            raise vnode.loc.error(field_name, f"expected a built-in workload ({', '.join(names) or 'none found'}),"
+                                              f" got {_got(vnode)}{_suggest(name, names)}")
+        values.update(builtin=name, script_path=str(path))
+    elif kind == "script":
+        rel = _str()(vnode, field_name)
+        path = _path_value(vnode, field_name, base)
+        if not rel or not _is_file(path):
+            raise vnode.loc.error(field_name, f"file not found: {path}")
+        values.update(script=rel, script_path=str(path))
+    elif kind == "module":
+        mod = _str()(vnode, field_name)
+        if not _MODULE_RE.match(mod):
+            raise _fail(vnode, field_name, "a module name like pkg.train")
+        values["module"] = mod
+    else:
+        values["command"] = _argv(nonempty=True)(vnode, field_name)
+    args = f.get("args", (), _argv(nonempty=False))
+    return Workload(args=args, python=_interpreter(f, base), **values)
+
+
+def _fault(node: _Node | None, where: _Loc, world: int, nproc: int, nnodes: int) -> Fault | None:
+    if node is None or (node.kind == "scalar" and node.value is None):
+        return None
+    f = _Fields(node, "fault", FAULT_KEYS, where)
+    kind_node = f.node("kind")
+    if kind_node is None:
+        raise f.loc.error("fault.kind", f"missing, expected one of {', '.join(FAULT_KINDS)}")
+    kind = _enum(FAULT_KINDS)(kind_node, "fault.kind")
+    rank = f.get("rank", 0, _int(0))
+    if rank >= world:
+        rnode = f.node("rank")
+        assert rnode is not None  # the default 0 is always < world
+        raise rnode.loc.error("fault.rank", f"expected an integer in 0..{world - 1} (world size"
+                                            f" {nproc}*{nnodes}), got {rank}")
+    return Fault(kind=kind, rank=rank, step=f.get("step", 0, _int(0)),
+                 seconds=f.get("seconds", FAULT_SECONDS[kind], _num(0, strict=False)))
+
+
+def _mirage(node: _Node | None, where: _Loc, base: Path, nproc: int, nnodes: int) -> MirageOptions:
+    f = _Fields(node, "mirage", MIRAGE_KEYS, where)
+    ws = f.node("workspace")
+    workspace = str(_path_value(ws, "mirage.workspace", base)) if ws is not None else str(base)
+    return MirageOptions(
+        command=f.get("command", ("mirage",), _argv(nonempty=True)),
+        workspace=workspace,
+        profile=f.get("profile", "mi350x", _str()),
+        gpus_per_node=f.get("gpus_per_node", nproc, _int(1)),
+        num_nodes=f.get("num_nodes", nnodes, _int(1)),
+        in_process=f.get("in_process", False, _bool),
+        env=f.get("env", {}, _env_map),
+        inner=f.get("inner", "torchrun", _enum(MIRAGE_INNER)),
+    )
+
+
+def _xla(node: _Node | None, where: _Loc, base: Path, nproc: int) -> XlaOptions:
+    f = _Fields(node, "xla", XLA_KEYS, where)
+    cache = f.node("cache_dir")
+    cache_dir = None
+    if cache is not None and _str(nullable=True)(cache, "xla.cache_dir") is not None:
+        cache_dir = str(_path_value(cache, "xla.cache_dir", base))
+    return XlaOptions(
+        pjrt_device=f.get("pjrt_device", "CPU", _enum(PJRT_DEVICES)),
+        num_devices=f.get("num_devices", nproc, _int(1)),
+        async_client=f.get("async_client", False, _bool),
+        thread_pool_size=f.get("thread_pool_size", None, _int(1, nullable=True)),
+        cache_dir=cache_dir,
+    )
+
+
+def _name(node: _Node, field: str) -> str:
+    value = _str()(node, field)
+    if not value or "/" in value or value in (".", ".."):
+        raise _fail(node, field, "a non-empty name without '/'")
+    return value
+
+
+def _build(root: _Node, source: str, base: Path, default_name: str) -> Profile:
+    f = _Fields(root, "", TOP_KEYS, root.loc)
+    nproc = f.get("nproc", 2, _int(1))
+    nnodes = f.get("nnodes", 1, _int(1))
+    return Profile(
+        name=f.get("name", default_name, _name),
+        description=f.get("description", "", _str()),
+        runner=f.get("runner", "torchrun", _enum(RUNNERS)),
+        nproc=nproc,
+        nnodes=nnodes,
+        workload=_workload(f.node("workload"), root.loc, base),
+        env=f.get("env", {}, _env_map),
+        backend=f.get("backend", "auto", _enum(BACKENDS)),
+        device=f.get("device", "cpu", _enum(DEVICES)),
+        steps=f.get("steps", None, _int(1, nullable=True)),
+        seed=f.get("seed", 0, _int(0)),
+        stall_after=f.get("stall_after", "auto", _num(0, strict=True, auto=True)),
+        startup_grace=f.get("startup_grace", 60.0, _num(0, strict=True)),
+        on_stall=f.get("on_stall", "stop", _enum(ON_STALL)),
+        timeout=f.get("timeout", 0.0, _num(0, strict=False)),
+        master_addr=f.get("master_addr", "127.0.0.1", _str()),
+        master_port=f.get("master_port", "auto", _int(1, 65535, auto=True)),
+        replica_check=f.get("replica_check", True, _bool),
+        fault=_fault(f.node("fault"), root.loc, nproc * nnodes, nproc, nnodes),
+        mirage=_mirage(f.node("mirage"), root.loc, base, nproc, nnodes),
+        xla=_xla(f.node("xla"), root.loc, base, nproc),
+        source=source,
+    )
+
+
+# ---------------------------------------------------------------- public entry points
+
+def load_profile(path: str | Path, overrides: Sequence[str] = ()) -> Profile:
+    """Read, override and validate one profile file; any problem is a one-line ProfileError."""
+    file = str(path)
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise ProfileError(file, None, None, None, "no such file") from None
+    except IsADirectoryError:
+        raise ProfileError(file, None, None, None, "is a folder, expected a YAML file") from None
+    except OSError as exc:
+        raise ProfileError(file, None, None, None, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ProfileError(file, line, col, None, "not UTF-8 text") from None
+    root = _parse_text(text, file)
+    if root is None:
+        raise ProfileError(file, 1, 1, None, "empty profile, expected a mapping with at least 'workload'")
+    if root.kind != "map":
+        raise root.loc.error(None, f"expected a mapping of fields at the top level, got {_got(root)}")
+    for item in overrides:
+        _apply_override(root, item)
+    return _build(root, file, Path(os.path.abspath(p.parent)), p.stem)
+
+
+def _flag_int(command: Sequence[str], names: Sequence[str]) -> int | None:
+    """The value of a torchrun flag like --nproc_per_node 4 / --nproc-per-node=4, when it is an integer."""
+    for i, word in enumerate(command):
+        for name in names:
+            value = None
+            if word == name and i + 1 < len(command):
+                value = command[i + 1]
+            elif word.startswith(name + "="):
+                value = word[len(name) + 1:]
+            if value is not None and value.isdigit() and int(value) >= 1:
+                return int(value)
+    return None
+
+
+def adhoc_profile(command: Sequence[str], overrides: Sequence[str] = ()) -> Profile:
+    """A profile for `ddptui -- CMD...`: the command runs as given, under torchrun when it is torchrun."""
+    cmd = [str(c) for c in command]
+    loc = _Loc(ADHOC_SOURCE)
+    if not cmd:
+        raise loc.error(None, "expected a command after --")
+    torchrun = os.path.basename(cmd[0]) == "torchrun" or any(
+        a == "-m" and b == "torch.distributed.run" for a, b in zip(cmd, cmd[1:]))
+    nproc = nnodes = 1
+    if torchrun:
+        nproc = _flag_int(cmd, ("--nproc_per_node", "--nproc-per-node")) or 1
+        nnodes = _flag_int(cmd, ("--nnodes",)) or 1
+
+    def scalar(v: Any) -> tuple[_Loc, _Node]:
+        return loc, _Node("scalar", v, loc, str(v))
+
+    workload = _Node("map", {"command": (loc, _Node("seq", [scalar(c)[1] for c in cmd], loc))}, loc)
+    root = _Node("map", {"name": scalar("adhoc"), "runner": scalar("torchrun" if torchrun else "env"),
+                         "nproc": scalar(nproc), "nnodes": scalar(nnodes), "workload": (loc, workload)}, loc)
+    for item in overrides:
+        _apply_override(root, item)
+    return _build(root, ADHOC_SOURCE, Path(os.getcwd()), "adhoc")
+
+
+def shipped_dir() -> Path | None:
+    """The folder of profiles installed with ddptui (the `profiles` package), if importable."""
+    try:
+        from importlib.resources import files
+
+        folder = Path(str(files("profiles")))
+    except (ImportError, TypeError, ValueError):
+        return None
+    return folder if folder.is_dir() else None
+
+
+def _candidates() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for folder in (shipped_dir(), Path.cwd() / "profiles"):  # local last: it wins
+        if folder is not None and folder.is_dir():
+            for p in folder.glob("*.yaml"):
+                found[p.stem] = p
+    return found
+
+
+def list_profiles() -> list[Path]:
+    """Shipped and ./profiles YAML files, one per name (./profiles wins), sorted by name."""
+    found = _candidates()
+    return [found[k] for k in sorted(found)]
+
+
+def find_profile(name_or_path: str | Path) -> Path:
+    """An existing file, else ./profiles/<name>.yaml, else the shipped profile of that name."""
+    p = Path(name_or_path)
+    if _is_file(p):
+        return p
+    name = str(name_or_path)
+    if name.endswith((".yaml", ".yml")) or os.sep in name:
+        raise ProfileError(name, None, None, None, "no such file")
+    for folder in (Path("profiles"), shipped_dir()):
+        if folder is not None and _is_file(folder / f"{name}.yaml"):
+            return folder / f"{name}.yaml"
+    names = sorted(_candidates())
+    raise ProfileError(None, None, None, None, f"no profile named '{name}'{_suggest(name, names)};"
+                                               f" available: {', '.join(names) or 'none'}")

@@ -1,0 +1,672 @@
+"""One run from profile to verdict: plan, spawn, read, monitor, diagnose, record, and emit to a front end."""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from . import events as ev
+from . import parse, procs, replica
+from .monitor import RankTrack, find_slow, find_stall, median_interval, slowed_down
+from .record import RunRecord, new_run_dir
+from .tail import Tailer
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STALLED, EXIT_REPLICAS = 0, 1, 2, 3, 4
+CRASH_GRACE = 5.0  # seconds survivors get to fail on their own after a rank died, before we tear them down
+TEARDOWN_DEADLINE = 5.0
+_TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_TORCHRUN_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+_VICTIM = ("Connection closed by peer", "remote worker crashing", "Connection reset by peer",
+           "Broken pipe", "Socket Timeout", "DistBackendError", "NCCL communicator was aborted")
+
+
+def free_port(addr: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((addr, 0))
+        return s.getsockname()[1]
+
+
+def make_plan(profile, run_dir: Path, port: int, dashboard_pid: int | None = None):
+    if profile.runner == "torchrun":
+        from .torchrun import plan
+    elif profile.runner == "env":
+        from .envspawn import plan
+    elif profile.runner == "xla":
+        from .xla import plan
+    elif profile.runner == "mirage":
+        from .mirage import plan
+    else:
+        raise ValueError(f"unknown runner {profile.runner!r}")
+    return plan(profile, run_dir, port, dashboard_pid)
+
+
+class Session:
+    """Runs one profile. `run()` blocks (call it from a thread for a UI); `emit(list[Event])` once per turn."""
+
+    def __init__(self, profile, runs_root: Path | str = "runs", emit: Callable[[list], None] | None = None,
+                 pyspy: str | None = None, stack_method: str = "auto") -> None:
+        self.profile = profile
+        self.emit_fn = emit or (lambda batch: None)
+        self.run_dir = new_run_dir(Path(runs_root), profile.name)
+        self.record = RunRecord(self.run_dir)
+        self.pyspy, self.stack_method = pyspy, stack_method
+        self.world = profile.world_size
+        self.tracks: dict[int, RankTrack] = {}
+        self.procs: list[procs.Proc] = []
+        self.batch: list = []
+        self._stop = threading.Event()
+        self._dump = threading.Event()
+        self.status: str | None = None
+        self.hints: list[dict] = []
+        self.stall_info: dict | None = None
+        self.hang: ev.HangVerdict | None = None
+        self.crash: ev.CrashVerdict | None = None
+        self.stack_collections: list[str] = []
+        self._matcher = None
+        self._torchrun_rank: int | None = None
+        self._first_failure: float | None = None
+        self._baseline: float | None = None
+        self._slow_reported = False
+        self._started_mono = time.monotonic()
+        self.plan = None
+
+    # ---- thread-safe requests from a front end ------------------------------------------------------
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def request_dump(self) -> None:
+        self._dump.set()
+
+    # ---- emitting ------------------------------------------------------------------------------------
+    def _emit(self, e) -> None:
+        self.batch.append(e)
+        if not isinstance(e, ev.LogLines):
+            self.record.event(e)
+
+    def _flush(self) -> None:
+        if self.batch:
+            batch, self.batch = self.batch, []
+            self.record.flush()
+            try:
+                self.emit_fn(batch)
+            except Exception:  # a front end's bug must not kill the run or lose its record
+                import traceback
+                traceback.print_exc()
+
+    # ---- the run -------------------------------------------------------------------------------------
+    def run(self) -> int:
+        try:
+            return self._run()
+        finally:
+            if self.procs:
+                procs.teardown(self.procs, self._rank_pids(), TEARDOWN_DEADLINE)
+            self.record.close()
+
+    def _run(self) -> int:
+        p = self.profile
+        self.record.write_json("profile.json", p.to_json())
+        port = free_port(p.master_addr) if p.master_port == "auto" else int(p.master_port)
+        self.plan = make_plan(p, self.run_dir, port, os.getpid())
+        self.record.write_json("plan.json", self.plan.to_json())
+        self.world = self.plan.world_size
+        now_m = time.monotonic()
+        self.tracks = {r: RankTrack(r, now_m, last_progress=now_m) for r in range(self.world)}
+        self._emit(ev.RunStarted(str(self.run_dir), p.name, p.runner, self.world, p.steps, time.time()))
+        problems = self._preflight()
+        if problems:
+            return self._finish("preflight failed", EXIT_USAGE)
+        self._matcher = _hint_matcher()
+        procs.become_subreaper()
+        tailer = Tailer()
+        for spec in self.plan.procs:
+            try:
+                proc = procs.spawn(spec)
+            except procs.SpawnError as e:
+                self._launcher_line(str(e))
+                return self._finish("failed", EXIT_FAILED)
+            self.procs.append(proc)
+            tailer.add(spec.stdout, spec.stdout_rank, "out")
+            if spec.stderr != spec.stdout:
+                tailer.add(spec.stderr, spec.stdout_rank, "err")
+            self._emit(ev.ProcessStarted(spec.name, proc.pid, spec.ranks, proc.started))
+            if spec.stdout_rank is not None:
+                self.tracks[spec.stdout_rank].pid = proc.pid
+        for src in self.plan.sources:
+            tailer.add(src.path, src.rank, src.stream)
+        self._flush()
+        try:
+            return self._loop(tailer)
+        finally:
+            tailer.close()
+
+    def _loop(self, tailer: Tailer) -> int:
+        p = self.profile
+        next_discover = next_sample = next_check = 0.0
+        exit_code, status = None, None
+        while True:
+            mono = time.monotonic()
+            if mono >= next_discover:
+                tailer.discover()
+                next_discover = mono + 0.2
+            got = tailer.poll()
+            wall = time.time()
+            for rank, stream, lines in got:
+                self._lines(rank, stream, lines, wall, mono)
+            for proc in self.procs:
+                if proc.returncode is None and proc.poll() is not None:
+                    self._proc_exited(proc)
+            if mono >= next_sample:
+                self._sample_resources()
+                next_sample = mono + 1.0
+            if mono >= next_check:
+                next_check = mono + 0.25
+                self._check_rank_pids()
+                outcome = self._check(mono)
+                if outcome:
+                    status, exit_code = outcome
+            if self._dump.is_set():
+                self._dump.clear()
+                self._collect_stacks("on request")
+            if self._stop.is_set() and status is None:
+                status, exit_code = "stopped", EXIT_FAILED
+                self._launcher_line("ddptui: stop requested, tearing every rank down")
+            if status is not None or all(pr.returncode is not None for pr in self.procs):
+                break
+            self._flush()
+            if not got:
+                time.sleep(0.02)
+        if any(pr.returncode is None for pr in self.procs):
+            td = procs.teardown(self.procs, self._rank_pids(), TEARDOWN_DEADLINE)
+            self._launcher_line(f"ddptui: teardown took {td['seconds']:.2f} s"
+                                + (" (SIGKILL needed)" if td["killed"] else ""))
+            for proc in self.procs:
+                if proc.returncode is not None and proc.exited:
+                    self._proc_exited(proc, torn_down=True)
+        wall = time.time()
+        for rank, stream, lines in tailer.drain():
+            self._lines(rank, stream, lines, wall, time.monotonic())
+        return self._conclude(status, exit_code)
+
+    # ---- reading lines -------------------------------------------------------------------------------
+    def _launcher_line(self, text: str) -> None:
+        wall = time.time()
+        self.record.lines(None, "err", wall, [text])
+        self._emit(ev.LogLines(None, "err", wall, time.monotonic(), (text,)))
+
+    def _lines(self, rank: int | None, stream: str, lines: list[str], wall: float, mono: float) -> None:
+        groups: dict[int | None, list[str]] = {}
+        tagged = rank is None or any(ln.startswith("@ddptui:") for ln in lines)
+        if tagged:
+            split = parse.split_prefix if rank is None else parse.untag
+            for ln in lines:
+                r, text = split(ln)
+                r = rank if r is None else r
+                if r is None:
+                    self._torchrun_summary(text)
+                groups.setdefault(r if r is None or r in self.tracks else None, []).append(text)
+        else:
+            groups[rank] = lines
+        for r, group in groups.items():
+            shown = self._interpret(r, stream, group, wall, mono)
+            if shown:
+                self.record.lines(r, stream, wall, shown)
+                self._emit(ev.LogLines(r, stream, wall, mono, tuple(shown)))
+
+    def _interpret(self, rank: int | None, stream: str, lines: list[str], wall: float, mono: float) -> list[str]:
+        """Reports are taken out of the shown log; steps, losses and hints are read from the rest."""
+        t = self.tracks.get(rank) if rank is not None else None
+        shown = lines
+        if any(ln.startswith(parse.REPORT) for ln in lines):
+            shown = []
+            for ln in lines:
+                rep = parse.report(ln)
+                if rep is None:
+                    shown.append(ln)
+                else:
+                    self._report(rep, rank, wall, mono)
+        if t is not None:
+            t.saw_output(mono, wall)
+            t.tail.extend(shown[-40:])
+            if stream == "err":
+                t.err_tail.extend(shown[-80:])
+            if t.status == "starting":
+                self._set_status(t, "running", "", wall)
+            for ln in shown:
+                step, loss, summary = parse.step_loss(ln)
+                if summary:
+                    t.summary_loss = summary
+                elif (step is not None or loss is not None) and t.saw_step(step, loss, mono, wall):
+                    self._emit(ev.Progress(rank, t.step, loss, wall, "parsed"))
+        if self._matcher is not None and shown:
+            for ln, hint in self._matcher.feed_many(rank, shown):
+                self._hint(hint, rank, ln, wall)
+        return shown
+
+    def _report(self, rep: dict, line_rank: int | None, wall: float, mono: float) -> None:
+        r = rep.get("r")
+        rank = r if isinstance(r, int) and r in self.tracks else line_rank
+        t = self.tracks.get(rank) if rank is not None else None
+        if t is None:
+            return
+        kind = rep.get("k")
+        if kind == "hello":
+            if isinstance(rep.get("pid"), int):
+                t.pid = rep["pid"]
+            t.host = str(rep.get("host", ""))
+            self._emit(ev.RankHello(rank, t.pid or 0, t.host, int(rep.get("world") or self.world), wall))
+        elif kind in ("step", "loss"):
+            step = rep.get("step") if isinstance(rep.get("step"), int) else None
+            loss = rep.get("loss") if isinstance(rep.get("loss"), (int, float)) else None
+            if t.saw_step(step, loss, mono, wall):
+                self._emit(ev.Progress(rank, t.step, loss, wall, "hook" if kind == "step" else "report"))
+            if self._baseline is None:
+                self._baseline = median_interval(self.tracks.values()) if sum(
+                    len(x.intervals) for x in self.tracks.values()) >= 10 else None
+        elif kind == "digest":
+            if t.digests is None or rep.get("source") == "explicit":
+                t.digests = rep.get("params") or []
+        elif kind == "verdict":
+            t.verdict = {"ok": bool(rep.get("ok")), "text": str(rep.get("text", ""))}
+        elif kind == "exc":
+            t.exc = rep
+            if t.first_failure_wall is None:
+                t.first_failure_wall = wall
+
+    def _torchrun_summary(self, text: str) -> None:
+        """torchrun's ChildFailedError table gives the exit code of ranks we did not start ourselves."""
+        m = _TORCHRUN_RANK.match(text)
+        if m:
+            self._torchrun_rank = int(m.group(1))
+            return
+        m = _TORCHRUN_EXIT.match(text)
+        if m and self._torchrun_rank in self.tracks:
+            t = self.tracks[self._torchrun_rank]
+            code = int(m.group(1))
+            t.returncode = code
+            t.signal = procs.signal_name(code)
+            self._torchrun_rank = None
+
+    def _hint(self, hint, rank, line: str, wall: float) -> None:
+        self.hints.append({"code": hint.code, "title": hint.title, "explanation": hint.explanation,
+                           "fix": hint.fix, "rank": rank, "line": line[:500]})
+        self._emit(ev.HintRaised(hint.code, hint.title, hint.explanation, hint.fix, rank, line[:500], wall))
+
+    # ---- process and rank state ----------------------------------------------------------------------
+    def _set_status(self, t: RankTrack, status: str, detail: str, wall: float | None = None) -> None:
+        if t.status != status or detail:
+            t.status = status
+            self._emit(ev.RankState(t.rank, status, detail, wall or time.time()))
+
+    def _proc_exited(self, proc: procs.Proc, torn_down: bool = False) -> None:
+        rc = proc.returncode
+        sig = procs.signal_name(rc)
+        self._emit(ev.ProcessExited(proc.spec.name, proc.spec.ranks, rc, sig, proc.exited or time.time()))
+        launcher = proc.spec.stdout_rank is None
+        for r in proc.spec.ranks:
+            t = self.tracks[r]
+            if t.exit_wall is not None and not launcher:
+                continue
+            if launcher and t.returncode is None:
+                # the launcher exits 0 only if every rank did; otherwise ranks without a failure entry were stopped by it
+                t.returncode = 0 if rc == 0 else None
+            elif not launcher:
+                t.returncode, t.signal = rc, sig
+            t.exit_wall = t.exit_wall or proc.exited
+            self._rank_ended(t, torn_down or (launcher and t.returncode is None))
+
+    def _rank_ended(self, t: RankTrack, stopped: bool) -> None:
+        if t.status in ("exited", "failed", "killed"):
+            return
+        rc = t.returncode
+        if rc == 0:
+            t.outcome = "exited 0"
+            self._set_status(t, "exited", "exit 0")
+        elif rc is not None and rc < 0 and t.completed and not stopped:
+            t.outcome = f"completed, then died at exit ({t.signal})"
+            self._set_status(t, "exited", t.outcome)
+            self._hint_exit(t)
+        elif stopped and (t.first_failure_wall is None):
+            t.outcome = "stopped by ddptui" if self.status or self._stop.is_set() else "stopped by the launcher"
+            self._set_status(t, "killed", t.outcome)
+        else:
+            what = t.signal or (f"exit {rc}" if rc is not None else "exit ?")
+            t.outcome = f"failed ({what})"
+            t.first_failure_wall = min(t.first_failure_wall or t.exit_wall or time.time(), t.exit_wall or time.time())
+            if self._first_failure is None:
+                self._first_failure = time.monotonic()
+            self._set_status(t, "failed", what)
+            self._hint_exit(t)
+
+    def _hint_exit(self, t: RankTrack) -> None:
+        if self._matcher is not None and t.returncode is not None:
+            hint = self._matcher.for_exit(t.rank, t.returncode, completed=t.completed)
+            if hint is not None:
+                self._hint(hint, t.rank, t.outcome, time.time())
+
+    def _rank_pids(self) -> set[int]:
+        return {t.pid for t in self.tracks.values() if t.pid}
+
+    def _check_rank_pids(self) -> None:
+        """Ranks under a launcher: notice their death by pid (the launcher reports codes only at its end)."""
+        own = {pr.pid for pr in self.procs}
+        for t in self.tracks.values():
+            if t.pid and t.pid not in own and t.exit_wall is None and not psutil.pid_exists(t.pid):
+                t.exit_wall = time.time()
+                if t.returncode is not None:
+                    self._rank_ended(t, False)
+                elif not t.completed and self._first_failure is None and t.exc is not None:
+                    self._first_failure = time.monotonic()
+
+    def _sample_resources(self) -> None:
+        cpu, rss = {}, {}
+        for t in self.tracks.values():
+            if not t.pid or not t.alive:
+                continue
+            try:
+                pr = _psproc(t.pid)
+                cpu[t.rank] = pr.cpu_percent(None)
+                rss[t.rank] = pr.memory_info().rss
+            except psutil.Error:
+                pass
+        if cpu:
+            self._emit(ev.Resources(cpu, rss, time.time()))
+
+    # ---- decisions -----------------------------------------------------------------------------------
+    def _check(self, mono: float):
+        p = self.profile
+        if p.timeout and mono - self._started_mono > p.timeout:
+            self._launcher_line(f"ddptui: timeout of {p.timeout:g} s reached, tearing every rank down")
+            return "timeout", EXIT_FAILED
+        if self._first_failure is not None and mono - self._first_failure > CRASH_GRACE:
+            live = [t.rank for t in self.tracks.values() if t.alive]
+            if live:
+                self._launcher_line(f"ddptui: a rank failed {CRASH_GRACE:g} s ago; tearing down survivors "
+                                    + ", ".join(map(str, live)))
+                return "failed", EXIT_FAILED
+        if self._first_failure is None:
+            found = find_stall(p, self.tracks.values(), mono)
+            if found and self.stall_info is None:
+                return self._stalled(*found)
+            if not found and self.stall_info is not None:
+                self.stall_info = None  # it moved again: a later stall is a new one
+                for t in self.tracks.values():
+                    if t.stalled:
+                        t.stalled = False
+                        self._set_status(t, "running", "progressing again")
+            self._check_slow()
+        return None
+
+    def _stalled(self, stalled, progressing, threshold):
+        wall = time.time()
+        since = min(self.tracks[r].last_progress_wall for r in stalled)
+        self.stall_info = {"stalled": stalled, "progressing": progressing, "threshold": threshold,
+                           "detected": wall, "since": since}
+        for r in stalled:
+            t = self.tracks[r]
+            t.stalled = True
+            self._set_status(t, "stalled", f"no progress for {time.monotonic() - t.last_progress:.1f} s")
+        self._emit(ev.StallDetected(tuple(stalled), tuple(progressing), since, threshold, wall))
+        self._flush()
+        policy = self.profile.on_stall
+        if policy == "wait":
+            self._verdict_without_stacks(stalled, since)
+            return None
+        self._collect_stacks("stall", stalled=stalled, since=since)
+        if policy == "stop":
+            self._launcher_line("ddptui: on_stall=stop: stacks collected, tearing every rank down")
+            return "stalled", EXIT_STALLED
+        return None
+
+    def _check_slow(self) -> None:
+        if self._slow_reported:
+            return
+        slow = find_slow(self.tracks.values())
+        ratio = slowed_down(self.tracks.values(), self._baseline)
+        if slow:
+            self._slow_reported = True
+            for r in slow:
+                self._set_status(self.tracks[r], "slow", "far behind the other ranks")
+        elif ratio:
+            self._slow_reported = True
+            self._launcher_line(f"ddptui: steps are {ratio:.0f}x slower than at the start; sampling stacks once")
+            self._collect_stacks("slow", slow=True)
+
+    # ---- stacks and verdicts -------------------------------------------------------------------------
+    def _targets(self):
+        from .stacks import Target
+        out = []
+        for t in self.tracks.values():
+            if t.pid and t.alive:
+                out.append(Target(t.rank, t.pid, self._stderr_path(t.rank)))
+        return out
+
+    def _stderr_path(self, rank: int) -> str | None:
+        import glob
+        for spec in self.plan.procs:
+            if spec.stdout_rank == rank:
+                return spec.stderr
+        for src in self.plan.sources:
+            if src.rank == rank and src.stream == "err":
+                hits = glob.glob(src.path)
+                return hits[-1] if hits else None
+        # ranks that share a launcher's stderr (XLA thread replicas)
+        for spec in self.plan.procs:
+            if rank in spec.ranks:
+                return spec.stderr
+        return None
+
+    def _collect_stacks(self, why: str, stalled=None, since=None, slow: bool = False) -> None:
+        from . import stacks, verdict
+        targets = self._targets()
+        if not targets:
+            self._launcher_line("ddptui: no live rank to collect stacks from")
+            return
+        t0 = time.monotonic()
+        results = stacks.collect(targets, method=self.stack_method, pyspy=self.pyspy)
+        secs = time.monotonic() - t0
+        n = len(self.stack_collections) + 1
+        folder = self.run_dir / "stacks" / f"{n:02d}-{why.replace(' ', '-')}"
+        folder.mkdir(parents=True, exist_ok=True)
+        threads, method = {}, {}
+        for rank, res in sorted(results.items()):
+            (folder / f"rank{rank}.txt").write_text(_stack_file(self.tracks[rank], res, stacks), encoding="utf-8")
+            threads[rank] = stacks.to_json(res)
+            method[rank] = res.method if not res.error else f"unavailable: {res.error}"
+        self.record.write_json(str(folder.relative_to(self.run_dir) / "stacks.json"),
+                               {"why": why, "seconds": secs, "method": method, "threads": threads})
+        self.stack_collections.append(str(folder))
+        self._emit(ev.StacksCollected(method, threads, secs, str(folder), time.time()))
+        wheres = {}
+        for rank, res in results.items():
+            if res.threads:
+                wheres[rank] = verdict.classify(res.threads, thread_filter=_thread_filter(self.profile, rank))
+        if not wheres:
+            self._verdict_without_stacks(stalled or [], since or time.time())
+            return
+        steps = {r: self.tracks[r].step for r in self.tracks}
+        text, culprits, waiting = verdict.hang_sentence(wheres, steps, stalled or sorted(wheres),
+                                                        since or time.time())
+        if slow:
+            text = "the run slowed down: " + text
+        where = {r: {"category": w.category, "func": w.func, "file": w.file, "line": w.line,
+                     "code": w.code, "detail": w.detail, "step": steps.get(r)} for r, w in wheres.items()}
+        hv = ev.HangVerdict(text, tuple(culprits), tuple(waiting), where, time.time())
+        if stalled is not None or self.hang is None:
+            self.hang = hv
+        self._emit(hv)
+        self._launcher_line(f"ddptui: {text}")
+        (folder / "verdict.txt").write_text(text + "\n", encoding="utf-8")
+
+    def _verdict_without_stacks(self, stalled, since: float) -> None:
+        steps = ", ".join(f"rank {r} at step {self.tracks[r].step}" for r in stalled)
+        text = (f"ranks {', '.join(map(str, stalled))} made no progress since "
+                f"{time.strftime('%H:%M:%S', time.localtime(since))} ({steps}); press d / send SIGUSR1 for stacks")
+        self.hang = ev.HangVerdict(text, (), tuple(stalled), {}, time.time())
+        self._emit(self.hang)
+        self._launcher_line(f"ddptui: {text}")
+
+    def _crash_verdict(self) -> ev.CrashVerdict | None:
+        failed = [t for t in self.tracks.values() if t.status == "failed" or (t.exc and not t.completed)]
+        if not failed:
+            return None
+
+        def first_evidence(t: RankTrack) -> float:
+            return min(x for x in (t.first_failure_wall, t.exit_wall, float("inf")) if x is not None)
+
+        def is_victim(t: RankTrack) -> bool:
+            text = "\n".join(list(t.err_tail) + [str((t.exc or {}).get("msg", ""))])
+            return any(v in text for v in _VICTIM)
+
+        ordered = sorted(failed, key=lambda t: (is_victim(t), first_evidence(t)))
+        root = ordered[0]
+        victims = tuple(sorted(t.rank for t in failed if t is not root))
+        excerpt = _excerpt(root)
+        what = root.signal or (f"exit {root.returncode}" if root.returncode is not None else "failed")
+        where = ""
+        if root.exc:
+            where = f": {root.exc.get('type')}: {root.exc.get('msg')} at {root.exc.get('where')}"
+        elif excerpt:
+            where = f": {excerpt[-1].strip()}"
+        text = f"rank {root.rank} failed first ({what}){where}"
+        if victims:
+            text += f"; rank{'s' if len(victims) > 1 else ''} {', '.join(map(str, victims))} failed after it"
+        stopped = [t.rank for t in self.tracks.values() if t.status == "killed"]
+        if stopped:
+            text += f"; {', '.join(map(str, stopped))} torn down"
+        return ev.CrashVerdict(text, root.rank, victims, what, tuple(excerpt), time.time())
+
+    def _conclude(self, status: str | None, exit_code: int | None) -> int:
+        for t in self.tracks.values():
+            if t.alive and t.exit_wall is None:
+                t.exit_wall = time.time()
+            if t.status not in ("exited", "failed", "killed"):
+                self._rank_ended(t, stopped=True)
+        rep = None
+        if self.profile.replica_check:
+            res = replica.compare({r: t.digests for r, t in self.tracks.items() if t.digests is not None},
+                                  self.world)
+            rep = ev.ReplicaVerdict(res.status, res.text, res.param, res.ranks, res.params, res.table, time.time())
+            self._emit(rep)
+        self.crash = self._crash_verdict() if status in (None, "failed") else None
+        if self.crash:
+            self._emit(self.crash)
+        if status is None:
+            bad = [t for t in self.tracks.values() if t.status == "failed"]
+            status, exit_code = ("failed", EXIT_FAILED) if bad else ("ok", EXIT_OK)
+        if rep is not None and rep.status == "differ" and status in ("ok", "failed"):
+            status, exit_code = "replicas differ", EXIT_REPLICAS
+        return self._finish(status, exit_code, rep)
+
+    def _preflight(self) -> list:
+        try:
+            from .preflight import check
+        except ImportError:
+            return []
+        problems = check(self.profile)
+        for pr in problems:
+            self._launcher_line(f"ddptui: preflight {pr.severity}: {pr.message}" + (f" (fix: {pr.fix})" if pr.fix else ""))
+        return [pr for pr in problems if pr.severity == "error"]
+
+    def _finish(self, status: str, exit_code: int, rep=None) -> int:
+        self.status = status
+        wall = time.time()
+        summary = {
+            "profile": self.profile.name, "runner": self.profile.runner, "run_dir": str(self.run_dir),
+            "status": status, "exit_code": exit_code, "world_size": self.world,
+            "duration_s": round(time.monotonic() - self._started_mono, 3),
+            "ranks": {r: {"status": t.status, "outcome": t.outcome, "returncode": t.returncode,
+                          "signal": t.signal, "steps": t.step, "first_loss": t.first_loss,
+                          "last_loss": t.loss, "workload_loss": t.summary_loss, "pid": t.pid,
+                          "workload_verdict": t.verdict}
+                      for r, t in self.tracks.items()},
+            "replica": None if rep is None else {"status": rep.status, "text": rep.text, "param": rep.param,
+                                                 "ranks": list(rep.ranks)},
+            "stall": self.stall_info,
+            "hang": None if self.hang is None else {"text": self.hang.text, "culprits": list(self.hang.culprits),
+                                                    "waiting": list(self.hang.waiting), "where": self.hang.where},
+            "crash": None if self.crash is None else {"text": self.crash.text, "root_rank": self.crash.root_rank,
+                                                      "victims": list(self.crash.victims), "exit": self.crash.exit,
+                                                      "excerpt": list(self.crash.excerpt)},
+            "hints": self.hints,
+            "stacks": self.stack_collections,
+        }
+        path = self.record.write_json("summary.json", summary)
+        self._emit(ev.RunFinished(status, exit_code, str(path), wall, summary))
+        self._flush()
+        return exit_code
+
+
+_PS_CACHE: dict[int, psutil.Process] = {}
+
+
+def _psproc(pid: int) -> psutil.Process:
+    """psutil needs the same Process object between calls for cpu_percent to mean anything."""
+    pr = _PS_CACHE.get(pid)
+    if pr is None:
+        pr = _PS_CACHE[pid] = psutil.Process(pid)
+    return pr
+
+
+def _thread_filter(profile, rank: int):
+    if profile.runner == "xla":
+        return f"xla-rank-{rank}"
+    return None
+
+
+def _excerpt(t: RankTrack) -> list[str]:
+    lines = list(t.err_tail)
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("Traceback") or "Traceback (most recent call last)" in lines[i]:
+            return lines[i:i + 20]
+    if t.exc and t.exc.get("tb"):
+        return list(t.exc["tb"])[-15:]
+    return lines[-10:]
+
+
+def _stack_file(t: RankTrack, res, stacks_mod) -> str:
+    head = [f"rank {t.rank}  pid {t.pid}  last step {t.step}  method {res.method}"]
+    if res.error:
+        head.append(f"error: {res.error}")
+    head.append("")
+    head.append(stacks_mod.render(res))
+    head.append("\nlast lines:")
+    head += [f"  {ln}" for ln in list(t.tail)[-20:]]
+    return "\n".join(head) + "\n"
+
+
+def _hint_matcher():
+    try:
+        from .hints import HintMatcher
+    except ImportError:
+        return None
+    return _BatchMatcher(HintMatcher())
+
+
+class _BatchMatcher:
+    """Runs the hint catalogue over a batch of lines, testing each hint's keywords once per batch, not per line."""
+
+    def __init__(self, matcher) -> None:
+        self.m = matcher
+
+    def feed_many(self, rank, lines):
+        prefilter = getattr(self.m, "might_match", None)
+        if prefilter is not None and not prefilter("\n".join(lines)):
+            return []
+        out = []
+        for ln in lines:
+            h = self.m.feed(rank, ln)
+            if h is not None:
+                out.append((ln, h))
+        return out
+
+    def for_exit(self, rank, returncode, completed=False):
+        try:
+            return self.m.for_exit(rank, returncode, completed=completed)
+        except TypeError:
+            return self.m.for_exit(rank, returncode)

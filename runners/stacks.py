@@ -1,0 +1,308 @@
+"""Stacks of running rank processes: py-spy dumps in parallel, faulthandler (SIGUSR1) where py-spy fails."""
+from __future__ import annotations
+
+import json
+import linecache
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+FAULTHANDLER_WAIT = 1.5  # seconds to wait for a SIGUSR1 dump to land in the rank's stderr
+_SIGUSR1_BIT = 1 << (signal.SIGUSR1 - 1)
+
+
+@dataclass
+class Target:
+    rank: int
+    pid: int
+    stderr_path: str | None = None
+
+
+@dataclass
+class Frame:
+    func: str
+    file: str
+    line: int
+    code: str = ""
+
+
+@dataclass
+class ThreadStack:
+    name: str
+    tid: int | None
+    idle: bool | None  # None: unknown (faulthandler)
+    frames: list[Frame] = field(default_factory=list)  # innermost first
+
+
+@dataclass
+class StackResult:
+    rank: int
+    pid: int
+    method: str  # "py-spy" | "faulthandler" | "unavailable: why"
+    threads: list[ThreadStack] = field(default_factory=list)
+    error: str | None = None  # why py-spy (and the fallback) failed, even when a fallback worked
+    text: str = ""  # the raw dump as collected
+
+
+def find_pyspy(pyspy: str | None = None) -> str | None:
+    """py-spy next to the running interpreter, else on PATH; an explicit path wins (and is not checked)."""
+    if pyspy is not None:
+        return pyspy
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if os.access(beside, os.X_OK):
+        return beside
+    return shutil.which("py-spy")
+
+
+def _is_python(proc: psutil.Process) -> bool:
+    try:
+        names = [proc.name()] + [os.path.basename(p) for p in (proc.exe(), (proc.cmdline() or [""])[0])]
+    except (psutil.Error, OSError):
+        return False
+    return any(n.startswith("python") or n.startswith("pypy") for n in names)
+
+
+def python_pid(pid: int) -> int | None:
+    """The Python process behind ``pid``: itself, or its only Python descendant (a bash wrapper's child)."""
+    try:
+        proc = psutil.Process(pid)
+        if _is_python(proc):
+            return pid
+        kids = [c for c in proc.children(recursive=True) if _is_python(c)]
+    except psutil.Error:
+        return None
+    return kids[0].pid if len(kids) == 1 else None
+
+
+def catches_sigusr1(pid: int) -> bool:
+    """True when the process installed a SIGUSR1 handler (SigCgt): sending it otherwise would kill it."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & _SIGUSR1_BIT)
+    except OSError:
+        pass
+    return False
+
+
+def _stderr_file(pid: int) -> str | None:
+    try:
+        path = os.readlink(f"/proc/{pid}/fd/2")
+    except OSError:
+        return None
+    return path if os.path.isfile(path) else None
+
+
+def _code(file: str, line: int) -> str:
+    if not file or file.startswith("<"):
+        return ""
+    return linecache.getline(file, line).strip()
+
+
+def _pyspy_error(stderr: str, rc: int | None) -> str:
+    keep = []
+    for ln in stderr.splitlines():
+        if ln.startswith("Stack backtrace"):
+            break
+        ln = ln.strip()
+        if ln and ln != "Caused by:":
+            keep.append(ln)
+    msg = "; ".join(dict.fromkeys(keep)) or f"py-spy exited {rc}"
+    return msg.removeprefix("Error: ")
+
+
+def parse_pyspy_json(text: str) -> list[ThreadStack]:
+    """Threads of ``py-spy dump --json`` output (a list of thread objects, frames innermost first)."""
+    threads = []
+    for t in json.loads(text):
+        frames = [Frame(fr.get("name", "?"), fr.get("filename", ""), int(fr.get("line") or 0)) for fr in t.get("frames", [])]
+        for fr in frames:
+            fr.code = _code(fr.file, fr.line)
+        active = t.get("active")
+        threads.append(ThreadStack(
+            name=t.get("thread_name") or f"Thread {t.get('os_thread_id') or t.get('thread_id')}",
+            tid=t.get("os_thread_id") or t.get("thread_id"),
+            idle=None if active is None else not active,
+            frames=frames,
+        ))
+    return threads
+
+
+_FH_HEAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):\s*$|^Stack \(most recent call first\):\s*$")
+_FH_FRAME = re.compile(r'^  File "(.*)", line (\d+|\?\?\?) in (.*)$')
+
+
+def parse_faulthandler(text: str) -> list[ThreadStack]:
+    """Threads of a faulthandler dump; the thread not started by threading (no _bootstrap) is MainThread."""
+    threads: list[ThreadStack] = []
+    cur: ThreadStack | None = None
+    for ln in text.splitlines():
+        m = _FH_HEAD.match(ln)
+        if m:
+            tid = int(m.group(2), 16) if m.group(2) else None
+            cur = ThreadStack(name=f"Thread {m.group(2)}" if tid else "MainThread", tid=tid, idle=None)
+            threads.append(cur)
+            continue
+        if cur is None:
+            continue
+        m = _FH_FRAME.match(ln)
+        if m:
+            line = int(m.group(2)) if m.group(2).isdigit() else 0
+            cur.frames.append(Frame(m.group(3), m.group(1), line, _code(m.group(1), line)))
+        elif not ln.startswith("  "):  # anything else ends the block ("  ..." and "  <no Python frame>" do not)
+            cur = None
+    roots = [t for t in threads if not (t.frames and t.frames[-1].func == "_bootstrap" and t.frames[-1].file.endswith("threading.py"))]
+    if len(roots) == 1 and roots[0].tid is not None:
+        roots[0].name = "MainThread"
+    return threads
+
+
+def _dump_complete(text: str) -> bool:
+    return re.search(r"\(most recent call first\):\n  ", text) is not None
+
+
+def _faulthandler(targets: list[Target], errors: dict[int, str]) -> dict[int, StackResult]:
+    """SIGUSR1 every target that registered faulthandler, then poll their stderr files for the dump."""
+    results: dict[int, StackResult] = {}
+    pending: dict[int, tuple[Target, str, int]] = {}
+    for t in targets:
+        why = errors.get(t.pid, "")
+        path = t.stderr_path or _stderr_file(t.pid)
+        if not psutil.pid_exists(t.pid):
+            results[t.pid] = StackResult(t.rank, t.pid, "unavailable: process gone", error=why)
+        elif path is None or not os.path.isfile(path):
+            results[t.pid] = StackResult(t.rank, t.pid, "unavailable: py-spy failed and no stderr file", error=why)
+        elif not catches_sigusr1(t.pid):
+            results[t.pid] = StackResult(t.rank, t.pid, "unavailable: py-spy failed and no faulthandler on SIGUSR1", error=why)
+        else:
+            offset = os.path.getsize(path)
+            try:
+                os.kill(t.pid, signal.SIGUSR1)
+            except OSError as e:
+                results[t.pid] = StackResult(t.rank, t.pid, f"unavailable: SIGUSR1 failed ({e.strerror})", error=why)
+                continue
+            pending[t.pid] = (t, path, offset)
+    deadline = time.monotonic() + FAULTHANDLER_WAIT
+    sizes: dict[int, int] = {}
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.05)
+        for pid, (t, path, offset) in list(pending.items()):
+            size = os.path.getsize(path)
+            # faulthandler writes the whole dump from its signal handler: a size that stopped growing
+            # after a header and a frame is a complete dump
+            if size > offset and sizes.get(pid) == size:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    text = f.read(size - offset).decode("utf-8", "replace")
+                if _dump_complete(text):
+                    threads = parse_faulthandler(text)
+                    results[pid] = StackResult(t.rank, pid, "faulthandler", threads, errors.get(pid), text)
+                    del pending[pid]
+            sizes[pid] = size
+    for pid, (t, _, _) in pending.items():
+        results[pid] = StackResult(t.rank, pid, "unavailable: no faulthandler dump appeared", error=errors.get(pid))
+    return results
+
+
+def collect(targets: list[Target], method: str = "auto", pyspy: str | None = None, timeout: float = 5.0) -> dict[int, StackResult]:
+    """Stacks of every target, by rank. method: "auto" (py-spy, then faulthandler), "py-spy" or "faulthandler".
+
+    Targets sharing a pid (thread replicas) are dumped once. py-spy runs for all pids at the same time.
+    """
+    by_pid: dict[int, Target] = {}
+    results: dict[int, StackResult] = {}
+    resolved: dict[int, int] = {}
+    for t in targets:
+        pid = python_pid(t.pid)
+        resolved[t.rank] = pid if pid is not None else t.pid
+        if pid is None:
+            results[t.pid] = StackResult(t.rank, t.pid, f"unavailable: pid {t.pid} is not a Python process")
+            continue
+        by_pid.setdefault(pid, Target(t.rank, pid, t.stderr_path))
+    errors: dict[int, str] = {}
+    if method in ("auto", "py-spy"):
+        exe = find_pyspy(pyspy)
+        procs: dict[int, subprocess.Popen] = {}
+        for pid in by_pid:
+            if exe is None:
+                errors[pid] = "py-spy not found"
+                continue
+            try:
+                procs[pid] = subprocess.Popen([exe, "dump", "--pid", str(pid), "--json"], stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                              env={**os.environ, "RUST_BACKTRACE": "0"})
+            except OSError as e:
+                errors[pid] = f"py-spy: {e.strerror or e}"
+        deadline = time.monotonic() + timeout
+        for pid, p in procs.items():
+            t = by_pid[pid]
+            try:
+                out, err = p.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+                errors[pid] = f"py-spy timed out after {timeout:g}s"
+                continue
+            text = out.decode("utf-8", "replace")
+            if p.returncode == 0:
+                try:
+                    results[pid] = StackResult(t.rank, pid, "py-spy", parse_pyspy_json(text), None, text)
+                    continue
+                except (ValueError, TypeError, AttributeError) as e:
+                    errors[pid] = f"py-spy output unreadable: {e}"
+                    continue
+            errors[pid] = _pyspy_error(err.decode("utf-8", "replace"), p.returncode)
+    todo = [t for pid, t in by_pid.items() if pid not in results]
+    if method in ("auto", "faulthandler") and todo:
+        results.update(_faulthandler(todo, errors))
+    for t in todo:
+        results.setdefault(t.pid, StackResult(t.rank, t.pid, f"unavailable: {errors.get(t.pid, 'not collected')}", error=errors.get(t.pid)))
+    out: dict[int, StackResult] = {}
+    for t in targets:
+        r = results[resolved[t.rank]]
+        out[t.rank] = r if r.rank == t.rank else StackResult(t.rank, r.pid, r.method, r.threads, r.error, r.text)
+    return out
+
+
+def _short(file: str) -> str:
+    m = re.search(r"(?:site-packages|dist-packages|lib/python3\.\d+)/(.+)$", file)
+    return m.group(1) if m else file
+
+
+def render(result: StackResult) -> str:
+    """Human text of one rank's stacks (the run record's stacks/rank<N>.txt)."""
+    lines = [f"rank {result.rank} pid {result.pid} ({result.method})"]
+    if result.error:
+        lines.append(f"py-spy: {result.error}")
+    for t in result.threads:
+        state = {True: "idle", False: "active", None: "?"}[t.idle]
+        lines.append("")
+        tid = "?" if t.tid is None else (hex(t.tid) if t.tid > 1 << 32 else str(t.tid))  # pthread ids read best in hex
+        lines.append(f'Thread {tid} ({state}): "{t.name}"')
+        for f in t.frames:
+            lines.append(f"    {f.func} ({_short(f.file)}:{f.line})")
+            if f.code:
+                lines.append(f"        {f.code}")
+    return "\n".join(lines) + "\n"
+
+
+def to_json(result: StackResult) -> list[dict[str, Any]]:
+    """Threads in StacksCollected.threads' shape: [{"thread", "tid", "idle", "frames": [[func, file, line, code]]}]."""
+    return [{"thread": t.name, "tid": t.tid, "idle": t.idle, "frames": [[f.func, f.file, f.line, f.code] for f in t.frames]}
+            for t in result.threads]
+
+
+def from_json(threads: list[dict[str, Any]]) -> list[ThreadStack]:
+    """Inverse of ``to_json`` (a replayed StacksCollected event back to ThreadStacks)."""
+    return [ThreadStack(t.get("thread", "?"), t.get("tid"), t.get("idle"),
+                        [Frame(fr[0], fr[1], int(fr[2]), fr[3] if len(fr) > 3 else "") for fr in t.get("frames", [])])
+            for t in threads]

@@ -1,0 +1,136 @@
+"""Following the files ranks write into, in large chunks, yielding complete lines only."""
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass, field
+
+CHUNK = 1 << 20  # bytes read per file per turn: one syscall serves thousands of lines
+MAX_LINE = 64 * 1024  # longer lines are cut here (the raw file keeps them whole)
+
+
+@dataclass
+class FileTail:
+    path: str
+    rank: int | None
+    stream: str
+    fd: int | None = None
+    partial: bytes = b""
+    dropped: int = 0  # bytes of the current over-long line not kept
+
+    def read(self) -> list[str]:
+        """Complete lines that arrived since the last call (possibly none)."""
+        if self.fd is None:
+            try:
+                self.fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return []
+        data = os.read(self.fd, CHUNK)
+        if not data:
+            return []
+        return self._split(data)
+
+    def _split(self, data: bytes) -> list[str]:
+        buf = self.partial + data if self.partial else data
+        parts = buf.split(b"\n")
+        tail = parts.pop()
+        if self.dropped and parts:  # the over-long line finally ended
+            parts[0] += f" …[{self.dropped} more bytes]".encode()
+            self.dropped = 0
+        if len(tail) > MAX_LINE:
+            self.dropped += len(tail) - MAX_LINE
+            tail = tail[:MAX_LINE]
+        self.partial = tail
+        if not parts:
+            return []
+        if max(map(len, parts)) > MAX_LINE:
+            parts = [p if len(p) <= MAX_LINE else p[:MAX_LINE] + f" …[{len(p) - MAX_LINE} more bytes]".encode()
+                     for p in parts]
+        text = b"\n".join(parts).decode("utf-8", "replace")
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        return text.split("\n")
+
+    def drain(self) -> list[str]:
+        """Everything left, the last partial line included (called once the writer has exited)."""
+        out = []
+        while True:
+            got = self.read()
+            if not got and (self.fd is None or not self._more()):
+                break
+            out += got
+        if self.partial or self.dropped:
+            last = self.partial.decode("utf-8", "replace").rstrip("\r")
+            if self.dropped:
+                last += f" …[{self.dropped} more bytes]"
+            out.append(last)
+            self.partial, self.dropped = b"", 0
+        return out
+
+    def _more(self) -> bool:
+        try:
+            return os.lseek(self.fd, 0, os.SEEK_CUR) < os.fstat(self.fd).st_size
+        except OSError:
+            return False
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+@dataclass
+class GlobTail:
+    """A file whose exact path is only known once its writer creates it (torchrun's run-id folder)."""
+
+    pattern: str
+    rank: int | None
+    stream: str
+    tails: dict[str, FileTail] = field(default_factory=dict)
+
+    def discover(self) -> None:
+        for path in sorted(glob.glob(self.pattern)):
+            if path not in self.tails:
+                self.tails[path] = FileTail(path, self.rank, self.stream)
+
+
+class Tailer:
+    """All of a run's files; `poll()` returns (rank, stream, lines) for each file that grew."""
+
+    def __init__(self) -> None:
+        self.files: list[FileTail] = []
+        self.globs: list[GlobTail] = []
+
+    def add(self, path: str, rank: int | None, stream: str) -> None:
+        if any(ch in path for ch in "*?["):
+            self.globs.append(GlobTail(path, rank, stream))
+        else:
+            self.files.append(FileTail(path, rank, stream))
+
+    def _all(self) -> list[FileTail]:
+        return self.files + [t for g in self.globs for t in g.tails.values()]
+
+    def discover(self) -> None:
+        for g in self.globs:
+            g.discover()
+
+    def poll(self) -> list[tuple[int | None, str, list[str]]]:
+        out = []
+        for t in self._all():
+            lines = t.read()
+            if lines:
+                out.append((t.rank, t.stream, lines))
+        return out
+
+    def drain(self) -> list[tuple[int | None, str, list[str]]]:
+        self.discover()
+        out = []
+        for t in self._all():
+            lines = t.drain()
+            if lines:
+                out.append((t.rank, t.stream, lines))
+        return out
+
+    def close(self) -> None:
+        for t in self._all():
+            t.close()

@@ -1,0 +1,83 @@
+"""The torchrun runner: one torch.distributed.run agent per (emulated) node, rank output redirected to files."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from .plan import LaunchPlan, LogSource, ProcSpec
+from .rankenv import base_env, workload_target
+
+_OUTPUT_FLAGS = ("-r", "--redirects", "-t", "--tee", "--log-dir", "--log_dir")
+
+
+def launcher_prefix(python: str) -> list[str]:
+    return [python, "-m", "torch.distributed.run"]
+
+
+def rank_sources(log_dir: Path, node: int, nproc: int) -> list[LogSource]:
+    """torchrun -r 3 writes <log-dir>/<run-id>/attempt_<n>/<local_rank>/{stdout,stderr}.log."""
+    out = []
+    for lr in range(nproc):
+        for stream, fname in (("out", "stdout.log"), ("err", "stderr.log")):
+            out.append(LogSource(str(log_dir / "*" / "attempt_*" / str(lr) / fname), node * nproc + lr, stream))
+    return out
+
+
+def plan(profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
+    if profile.workload.command:
+        return _adhoc_plan(profile, run_dir, dashboard_pid)
+    env = base_env(profile, dashboard_pid)
+    python = profile.workload.python
+    procs, sources, notes = [], [], []
+    for node in range(profile.nnodes):
+        log_dir = run_dir / "torchrun" / f"node{node}"
+        argv = launcher_prefix(python)
+        if profile.nnodes == 1:
+            argv += ["--standalone"]
+        else:
+            argv += ["--nnodes", str(profile.nnodes), "--node-rank", str(node),
+                     "--master-addr", profile.master_addr, "--master-port", str(port)]
+        argv += ["--nproc-per-node", str(profile.nproc), "--log-dir", str(log_dir), "--redirects", "3"]
+        argv += workload_target(profile)
+        ranks = tuple(range(node * profile.nproc, (node + 1) * profile.nproc))
+        name = "torchrun" if profile.nnodes == 1 else f"torchrun-node{node}"
+        procs.append(ProcSpec(name, tuple(argv), dict(env), os.getcwd(), ranks,
+                              str(run_dir / "raw" / f"{name}.out"), str(run_dir / "raw" / f"{name}.err")))
+        sources += rank_sources(log_dir, node, profile.nproc)
+    if profile.nnodes > 1:
+        notes.append(f"{profile.nnodes} torchrun agents on this machine, static rendezvous at "
+                     f"{profile.master_addr}:{port}; global rank = node_rank * {profile.nproc} + local_rank")
+    return LaunchPlan("torchrun", profile.world_size, tuple(procs), tuple(sources), tuple(notes))
+
+
+def _nproc_from_argv(argv: list[str]) -> int | None:
+    for i, a in enumerate(argv):
+        m = re.fullmatch(r"--nproc[-_]per[-_]node(?:=(.*))?", a)
+        if m:
+            val = m.group(1) if m.group(1) is not None else (argv[i + 1] if i + 1 < len(argv) else "")
+            return int(val) if val.isdigit() else None
+    return None
+
+
+def _adhoc_plan(profile, run_dir: Path, dashboard_pid: int | None) -> LaunchPlan:
+    """Wrap a user's own torchrun command line, adding per-rank log files unless it already chose its own."""
+    argv = list(profile.workload.command)
+    if os.path.basename(argv[0]) == "torchrun":
+        head = 1
+    else:
+        head = argv.index("torch.distributed.run") + 1
+    nproc = _nproc_from_argv(argv) or profile.nproc
+    notes, sources = [], []
+    log_dir = run_dir / "torchrun" / "node0"
+    if not any(a.split("=")[0] in _OUTPUT_FLAGS for a in argv[head:]):
+        argv[head:head] = ["--log-dir", str(log_dir), "--redirects", "3"]
+        sources = rank_sources(log_dir, 0, nproc)
+        notes.append("added --log-dir/--redirects 3 so every rank's output is read from its own file")
+    else:
+        notes.append("the command chose its own output flags: ranks are attributed by torchrun's "
+                     "[rankN]:/[defaultN]: prefixes where present")
+    env = base_env(profile, dashboard_pid)
+    proc = ProcSpec("torchrun", tuple(argv), env, os.getcwd(), tuple(range(nproc)),
+                    str(run_dir / "raw" / "torchrun.out"), str(run_dir / "raw" / "torchrun.err"))
+    return LaunchPlan("torchrun", nproc, (proc,), tuple(sources), tuple(notes))

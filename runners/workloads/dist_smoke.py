@@ -1,0 +1,102 @@
+"""Built-in connectivity check: timestamped per-rank logging, one all_reduce, one barrier, `dist_smoke_ok`.
+
+Exit codes: 0 ok, 3 wrong all_reduce sum, 4 bad environment. Knobs: DDP_BACKEND, DDP_DEVICE, DDP_STEPS (5),
+DDP_FAULT (see _faults; the step after the last is the all_reduce itself).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import _faults
+
+RANK = os.environ.get("RANK", "?")
+
+
+def log(msg: str, err: bool = False) -> None:
+    t = time.time()
+    stamp = time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t * 1000) % 1000:03d}"
+    stream = sys.stderr if err else sys.stdout
+    stream.write(f"[{stamp}] [rank {RANK}] {msg}\n")  # one write per line: no torn lines on a shared stdout
+    stream.flush()
+
+
+def fail(code: int, msg: str) -> None:
+    log(msg, err=True)
+    sys.exit(code)
+
+
+def env_int(name: str, default: int | None) -> int:
+    raw = os.environ.get(name, "")
+    if raw.strip() == "" and default is not None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        fail(4, f"{name}={raw!r} is not an integer" if raw else f"{name} is not set (launch with torchrun)")
+
+
+def main() -> int:
+    rank = env_int("RANK", None)
+    world = env_int("WORLD_SIZE", None)
+    local = env_int("LOCAL_RANK", 0)
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        if not os.environ.get(name):
+            fail(4, f"{name} is not set (launch with torchrun, or export the env:// variables)")
+    faults = _faults.Injector(_faults.from_env(rank), rank, log)
+    steps = env_int("DDP_STEPS", 5)
+    log(f"start: world={world} local_rank={local} master={os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}")
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as e:
+        fail(4, f"cannot import torch: {e}")
+
+    want = os.environ.get("DDP_DEVICE", "auto").strip().lower() or "auto"
+    if want == "auto":
+        want = "cuda" if torch.cuda.is_available() else "cpu"
+    if want == "cuda" and not torch.cuda.is_available():
+        fail(4, "CUDA requested (DDP_DEVICE=cuda) but torch.cuda.is_available() is False")
+    if want not in ("cpu", "cuda"):
+        fail(4, f"DDP_DEVICE={want!r} is not supported here (cpu|cuda|auto)")
+    if want == "cuda":
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+        dev = torch.device("cuda", torch.cuda.current_device())
+        log(f"current device = {dev.index} ({dev})")
+    else:
+        dev = torch.device("cpu")
+        log("current device = cpu")
+    backend = os.environ.get("DDP_BACKEND", "auto").strip().lower() or "auto"
+    backend = ("nccl" if want == "cuda" else "gloo") if backend == "auto" else backend
+    log(f"init_process_group(backend={backend}) ...")
+    dist.init_process_group(backend=backend, rank=rank, world_size=world)
+    log("init_process_group done")
+
+    x = torch.ones(4, device=dev)
+    for s in range(steps):
+        faults.at_step(s)
+        x = x * 0.5 + 1.0
+        log(f"step {s + 1}/{steps}: local op ok (x[0] = {float(x[0]):.4f})")
+
+    faults.at_step(steps)
+    t = torch.tensor([float(rank + 1) + (0.5 if faults.wants_diverge() else 0.0)], device=dev)
+    log(f"pre all_reduce: tensor = {float(t.item())}")
+    dist.all_reduce(t)
+    total = float(t.item())
+    log(f"post all_reduce: tensor = {total}")
+    expected = world * (world + 1) / 2
+    log("barrier ...")
+    dist.barrier()
+    log("barrier done")
+    dist.destroy_process_group()
+    if total != expected:
+        fail(3, f"all_reduce sum {total} != expected {expected}")
+    if rank == 0:
+        sys.stdout.write("dist_smoke_ok\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""Shared by the XLA pattern workloads: the reference model, ordered syncs for PJRT CPU thread replicas, faults, reports."""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import torch
+import torch.nn as nn
+import torch_xla
+import torch_xla.runtime as xr
+
+import _faults
+
+try:  # on the ranks' PYTHONPATH under ddptui; the workloads also run without it
+    import ddptui_xla
+except ImportError:
+    ddptui_xla = None
+try:
+    import ddptui_report
+except ImportError:
+    ddptui_report = None
+
+
+class SimpleModel(nn.Module):
+    def __init__(self, dim=512):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(dim, 4 * dim),
+            nn.GELU(),
+            nn.Linear(4 * dim, dim),
+        )
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def steps() -> int:
+    return int(os.environ.get("DDP_STEPS") or 100)
+
+
+def seed() -> int:
+    return int(os.environ.get("DDP_SEED") or 0)
+
+
+def thread_replicas() -> bool:
+    """True on PJRT CPU: every replica is a thread of one worker process (collectives are in-process)."""
+    return xr.device_type() == "CPU" and xr.world_size() > 1
+
+
+class Turnstile:
+    """Replica N's k-th sync starts after every lower replica finished its k-th (or left).
+
+    Why: replicas that miss the compile cache at the same moment compile twin executables whose
+    collectives wait on different rendezvous keys, and the all-reduce deadlocks. In ordinal order,
+    replica N reuses what replica 0 compiled.
+    """
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.done: dict[int, int] = {}
+        self.gone: set[int] = set()
+
+    def sync(self, n: int) -> None:
+        with self.cond:
+            self.done.setdefault(n, 0)
+            self.cond.wait_for(lambda: all(self.done.get(j, 0) > self.done[n] or j in self.gone for j in range(n)))
+        try:
+            torch_xla.sync()
+        finally:
+            with self.cond:
+                self.done[n] += 1
+                self.cond.notify_all()
+
+    def leave(self, n: int) -> None:
+        with self.cond:
+            self.gone.add(n)
+            self.cond.notify_all()
+
+
+_TURNSTILE = Turnstile()
+_INIT = threading.Lock()
+_cache_done: set[int] = set()
+
+
+def ordered_sync(index: int) -> None:
+    """torch_xla.sync(), in ordinal order when the replicas are threads (unless ddptui already orders every sync)."""
+    if thread_replicas() and not (ddptui_xla is not None and ddptui_xla.turnstile_active()):
+        _TURNSTILE.sync(index)
+    else:
+        torch_xla.sync()
+
+
+def start(index: int) -> "Replica":
+    """Bind the thread to its ordinal, set up the per-process compile cache, parse DDP_FAULT."""
+    if ddptui_xla is not None:
+        ddptui_xla.bind(index)
+    root = os.environ.get("DDPTUI_XLA_CACHE")
+    if root:
+        # The cache is per process, not per thread: the process's first ordinal names it, once.
+        first = xr.global_ordinal() - xr.local_ordinal()
+        with _INIT:
+            if first not in _cache_done:
+                _cache_done.add(first)
+                xr.initialize_cache(os.path.join(root, str(first)), readonly=False)
+    return Replica(index)
+
+
+def make_model(index: int) -> nn.Module:
+    """The reference model, initialised identically on every replica (the CPU RNG is shared by thread replicas)."""
+    with _INIT:
+        torch.manual_seed(seed())
+        model = SimpleModel()
+    torch_xla.manual_seed(seed() + 1 + index)  # each replica draws different data
+    return model.to("xla")
+
+
+class Replica:
+    """Per-replica bookkeeping: fault injection, step lines, final report."""
+
+    def __init__(self, index: int):
+        self.index = index
+        self.faults = _faults.Injector(_faults.from_env(index), index, self.log)
+        self.first: float | None = None
+        self.last: float | None = None
+        self.count = 0
+
+    def log(self, text: str) -> None:
+        print(f"[rank {self.index}] {text}", flush=True)
+
+    def step_done(self, step: int, loss) -> None:
+        value = loss.item()
+        self.count = step + 1
+        self.first = value if self.first is None else self.first
+        self.last = value
+        self.log(f"step {step} loss {value:.4f}")
+        if ddptui_report is not None:
+            ddptui_report.loss(step + 1, value)
+
+    def finish(self, model: nn.Module) -> None:
+        """After the last step: the diverge fault, the summary line, the parameter digests."""
+        self.faults.diverge(model)
+        self.log(f"done: loss {self.first:.4f} -> {self.last:.4f} over {self.count} steps")
+        if ddptui_xla is not None:
+            ddptui_xla.digests(model)
+        elif ddptui_report is not None:
+            ddptui_report.digests(model, source="xla")
+
+    def leave(self) -> None:
+        _TURNSTILE.leave(self.index)
+
+
+def run(body, index: int) -> None:
+    """Run one replica's body(replica); a replica that leaves (done or raised) never blocks the turnstile."""
+    rep = start(index)
+    try:
+        body(rep)
+    except BaseException as e:
+        if ddptui_xla is not None:
+            ddptui_xla.report_exception(e)  # before XLA aborts the worker on the others' collective timeout
+        else:
+            import traceback
+            traceback.print_exc()
+            sys.stderr.flush()
+        raise
+    finally:
+        rep.leave()

@@ -1,0 +1,439 @@
+"""Profile loader: exact one-line errors, defaults, overrides, lookup, ad-hoc profiles."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import runners.profile as prof
+from runners.profile import ProfileError, adhoc_profile, find_profile, list_profiles, load_profile
+
+pytestmark = pytest.mark.timeout(30)
+
+BASE = "workload:\n  script: train.py\n"
+
+
+def write(tmp_path: Path, text: str, name: str = "p.yaml") -> Path:
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def error(path: Path, overrides=()) -> ProfileError:
+    with pytest.raises(ProfileError) as info:
+        load_profile(path, overrides)
+    assert "\n" not in str(info.value)
+    return info.value
+
+
+# ---------------------------------------------------------------- valid profiles
+
+def test_defaults_are_resolved(tmp_path):
+    path = write(tmp_path, BASE)
+    p = load_profile(path)
+    assert (p.name, p.description, p.runner, p.nproc, p.nnodes) == ("p", "", "torchrun", 2, 1)
+    assert (p.backend, p.device, p.steps, p.seed) == ("auto", "cpu", None, 0)
+    assert (p.stall_after, p.startup_grace, p.on_stall, p.timeout) == ("auto", 60.0, "stop", 0.0)
+    assert (p.master_addr, p.master_port, p.replica_check, p.fault) == ("127.0.0.1", "auto", True, None)
+    assert p.workload.script == "train.py"
+    assert p.workload.script_path == str(tmp_path / "train.py")
+    assert p.workload.python == sys.executable
+    assert p.mirage.gpus_per_node == 2 and p.mirage.num_nodes == 1 and p.mirage.workspace == str(tmp_path)
+    assert p.mirage.command == ("mirage",) and p.mirage.profile == "mi350x" and p.mirage.inner == "torchrun"
+    assert p.xla.num_devices == 2 and p.xla.pjrt_device == "CPU" and p.xla.async_client is False
+    assert p.source == str(path) and p.world_size == 2
+
+
+def test_full_profile_round_trips_through_json(tmp_path):
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    exe = tmp_path / "venv" / "bin" / "python"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    path = write(tmp_path, """\
+        name: full
+        description: every field
+        runner: mirage
+        nproc: 3
+        nnodes: 2
+        workload:
+          script: train.py
+          args: [--lr, 0.10, 010, true]
+          venv: venv
+        env: {A: 1, B: "x y", C: 010}
+        backend: gloo
+        device: auto
+        steps: 50
+        seed: 7
+        stall_after: 2.5
+        startup_grace: 30
+        on_stall: dump
+        timeout: 600
+        master_addr: 10.0.0.1
+        master_port: 29500
+        replica_check: false
+        fault: {kind: slow, rank: 5, step: 3}
+        mirage:
+          command: [cargo, run, --quiet, --]
+          workspace: ws
+          in_process: true
+          env: {NCCL_P2P_DISABLE: 1}
+          inner: env
+        xla: {pjrt_device: TPU, num_devices: 4, async_client: true, thread_pool_size: 8, cache_dir: cache}
+        """)
+    p = load_profile(path)
+    assert p.workload.args == ("--lr", "0.10", "010", "true")  # as written, not as YAML numbers
+    assert p.workload.python == str(exe)
+    assert p.env == {"A": "1", "B": "x y", "C": "010"}
+    assert p.world_size == 6 and p.fault == prof.Fault("slow", 5, 3, 0.2)
+    assert p.mirage.gpus_per_node == 3 and p.mirage.num_nodes == 2
+    assert p.mirage.workspace == str(tmp_path / "ws") and p.mirage.env == {"NCCL_P2P_DISABLE": "1"}
+    assert p.xla == prof.XlaOptions("TPU", 4, True, 8, str(tmp_path / "cache"))
+    d = p.to_json()
+    assert json.loads(json.dumps(d)) == d
+    assert d["world_size"] == 6 and d["mirage"]["command"] == ["cargo", "run", "--quiet", "--"]
+    assert d["workload"]["args"] == ["--lr", "0.10", "010", "true"] and d["stall_after"] == 2.5
+    assert p.rank_env() == {"DDP_BACKEND": "gloo", "DDP_DEVICE": "auto", "DDP_SEED": "7", "DDP_STEPS": "50",
+                            "DDP_FAULT": "slow:5:3:0.2", "A": "1", "B": "x y", "C": "010"}
+
+
+def test_rank_env_profile_env_wins_and_optional_vars(tmp_path):
+    p = load_profile(write(tmp_path, BASE + "env: {DDP_SEED: 99}\nfault: {kind: hang}\n"))
+    assert p.rank_env() == {"DDP_BACKEND": "auto", "DDP_DEVICE": "cpu", "DDP_SEED": "99",
+                            "DDP_FAULT": "hang:0:0:3600"}
+    assert "DDP_STEPS" not in p.rank_env()
+
+
+def test_workload_kinds(tmp_path, monkeypatch):
+    wl = tmp_path / "wl"
+    wl.mkdir()
+    (wl / "ddp_mlp.py").write_text("")
+    monkeypatch.setattr(prof, "WORKLOADS_DIR", wl)
+    b = load_profile(write(tmp_path, "workload: {builtin: ddp_mlp}\n")).workload
+    assert b.builtin == "ddp_mlp" and b.script_path == str(wl / "ddp_mlp.py")
+    m = load_profile(write(tmp_path, "workload: {module: pkg.train, args: --a 1}\n")).workload
+    assert m.module == "pkg.train" and m.script_path is None and m.args == ("--a", "1")
+    c = load_profile(write(tmp_path, "workload: {command: python -c 'print(1)'}\n")).workload
+    assert c.command == ("python", "-c", "print(1)")
+    py = load_profile(write(tmp_path, "workload: {command: [x], python: sh}\n")).workload
+    assert os.path.isabs(py.python) and os.path.basename(py.python) == "sh"
+
+
+def test_merge_keys_and_aliases(tmp_path):
+    p = load_profile(write(tmp_path, """\
+        xla: &common {num_devices: 3}
+        mirage:
+          <<: {gpus_per_node: 5, num_nodes: 2}
+          num_nodes: 4
+        workload: {script: train.py, args: &a [x]}
+        """))
+    assert p.xla.num_devices == 3 and p.mirage.gpus_per_node == 5 and p.mirage.num_nodes == 4
+
+
+# ---------------------------------------------------------------- errors, exact text
+
+def test_error_attributes(tmp_path):
+    path = write(tmp_path, BASE + "nproc: 0\n")
+    e = error(path)
+    assert (e.file, e.line, e.col, e.field) == (str(path), 3, 8, "nproc")
+    assert e.message == "expected an integer >= 1, got 0"
+    assert str(e) == f"{path}:3:8: field 'nproc': expected an integer >= 1, got 0"
+
+
+@pytest.mark.parametrize("text, where, msg", [
+    ("nproc: 0\n", "3:8", "field 'nproc': expected an integer >= 1, got 0"),
+    ("nproc: true\n", "3:8", "field 'nproc': expected an integer >= 1, got true"),
+    ("nproc: 2.0\n", "3:8", "field 'nproc': expected an integer >= 1, got 2.0"),
+    ("nnodes: two\n", "3:9", "field 'nnodes': expected an integer >= 1, got 'two'"),
+    ("runner: slurm\n", "3:9", "field 'runner': expected one of torchrun, env, xla, mirage, got 'slurm'"),
+    ("runner: torchrum\n", "3:9",
+     "field 'runner': expected one of torchrun, env, xla, mirage, got 'torchrum' (did you mean 'torchrun'?)"),
+    ("backend: [gloo]\n", "3:10", "field 'backend': expected one of gloo, nccl, xla, auto, got a list"),
+    ("device: gpu\n", "3:9", "field 'device': expected one of cpu, cuda, xla, auto, got 'gpu'"),
+    ("steps: 0\n", "3:8", "field 'steps': expected an integer >= 1 or null, got 0"),
+    ("seed: -1\n", "3:7", "field 'seed': expected an integer >= 0, got -1"),
+    ("stall_after: 0\n", "3:14", "field 'stall_after': expected a number > 0 or 'auto', got 0"),
+    ("stall_after: soon\n", "3:14", "field 'stall_after': expected a number > 0 or 'auto', got 'soon'"),
+    ("startup_grace: .inf\n", "3:16", "field 'startup_grace': expected a number > 0, got inf"),
+    ("on_stall: kill\n", "3:11", "field 'on_stall': expected one of wait, dump, stop, got 'kill'"),
+    ("timeout: -5\n", "3:10", "field 'timeout': expected a number >= 0, got -5"),
+    ("master_addr: 1\n", "3:14", "field 'master_addr': expected a string, got 1"),
+    ("master_port: 0\n", "3:14", "field 'master_port': expected an integer in 1..65535 or 'auto', got 0"),
+    ("master_port: 65536\n", "3:14",
+     "field 'master_port': expected an integer in 1..65535 or 'auto', got 65536"),
+    ("replica_check: maybe\n", "3:16", "field 'replica_check': expected true or false, got 'maybe'"),
+    ("name: a/b\n", "3:7", "field 'name': expected a non-empty name without '/', got 'a/b'"),
+    ("env: [A]\n", "3:6", "field 'env': expected a mapping of NAME: value, got a list"),
+    ("env:\n  A: ~\n", "4:6", "field 'env.A': expected a string (or number/boolean), got null"),
+    ("fault: hang\n", "3:8", "field 'fault': expected a mapping, got 'hang'"),
+    ("fault: {kind: hung}\n", "3:15",
+     "field 'fault.kind': expected one of hang, crash, diverge, slow, got 'hung' (did you mean 'hang'?)"),
+    ("fault: {rank: 1}\n", "3:8", "field 'fault.kind': missing, expected one of hang, crash, diverge, slow"),
+    ("fault: {kind: hang, step: -1}\n", "3:27", "field 'fault.step': expected an integer >= 0, got -1"),
+    ("fault: {kind: hang, rank: 2}\n", "3:27",
+     "field 'fault.rank': expected an integer in 0..1 (world size 2*1), got 2"),
+    ("fault: {kind: hang, seconds: x}\n", "3:30", "field 'fault.seconds': expected a number >= 0, got 'x'"),
+    ("mirage: {gpus_per_node: 0}\n", "3:25", "field 'mirage.gpus_per_node': expected an integer >= 1, got 0"),
+    ("mirage: {inner: xla}\n", "3:17", "field 'mirage.inner': expected one of torchrun, env, got 'xla'"),
+    ("mirage: {command: []}\n", "3:19", "field 'mirage.command': expected a non-empty list of strings, got a list"),
+    ("mirage: {in_process: 1}\n", "3:22", "field 'mirage.in_process': expected true or false, got 1"),
+    ("xla: {pjrt_device: GPU}\n", "3:20", "field 'xla.pjrt_device': expected one of CPU, TPU, CUDA, got 'GPU'"),
+    ("xla: {pjrt_device: cpu}\n", "3:20",
+     "field 'xla.pjrt_device': expected one of CPU, TPU, CUDA, got 'cpu' (did you mean 'CPU'?)"),
+    ("xla: {thread_pool_size: 0}\n", "3:25",
+     "field 'xla.thread_pool_size': expected an integer >= 1 or null, got 0"),
+    ("xla: 3\n", "3:6", "field 'xla': expected a mapping, got 3"),
+    ("nprocs: 2\n", "3:1", "unknown field 'nprocs' (did you mean 'nproc'?)"),
+    ("zzzzzz: 2\n", "3:1", "unknown field 'zzzzzz'"),
+    ("fault:\n  kind: hang\n  rnak: 1\n", "5:3", "unknown field 'fault.rnak' (did you mean 'fault.rank'?)"),
+    ("mirage: {gpus_per_nod: 1}\n", "3:10",
+     "unknown field 'mirage.gpus_per_nod' (did you mean 'mirage.gpus_per_node'?)"),
+    ("nproc: 2\nnproc: 3\n", "4:1", "duplicate field 'nproc' (first at line 3)"),
+    ("seed: !!int abc\n", "3:7", "field 'seed': cannot read value: invalid literal for int() with base 10: 'abc'"),
+    ("[a]: 1\n", "3:1", "expected a field name, got a list"),
+])
+def test_field_errors(tmp_path, text, where, msg):
+    path = write(tmp_path, BASE + text)
+    assert str(error(path)) == f"{path}:{where}: {msg}"
+
+
+@pytest.mark.parametrize("text, where, msg", [
+    ("nproc: 2\n", "1:1", "missing required field 'workload'"),
+    ("workload: {args: [a]}\n", "1:11",
+     "field 'workload': expected exactly one of builtin, script, module, command, got none"),
+    ("workload:\n  script: train.py\n  module: m\n", "3:3",
+     "field 'workload': expected exactly one of builtin, script, module, command, got script and module"),
+    ("workload: train.py\n", "1:11", "field 'workload': expected a mapping, got 'train.py'"),
+    ("workload: {scirpt: train.py}\n", "1:12", "unknown field 'workload.scirpt' (did you mean 'workload.script'?)"),
+    ("workload: {module: 'pkg/train'}\n", "1:20", "field 'workload.module': expected a module name like pkg.train,"
+                                                  " got 'pkg/train'"),
+    ("workload: {command: []}\n", "1:21", "field 'workload.command': expected a non-empty list of strings, got a list"),
+    ("workload: {command: [a, [b]]}\n", "1:25", "field 'workload.command[1]': expected a string, got a list"),
+    ("workload: {command: 'a \"b'}\n", "1:21", "field 'workload.command': cannot split into words: No closing quotation"),
+    ("workload: {script: train.py, args: {a: 1}}\n", "1:36",
+     "field 'workload.args': expected a list of strings, got a mapping"),
+    ("workload: {script: train.py, python: no-such-python-xyz}\n", "1:38",
+     "field 'workload.python': interpreter 'no-such-python-xyz' not found on PATH"),
+    ("workload: {script: train.py, python: x, venv: y}\n", "1:41",
+     "field 'workload': expected at most one of python, venv, got both"),
+    ("- a\n- b\n", "1:1", "expected a mapping of fields at the top level, got a list"),
+    ("just text\n", "1:1", "expected a mapping of fields at the top level, got 'just text'"),
+    ("nproc: [1, 2\nname: x\n", "2:5",
+     "invalid YAML: expected ',' or ']', but got ':' (while parsing a flow sequence at line 1, column 8)"),
+    ("a: b: c\n", "1:5", "invalid YAML: mapping values are not allowed here"),
+    ("a: *nope\n", "1:4", "invalid YAML: found undefined alias 'nope'"),
+    ("a: 1\n---\nb: 2\n", "2:1",
+     "invalid YAML: but found another document (expected a single document in the stream at line 1, column 1)"),
+    ("x: \"\x01\"\n", "1:5", "invalid YAML: special characters are not allowed (character 1)"),
+    ("a: &a [*a]\n", "1:4", "field 'a[0]': recursive alias"),
+    ("", "1:1", "empty profile, expected a mapping with at least 'workload'"),
+    ("# only a comment\n", "1:1", "empty profile, expected a mapping with at least 'workload'"),
+])
+def test_document_errors(tmp_path, text, where, msg):
+    path = write(tmp_path, text)
+    assert str(error(path)) == f"{path}:{where}: {msg}"
+
+
+def test_missing_script_is_relative_to_profile_folder(tmp_path, monkeypatch):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    path = write(sub, "workload: {script: ../nope.py}\n")
+    monkeypatch.chdir(sub)  # cwd must not matter
+    assert str(error(path)) == f"{path}:1:20: field 'workload.script': file not found: {tmp_path / 'nope.py'}"
+    (tmp_path / "nope.py").write_text("")
+    monkeypatch.chdir("/")
+    assert load_profile(path).workload.script_path == str(tmp_path / "nope.py")
+
+
+def test_unknown_builtin_lists_available(tmp_path, monkeypatch):
+    wl = tmp_path / "wl"
+    wl.mkdir()
+    for name in ("ddp_mlp", "dist_smoke", "_faults"):
+        (wl / f"{name}.py").write_text("")
+    monkeypatch.setattr(prof, "WORKLOADS_DIR", wl)
+    path = write(tmp_path, "workload: {builtin: ddp_mpl}\n")
+    assert str(error(path)) == (f"{path}:1:21: field 'workload.builtin': expected a built-in workload"
+                                " (ddp_mlp, dist_smoke), got 'ddp_mpl' (did you mean 'ddp_mlp'?)")
+    path = write(tmp_path, "workload: {builtin: _faults}\n")
+    assert "got '_faults'" in str(error(path))
+
+
+def test_builtins_folder_is_the_engines(tmp_path):
+    assert prof.WORKLOADS_DIR == Path(prof.__file__).resolve().parent / "workloads"
+
+
+def test_interpreter_paths(tmp_path):
+    path = write(tmp_path, "workload: {script: train.py, python: ./bin/py}\n")
+    assert str(error(path)) == f"{path}:1:38: field 'workload.python': interpreter not found: {tmp_path / 'bin/py'}"
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "py").write_text("")
+    assert str(error(path)) == (f"{path}:1:38: field 'workload.python': interpreter is not executable:"
+                                f" {tmp_path / 'bin/py'}")
+    (tmp_path / "bin" / "py").chmod(0o755)
+    assert load_profile(path).workload.python == str(tmp_path / "bin" / "py")
+    path = write(tmp_path, "workload: {script: train.py, venv: env}\n")
+    assert str(error(path)) == f"{path}:1:36: field 'workload.venv': venv folder not found: {tmp_path / 'env'}"
+    (tmp_path / "env").mkdir()
+    assert str(error(path)) == (f"{path}:1:36: field 'workload.venv': no executable bin/python in venv"
+                                f" {tmp_path / 'env'}")
+
+
+def test_file_level_errors(tmp_path):
+    missing = tmp_path / "none.yaml"
+    assert str(error(missing)) == f"{missing}: no such file"
+    assert str(error(tmp_path)) == f"{tmp_path}: is a folder, expected a YAML file"
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"name: x\nworkload: \xff\n")
+    assert str(error(bad)) == f"{bad}:2:11: not UTF-8 text"
+
+
+def test_fault_rank_checked_against_world_size(tmp_path):
+    path = write(tmp_path, BASE + "nproc: 2\nnnodes: 2\nfault: {kind: crash, rank: 4}\n")
+    assert str(error(path)) == (f"{path}:5:28: field 'fault.rank': expected an integer in 0..3"
+                                " (world size 2*2), got 4")
+    assert load_profile(path, ["fault.rank=3"]).fault == prof.Fault("crash", 3, 0, 0.0)
+
+
+# ---------------------------------------------------------------- overrides
+
+def test_overrides_apply_before_validation(tmp_path):
+    path = write(tmp_path, BASE)
+    p = load_profile(path, ["nproc=4", "fault.rank=1", "env.FOO=bar", "fault.kind=hang", "steps=null",
+                            "stall_after=1.5", "master_port=29501", "env.N=007"])
+    assert p.nproc == 4 and p.fault == prof.Fault("hang", 1, 0, 3600.0) and p.steps is None
+    assert p.env == {"FOO": "bar", "N": "007"} and p.stall_after == 1.5 and p.master_port == 29501
+    assert p.xla.num_devices == 4  # defaults derive from the overridden value
+
+
+def test_override_replaces_workload_kind(tmp_path, monkeypatch):
+    wl = tmp_path / "wl"
+    wl.mkdir()
+    (wl / "dist_smoke.py").write_text("")
+    monkeypatch.setattr(prof, "WORKLOADS_DIR", wl)
+    p = load_profile(write(tmp_path, BASE), ["workload.builtin=dist_smoke"])
+    assert p.workload.builtin == "dist_smoke" and p.workload.script is None
+    p = load_profile(write(tmp_path, BASE), ["workload.command=[echo, hi]"])
+    assert p.workload.command == ("echo", "hi")
+
+
+@pytest.mark.parametrize("item, msg", [
+    ("nproc=0", "--set nproc=0: field 'nproc': expected an integer >= 1, got 0"),
+    ("nproc", "--set nproc: expected key=value"),
+    ("=3", "--set =3: expected key=value"),
+    ("fault..rank=1", "--set fault..rank=1: expected key=value"),
+    ("nprocs=4", "--set nprocs=4: unknown field 'nprocs' (did you mean 'nproc'?)"),
+    ("fault.rnak=1", "--set fault.rnak=1: unknown field 'fault.rnak' (did you mean 'fault.rank'?)"),
+    ("fault.rank=1", "--set fault.rank=1: field 'fault.kind': missing, expected one of hang, crash, diverge, slow"),
+    ("nproc.x=1", "--set nproc.x=1: field 'nproc': expected a mapping to set 'x' in, got 2"),
+    ("runner=[", "--set runner=[: field 'runner': invalid YAML value: expected the node content, but found"
+                 " '<stream end>'"),
+    ("seed=", "--set seed=: field 'seed': expected an integer >= 0, got null"),
+])
+def test_override_errors(tmp_path, item, msg):
+    path = write(tmp_path, BASE + "nproc: 2\n")
+    e = error(path, [item])
+    assert str(e) == msg and e.file == f"--set {item}" and e.line is None
+
+
+def test_override_error_on_file_value_keeps_file_location(tmp_path):
+    path = write(tmp_path, BASE + "fault: {kind: hang, rank: 3}\n")
+    assert load_profile(path, ["nproc=4"]).fault.rank == 3
+    assert str(error(path, ["nproc=1"])) == (f"{path}:3:27: field 'fault.rank': expected an integer in 0..0"
+                                             " (world size 1*1), got 3")
+
+
+# ---------------------------------------------------------------- find / list
+
+@pytest.fixture
+def folders(tmp_path, monkeypatch):
+    shipped, work = tmp_path / "shipped", tmp_path / "work"
+    (work / "profiles").mkdir(parents=True)
+    shipped.mkdir()
+    for name in ("cpu-ddp", "hang", "xla-cpu"):
+        (shipped / f"{name}.yaml").write_text(BASE)
+    for name in ("hang", "mine"):
+        (work / "profiles" / f"{name}.yaml").write_text(BASE)
+    monkeypatch.setattr(prof, "shipped_dir", lambda: shipped)
+    monkeypatch.chdir(work)
+    return shipped, work
+
+
+def test_list_profiles_local_wins(folders):
+    shipped, work = folders
+    assert [p.resolve() for p in list_profiles()] == [
+        shipped / "cpu-ddp.yaml", work / "profiles" / "hang.yaml", work / "profiles" / "mine.yaml",
+        shipped / "xla-cpu.yaml"]
+
+
+def test_find_profile_order(folders):
+    shipped, work = folders
+    assert find_profile("cpu-ddp").resolve() == shipped / "cpu-ddp.yaml"
+    assert find_profile("hang").resolve() == work / "profiles" / "hang.yaml"
+    (work / "direct.yaml").write_text(BASE)
+    assert find_profile("direct.yaml").resolve() == work / "direct.yaml"
+    assert find_profile(str(shipped / "xla-cpu.yaml")) == shipped / "xla-cpu.yaml"
+
+
+def test_find_profile_not_found(folders):
+    with pytest.raises(ProfileError) as info:
+        find_profile("hnag")
+    assert str(info.value) == "no profile named 'hnag' (did you mean 'hang'?); available: cpu-ddp, hang, mine, xla-cpu"
+    with pytest.raises(ProfileError) as info:
+        find_profile("missing.yaml")
+    assert str(info.value) == "missing.yaml: no such file"
+
+
+def test_shipped_dir_is_the_profiles_package():
+    import profiles
+
+    assert prof.shipped_dir() == Path(profiles.__file__).parent
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).resolve().parent.parent.joinpath("profiles").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_shipped_profiles_load(path):
+    p = load_profile(path)
+    assert p.source == str(path) and p.world_size >= 1
+
+
+# ---------------------------------------------------------------- ad hoc
+
+def test_adhoc_env_runner(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    p = adhoc_profile(["python", "train.py", "--x"])
+    assert (p.name, p.runner, p.nproc, p.nnodes, p.source) == ("adhoc", "env", 1, 1, "<command line>")
+    assert p.workload.command == ("python", "train.py", "--x") and p.mirage.workspace == str(tmp_path)
+    p = adhoc_profile(["python", "train.py"], ["nnodes=2", "nproc=3", "fault.kind=crash", "fault.rank=5"])
+    assert p.world_size == 6 and p.fault.rank == 5
+
+
+def test_adhoc_torchrun_detection():
+    p = adhoc_profile(["/usr/bin/torchrun", "--nproc-per-node=4", "--nnodes", "2", "t.py"])
+    assert (p.runner, p.nproc, p.nnodes) == ("torchrun", 4, 2)
+    p = adhoc_profile(["python", "-m", "torch.distributed.run", "--nproc_per_node", "3", "t.py"])
+    assert (p.runner, p.nproc) == ("torchrun", 3)
+    p = adhoc_profile(["torchrun", "--nproc-per-node=gpu", "t.py"], ["nproc=1"])
+    assert (p.runner, p.nproc) == ("torchrun", 1)
+    assert adhoc_profile(["python", "-m", "torch.distributed.launch"]).runner == "env"
+
+
+def test_adhoc_errors():
+    with pytest.raises(ProfileError) as info:
+        adhoc_profile([])
+    assert str(info.value) == "<command line>: expected a command after --"
+    with pytest.raises(ProfileError) as info:
+        adhoc_profile(["python"], ["nproc=0"])
+    assert str(info.value) == "--set nproc=0: field 'nproc': expected an integer >= 1, got 0"
+
+
+def test_import_is_light():
+    code = "import sys, runners.profile; print(sorted(m for m in ('yaml', 'torch', 'textual') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,218 @@
+"""Profile loader properties: valid dicts round trip, garbage only ever gives ProfileError, unknown keys are located."""
+from __future__ import annotations
+
+import string
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import runners.profile as prof
+from runners.profile import ProfileError, load_profile
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+# text YAML can carry: no NUL (rejected on purpose), no surrogates
+TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=20)
+NAME = TEXT.filter(lambda s: s and "/" not in s and s not in (".", ".."))
+WORDS = st.lists(TEXT, min_size=1, max_size=4)
+ENV = st.dictionaries(st.text(string.ascii_letters + string.digits + "_.-", min_size=1, max_size=10), TEXT, max_size=4)
+POS = st.floats(min_value=1e-6, max_value=1e9, allow_nan=False, allow_infinity=False)
+NONNEG = st.floats(min_value=0, max_value=1e9, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def valid_profiles(draw):
+    d = draw(st.fixed_dictionaries({"workload": st.fixed_dictionaries(
+        {"command": WORDS}, optional={"args": st.lists(TEXT, max_size=3)})}, optional={
+        "name": NAME, "description": TEXT, "runner": st.sampled_from(prof.RUNNERS),
+        "nproc": st.integers(1, 64), "nnodes": st.integers(1, 8), "env": ENV,
+        "backend": st.sampled_from(prof.BACKENDS), "device": st.sampled_from(prof.DEVICES),
+        "steps": st.none() | st.integers(1, 10**6), "seed": st.integers(0, 2**64),
+        "stall_after": st.just("auto") | POS | st.integers(1, 10**6), "startup_grace": POS, "timeout": NONNEG,
+        "on_stall": st.sampled_from(prof.ON_STALL), "master_addr": TEXT,
+        "master_port": st.just("auto") | st.integers(1, 65535), "replica_check": st.booleans(),
+        "mirage": st.fixed_dictionaries({}, optional={
+            "command": WORDS, "profile": TEXT, "gpus_per_node": st.integers(1, 16), "num_nodes": st.integers(1, 16),
+            "in_process": st.booleans(), "env": ENV, "inner": st.sampled_from(prof.MIRAGE_INNER)}),
+        "xla": st.fixed_dictionaries({}, optional={
+            "pjrt_device": st.sampled_from(prof.PJRT_DEVICES), "num_devices": st.integers(1, 16),
+            "async_client": st.booleans(), "thread_pool_size": st.none() | st.integers(1, 64)}),
+    }))
+    world = d.get("nproc", 2) * d.get("nnodes", 1)
+    if draw(st.booleans()):
+        d["fault"] = draw(st.fixed_dictionaries({"kind": st.sampled_from(prof.FAULT_KINDS)}, optional={
+            "rank": st.integers(0, world - 1), "step": st.integers(0, 10**6), "seconds": NONNEG}))
+    return d
+
+
+def expected(d: dict, source: Path) -> dict:
+    """The resolved profile the contract promises for dict d (defaults filled in)."""
+    nproc, nnodes = d.get("nproc", 2), d.get("nnodes", 1)
+    num = (lambda v: v if v == "auto" else float(v))
+    fault = None
+    if "fault" in d:
+        f = d["fault"]
+        fault = {"kind": f["kind"], "rank": f.get("rank", 0), "step": f.get("step", 0),
+                 "seconds": float(f.get("seconds", {"hang": 3600.0, "slow": 0.2}.get(f["kind"], 0.0)))}
+    m, x, w = d.get("mirage", {}), d.get("xla", {}), d["workload"]
+    return {
+        "name": d.get("name", source.stem), "description": d.get("description", ""),
+        "runner": d.get("runner", "torchrun"), "nproc": nproc, "nnodes": nnodes, "env": d.get("env", {}),
+        "backend": d.get("backend", "auto"), "device": d.get("device", "cpu"), "steps": d.get("steps"),
+        "seed": d.get("seed", 0), "stall_after": num(d.get("stall_after", "auto")),
+        "startup_grace": float(d.get("startup_grace", 60)), "on_stall": d.get("on_stall", "stop"),
+        "timeout": float(d.get("timeout", 0)), "master_addr": d.get("master_addr", "127.0.0.1"),
+        "master_port": d.get("master_port", "auto"), "replica_check": d.get("replica_check", True),
+        "fault": fault, "source": str(source), "world_size": nproc * nnodes,
+        "workload": {"builtin": None, "script": None, "module": None, "command": w["command"],
+                     "args": w.get("args", []), "python": sys.executable, "script_path": None},
+        "mirage": {"command": m.get("command", ["mirage"]), "workspace": str(source.parent),
+                   "profile": m.get("profile", "mi350x"), "gpus_per_node": m.get("gpus_per_node", nproc),
+                   "num_nodes": m.get("num_nodes", nnodes), "in_process": m.get("in_process", False),
+                   "env": m.get("env", {}), "inner": m.get("inner", "torchrun")},
+        "xla": {"pjrt_device": x.get("pjrt_device", "CPU"), "num_devices": x.get("num_devices", nproc),
+                "async_client": x.get("async_client", False), "thread_pool_size": x.get("thread_pool_size"),
+                "cache_dir": None},
+    }
+
+
+@pytest.mark.timeout(120)
+@SETTINGS
+@given(d=valid_profiles(), flow=st.booleans())
+def test_valid_profiles_round_trip(tmp_path, d, flow):
+    path = tmp_path / "rt.yaml"
+    path.write_text(yaml.safe_dump(d, default_flow_style=flow, allow_unicode=True, sort_keys=False))
+    assert load_profile(path).to_json() == expected(d, path)
+
+
+def _loads_or_profile_error(path: Path) -> None:
+    try:
+        load_profile(path)
+    except ProfileError as e:
+        assert "\n" not in str(e) and str(e)
+
+
+VALID = """\
+name: demo
+nproc: 2
+workload:
+  command: [python, -c, "print(1)"]
+  args: [--x, 1]
+env: {A: 1}
+fault: {kind: hang, rank: 1, step: 2}
+mirage:
+  gpus_per_node: 2
+xla: {num_devices: 2}
+steps: 10
+"""
+
+
+@pytest.mark.timeout(120)
+@SETTINGS
+@given(text=st.text(max_size=300))
+def test_random_text_only_profile_error(tmp_path, text):
+    path = tmp_path / "g.yaml"
+    path.write_text(text)
+    _loads_or_profile_error(path)
+
+
+@pytest.mark.timeout(120)
+@SETTINGS
+@given(data=st.binary(max_size=300))
+def test_random_bytes_only_profile_error(tmp_path, data):
+    path = tmp_path / "b.yaml"
+    path.write_bytes(data)
+    _loads_or_profile_error(path)
+
+
+PIECES = list(":-[]{},&*!|>'\"#%@`?~ \n\t") + ["<<", "---", "...", "!!int", "!!binary", "null", "true", "0x1",
+                                              "1e3", ".inf", "&a", "*a", "\\x00", "9" * 5000]
+
+
+@pytest.mark.timeout(120)
+@SETTINGS
+@given(data=st.data())
+def test_mutated_yaml_only_profile_error(tmp_path, data):
+    text = VALID
+    for _ in range(data.draw(st.integers(1, 6))):
+        i = data.draw(st.integers(0, len(text)))
+        op = data.draw(st.sampled_from(["insert", "delete", "dupline"]))
+        if op == "insert":
+            text = text[:i] + data.draw(st.sampled_from(PIECES) | st.text(max_size=3)) + text[i:]
+        elif op == "delete":
+            text = text[:i] + text[i + data.draw(st.integers(1, 8)):]
+        else:
+            lines = text.splitlines(keepends=True) or [""]
+            j = data.draw(st.integers(0, len(lines) - 1))
+            text = "".join(lines[: j + 1] + lines[j:])
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    _loads_or_profile_error(path)
+
+
+TOP_LINES = ["name: demo", "nproc: 2", "nnodes: 1", "env: {A: b}", "seed: 3", "fault: {kind: crash, rank: 0}",
+             "xla: {num_devices: 2}", "steps: 5"]
+WORKLOAD_BLOCK = ["workload:", "  command: [python, x.py]", "  args: [a, b]"]
+KEY = st.from_regex(r"[a-z_][a-z0-9_]{0,15}", fullmatch=True)
+
+
+@pytest.mark.timeout(120)
+@SETTINGS
+@given(key=KEY.filter(lambda k: k not in prof.TOP_KEYS), where=st.integers(0, len(TOP_LINES)))
+def test_unknown_top_level_key_reported_at_its_line(tmp_path, key, where):
+    lines = TOP_LINES[:where] + [f"{key}: 1"] + TOP_LINES[where:] + WORKLOAD_BLOCK
+    path = tmp_path / "u.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    e = info.value
+    assert (e.line, e.col, e.field) == (where + 1, 1, key)
+    assert str(e).startswith(f"{path}:{where + 1}:1: unknown field '{key}'")
+
+
+@pytest.mark.timeout(120)
+@SETTINGS
+@given(key=KEY.filter(lambda k: k not in prof.WORKLOAD_KEYS), where=st.integers(1, len(WORKLOAD_BLOCK)))
+def test_unknown_nested_key_reported_at_its_line(tmp_path, key, where):
+    block = WORKLOAD_BLOCK[:where] + [f"  {key}: 1"] + WORKLOAD_BLOCK[where:]
+    path = tmp_path / "n.yaml"
+    path.write_text("\n".join(TOP_LINES + block) + "\n")
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    line = len(TOP_LINES) + where + 1
+    assert (info.value.line, info.value.col, info.value.field) == (line, 3, f"workload.{key}")
+    assert str(info.value).startswith(f"{path}:{line}:3: unknown field 'workload.{key}'")
+
+
+@pytest.mark.timeout(120)
+@SETTINGS
+@given(key=st.sampled_from(["nproc", "nnodes", "seed", "steps", "fault.step", "xla.num_devices"]),
+       value=st.integers(-5, 10**6) | st.booleans() | st.none() | st.text(string.printable.strip(), max_size=8))
+def test_override_values_validated_like_the_file(tmp_path, key, value):
+    """--set key=V fails exactly when the same value in the file fails, with the same message body."""
+    (tmp_path / "x.py").write_text("")
+    base = "workload: {script: x.py}\nfault: {kind: hang}\n"
+    literal = yaml.safe_dump([value], default_flow_style=True).strip()[1:-1]  # flow-safe spelling
+    path = tmp_path / "o.yaml"
+    path.write_text(base)
+    head, _, last = key.rpartition(".")
+    in_file = tmp_path / "f.yaml"
+    if head:
+        in_file.write_text(base.replace(f"{head}: {{", f"{head}: {{{last}: {literal}, ") if head == "fault"
+                           else base + f"{head}: {{{last}: {literal}}}\n")
+    else:
+        in_file.write_text(base + f"{key}: {literal}\n")
+    try:
+        from_file = load_profile(in_file)
+    except ProfileError as e:
+        with pytest.raises(ProfileError) as info:
+            load_profile(path, [f"{key}={literal}"])
+        assert info.value.message == e.message and info.value.field == e.field
+        assert str(info.value) == f"--set {key}={literal}: field '{e.field}': {e.message}"
+    else:
+        same = {"source": "", "name": ""}
+    assert load_profile(path, [f"{key}={literal}"]).to_json() | same == from_file.to_json() | same

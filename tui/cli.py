@@ -1,0 +1,168 @@
+"""The `ddptui` entry point: parses the command line and picks a front end (textual is imported only for the UI)."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+USAGE = """\
+ddptui [PROFILE] [options]                 open the dashboard (profile picker without PROFILE)
+ddptui PROFILE --no-ui [options]           run headless: rank-prefixed lines, summary, exit code
+ddptui PROFILE --dry-run [--set K=V ...]   print the launch plan (argv, env, cwd of every process)
+ddptui [--no-ui] [--set K=V ...] -- CMD... wrap any launch: torchrun ... (per-rank logs), or a rank
+                                           program spawned nproc x nnodes times with env:// variables
+ddptui replay RUN_DIR [--no-ui]            reopen a finished run from its record
+ddptui dump RUN_DIR                        ask the live ddptui of that run to collect stacks now
+ddptui profiles                            list the profiles found (shipped and ./profiles)"""
+
+EPILOG = """\
+exit codes: 0 ok, 1 run failed (a rank failed, timeout, stopped), 2 bad profile or usage,
+3 stalled (on_stall: stop), 4 replicas differ.
+Each run leaves a record in RUNS_DIR/<time>-<profile>/ (summary.json, rank<N>.log, events.jsonl, stacks/).
+Headless: SIGUSR1 to ddptui (or `ddptui dump RUN_DIR`) collects stacks of every rank; SIGINT/SIGTERM stop the run."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ddptui", usage=USAGE, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("profile", nargs="?", help="profile name (profiles/NAME.yaml) or path")
+    p.add_argument("--no-ui", action="store_true", help="run headless")
+    p.add_argument("--dry-run", action="store_true", help="print the launch plan and exit")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a profile field (dotted keys reach into mappings), repeatable")
+    p.add_argument("--runs-dir", default=os.environ.get("DDPTUI_RUNS", "runs"), help="where run records go")
+    p.add_argument("--summary", metavar="FILE", help="also write the machine-readable summary here")
+    p.add_argument("--py-spy", dest="pyspy", metavar="PATH", help="py-spy executable to use for stacks")
+    p.add_argument("--stacks", choices=("auto", "py-spy", "faulthandler"), default="auto",
+                   help="how to collect stacks (auto: py-spy, falling back to faulthandler)")
+    return p
+
+
+def _fail(msg: str) -> int:
+    print(f"ddptui: {msg}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, command = argv[:i], argv[i + 1:]
+        if not command:
+            return _fail("nothing after '--': give the launch command to wrap")
+    if argv and argv[0] in ("replay", "dump", "profiles"):
+        return _subcommand(argv[0], argv[1:])
+    args = _parser().parse_args(argv)
+    if args.profile and command:
+        return _fail("give either a PROFILE or a command after '--', not both")
+    from runners.profile import ProfileError, adhoc_profile, find_profile, load_profile
+    try:
+        if command:
+            profile = adhoc_profile(command, args.overrides)
+            path = None
+        elif args.profile:
+            path = find_profile(args.profile)
+            profile = load_profile(path, args.overrides)
+        else:
+            profile = path = None
+    except ProfileError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    if args.dry_run:
+        if profile is None:
+            return _fail("--dry-run needs a PROFILE or a command after '--'")
+        return _dry_run(profile, args.runs_dir)
+    if args.no_ui:
+        if profile is None:
+            return _fail("--no-ui needs a PROFILE or a command after '--'")
+        return run_headless(profile, args.runs_dir, args.summary, args.pyspy, args.stacks)
+    from tui.app import run_app
+    return run_app(path if path is not None else profile, args.overrides, args.runs_dir) or 0
+
+
+def _dry_run(profile, runs_dir: str) -> int:
+    from runners.session import free_port, make_plan
+    run_dir = Path(runs_dir).resolve() / f"<time>-{profile.name}"
+    port = free_port(profile.master_addr) if profile.master_port == "auto" else int(profile.master_port)
+    plan = make_plan(profile, run_dir, port, os.getpid())
+    print(f"profile: {profile.name} ({profile.source})")
+    print(plan.describe())
+    return 0
+
+
+def run_headless(profile, runs_dir: str, summary_path: str | None = None, pyspy: str | None = None,
+                 stacks: str = "auto") -> int:
+    from runners.session import Session
+    from tui.console import Console
+
+    console = Console()
+    session = Session(profile, runs_dir, emit=console.handle, pyspy=pyspy, stack_method=stacks)
+    (session.run_dir / "ddptui.pid").write_text(str(os.getpid()))
+    stops = {"n": 0}
+
+    def on_stop(signum, frame):
+        stops["n"] += 1
+        session.request_stop()
+        if stops["n"] >= 3:  # the user really means it
+            raise KeyboardInterrupt
+
+    old = {s: signal.signal(s, on_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    old[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, lambda s, f: session.request_dump())
+    try:
+        code = session.run()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        try:
+            (session.run_dir / "ddptui.pid").unlink()
+        except OSError:
+            pass
+    if summary_path:
+        import shutil
+        shutil.copyfile(session.run_dir / "summary.json", summary_path)
+    return code
+
+
+def _subcommand(name: str, rest: list[str]) -> int:
+    if name == "profiles":
+        from runners.profile import ProfileError, list_profiles, load_profile
+        for path in list_profiles():
+            try:
+                p = load_profile(path)
+                print(f"{p.name:<22} {p.runner:<9} {p.world_size:>3} ranks  {p.description}")
+            except ProfileError as e:
+                print(f"{path.stem:<22} (invalid) {e}")
+        return 0
+    p = argparse.ArgumentParser(prog=f"ddptui {name}")
+    p.add_argument("run_dir")
+    if name == "replay":
+        p.add_argument("--no-ui", action="store_true")
+    args = p.parse_args(rest)
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "events.jsonl").exists():
+        return _fail(f"{run_dir}: not a ddptui run record (no events.jsonl)")
+    if name == "dump":
+        pid_file = run_dir / "ddptui.pid"
+        try:
+            pid = int(pid_file.read_text())
+            os.kill(pid, signal.SIGUSR1)
+        except (OSError, ValueError):
+            return _fail(f"{run_dir}: no live ddptui for this run (it has finished, or {pid_file} is missing)")
+        print(f"asked ddptui (pid {pid}) to collect stacks; they land in {run_dir / 'stacks'}")
+        return 0
+    if args.no_ui:
+        from runners.record import replay_events
+        from tui.console import Console
+        console = Console()
+        for e in replay_events(run_dir):
+            console.handle([e])
+        return 0
+    from tui.app import run_replay
+    return run_replay(run_dir) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

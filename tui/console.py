@@ -1,0 +1,100 @@
+"""The headless front end: rank-prefixed, timestamped lines as they arrive, then a final summary."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from runners import events as ev
+
+_COLOURS = ("36", "33", "35", "32", "34", "31", "96", "93", "95", "92", "94", "91")
+
+
+def _hms(wall: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(wall)) + f".{int(wall * 1000) % 1000:03d}"
+
+
+class Console:
+    def __init__(self, out=None, color: bool | None = None) -> None:
+        self.out = out or sys.stdout
+        if color is None:
+            color = self.out.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+        self.color = color
+        self.world = 0
+        self.steps_total = None
+        self.summary: dict | None = None
+        self.replica: ev.ReplicaVerdict | None = None
+
+    def _tag(self, rank: int | None) -> str:
+        tag = "[launcher]" if rank is None else f"[rank {rank}]"
+        if not self.color:
+            return tag
+        code = "2" if rank is None else _COLOURS[rank % len(_COLOURS)]
+        return f"\x1b[{code}m{tag}\x1b[0m"
+
+    def _note(self, wall: float, text: str, level: str = "ddptui") -> str:
+        tag = f"[{level}]"
+        if self.color:
+            tag = f"\x1b[1;{'31' if level in ('stall', 'crash', 'replicas') else '33'}m{tag}\x1b[0m"
+        return f"[{_hms(wall)}] {tag} {text}\n"
+
+    def handle(self, batch: list) -> None:
+        parts: list[str] = []
+        for e in batch:
+            if isinstance(e, ev.LogLines):
+                head = f"[{_hms(e.wall)}] {self._tag(e.rank)} "
+                parts.append(head + ("\n" + head).join(e.lines) + "\n")
+            elif isinstance(e, ev.RunStarted):
+                self.world, self.steps_total = e.world_size, e.steps
+                parts.append(self._note(e.wall, f"run {e.profile} ({e.runner}, {e.world_size} ranks) -> {e.run_dir}"))
+            elif isinstance(e, ev.RankState) and e.status in ("failed", "stalled", "slow", "killed"):
+                parts.append(self._note(e.wall, f"rank {e.rank} {e.status}" + (f": {e.detail}" if e.detail else "")))
+            elif isinstance(e, ev.HintRaised):
+                who = "" if e.rank is None else f" (rank {e.rank})"
+                parts.append(self._note(e.wall, f"{e.title}{who}: {e.explanation} Fix: {e.fix}", "hint"))
+            elif isinstance(e, ev.StallDetected):
+                parts.append(self._note(e.wall, f"stall: ranks {', '.join(map(str, e.stalled))} made no progress "
+                                        f"for {e.threshold:g} s", "stall"))
+            elif isinstance(e, ev.StacksCollected):
+                parts.append(self._note(e.wall, f"stacks of {len(e.threads)} ranks collected in {e.seconds:.2f} s "
+                                        f"({', '.join(sorted(set(e.method.values())))}) -> {e.path}"))
+            elif isinstance(e, ev.HangVerdict):
+                parts.append(self._note(e.wall, e.text, "stall"))
+            elif isinstance(e, ev.CrashVerdict):
+                parts.append(self._note(e.wall, e.text, "crash"))
+                parts += [f"    {ln}\n" for ln in e.excerpt[-12:]]
+            elif isinstance(e, ev.ReplicaVerdict):
+                self.replica = e
+            elif isinstance(e, ev.RunFinished):
+                self.summary = e.summary
+                parts.append(self.render_summary(e))
+        if parts:
+            self.out.write("".join(parts))
+            self.out.flush()
+
+    def render_summary(self, e: ev.RunFinished) -> str:
+        s = e.summary
+        rows = [f"\n== ddptui: {s.get('profile')} ({s.get('runner')}, {s.get('world_size')} ranks) "
+                f"finished in {s.get('duration_s', 0):.1f} s =="]
+        rows.append(f"{'rank':>4}  {'status':<8} {'exit':<9} {'steps':>6}  loss first -> last")
+        for r, info in sorted((s.get("ranks") or {}).items(), key=lambda kv: int(kv[0])):
+            exit_ = info.get("signal") or ("-" if info.get("returncode") is None else str(info["returncode"]))
+            fl, ll = info.get("first_loss"), info.get("last_loss")
+            wl = info.get("workload_loss")
+            if wl:
+                fl, ll = wl.get("first"), wl.get("last")
+            loss = f"{fl:.4f} -> {ll:.4f}" if fl is not None and ll is not None else "-"
+            steps = "-" if info.get("steps") is None else str(info["steps"])
+            rows.append(f"{r:>4}  {info.get('status', '?'):<8} {exit_:<9} {steps:>6}  {loss}"
+                        + (f"   ({info['outcome']})" if info.get("outcome") not in (None, "", "exited 0") else ""))
+        rep = s.get("replica")
+        if rep:
+            rows.append(f"replicas: {rep['text']}")
+        if s.get("hang"):
+            rows.append(f"stall: {s['hang']['text']}")
+        if s.get("crash"):
+            rows.append(f"crash: {s['crash']['text']}")
+        for h in s.get("hints") or []:
+            rows.append(f"hint: {h['title']}: {h['fix']}")
+        rows.append(f"status: {s.get('status')} (exit {e.exit_code})   record: {s.get('run_dir')}")
+        return "\n".join(rows) + "\n"

@@ -1,0 +1,1 @@
+"""Screens of the ddptui dashboard: profile picker, run, zoom, help, quit confirmation."""

@@ -1,0 +1,156 @@
+"""The profile picker: shipped and ./profiles profiles, their resolved settings, nproc/steps/stall_after overrides."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Button, Footer, Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
+
+OVERRIDE_FIELDS = ("nproc", "steps", "stall_after")
+
+
+def find_profiles(extra: Path | None = None) -> list[Path]:
+    """The command line's path first, then what runners.profile ships and finds in ./profiles."""
+    try:
+        from runners.profile import list_profiles
+        found = list(list_profiles())
+    except ImportError:  # older engine: look in the two folders ourselves
+        import profiles as shipped
+        found = sorted(Path(shipped.__file__).parent.glob("*.yaml")) + sorted(Path("profiles").glob("*.yaml"))
+    out: list[Path] = []
+    seen: set[Path] = set()
+    for p in ([Path(extra)] if extra else []) + found:
+        key = Path(p).resolve()
+        if key not in seen:
+            seen.add(key)
+            out.append(Path(p))
+    return out
+
+
+def overrides_from(values: dict[str, str]) -> list[str]:
+    """The inputs as --set style overrides; empty inputs keep the profile's value."""
+    return [f"{k}={v.strip()}" for k, v in values.items() if v.strip()]
+
+
+def settings_text(profile) -> Text:
+    d = profile.to_json()
+    w = d.get("workload") or {}
+    what = next((f"{k}: {w[k]}" for k in ("builtin", "script", "module", "command") if w.get(k)), "?")
+    if w.get("args"):
+        what += " " + " ".join(map(str, w["args"]))
+    t = Text()
+    rows = [
+        ("runner", profile.runner),
+        ("ranks", f"{profile.nproc} × {profile.nnodes} node(s) = {profile.world_size}"),
+        ("steps", str(profile.steps if profile.steps is not None else "(workload decides)")),
+        ("stall_after", str(profile.stall_after)),
+        ("on_stall", str(d.get("on_stall", "?"))),
+        ("workload", what),
+        ("backend/device", f"{d.get('backend', '?')} / {d.get('device', '?')}"),
+    ]
+    if d.get("fault"):
+        f = d["fault"]
+        rows.append(("fault", f"{f.get('kind')} on rank {f.get('rank')} at step {f.get('step')}"))
+    for k, v in rows:
+        t.append(f"{k:>15}  ", style="bold")
+        t.append(f"{v}\n")
+    return t
+
+
+class PickerScreen(Screen):
+    BINDINGS = [
+        Binding("ctrl+l", "launch", "launch"),
+        Binding("q", "app.quit_run", "quit"),
+        Binding("question_mark", "app.help", "help"),
+    ]
+
+    def __init__(self, extra: Path | None = None) -> None:
+        super().__init__()
+        self.paths = find_profiles(extra)
+        self.current = None  # the validated Profile of the highlighted entry (with overrides), or None
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(" ddptui · pick a profile (enter launches)", style="bold"), id="picker-head")
+        with Horizontal(id="picker-body"):
+            yield OptionList(*[Option(p.stem, id=str(i)) for i, p in enumerate(self.paths)], id="profile-list")
+            with Vertical(id="profile-detail"):
+                yield Static("", id="profile-path")
+                yield Static("", id="profile-desc")
+                yield Static("", id="profile-settings")
+                with Horizontal(id="overrides"):
+                    for f in OVERRIDE_FIELDS:
+                        with Vertical(classes="override"):
+                            yield Label(f)
+                            yield Input(placeholder="(profile)", id=f"ov-{f}")
+                yield Static("", id="profile-error")
+                yield Button("Launch", variant="success", id="launch")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        ol = self.query_one(OptionList)
+        if self.paths:
+            ol.highlighted = 0
+        else:
+            self.query_one("#profile-error", Static).update(Text("no profiles found (profiles/*.yaml)", style="red"))
+        ol.focus()
+        self.validate()
+
+    def selected_path(self) -> Path | None:
+        i = self.query_one(OptionList).highlighted
+        return self.paths[i] if i is not None and 0 <= i < len(self.paths) else None
+
+    def overrides(self) -> list[str]:
+        return overrides_from({f: self.query_one(f"#ov-{f}", Input).value for f in OVERRIDE_FIELDS})
+
+    def validate(self):
+        """Load the highlighted profile with the overrides; show its settings or ProfileError's one line."""
+        from runners.profile import ProfileError, load_profile
+        path = self.selected_path()
+        err = self.query_one("#profile-error", Static)
+        self.current = None
+        if path is None:
+            return None
+        self.query_one("#profile-path", Static).update(Text(str(path), style="dim"))
+        try:
+            prof = load_profile(path, self.overrides())
+        except ProfileError as e:
+            err.update(Text(str(e), style="bold red"))
+            self.query_one("#launch", Button).disabled = True
+            return None
+        err.update("")
+        self.query_one("#launch", Button).disabled = False
+        self.query_one("#profile-desc", Static).update(Text(prof.description or "(no description)", style="italic"))
+        self.query_one("#profile-settings", Static).update(settings_text(prof))
+        self.current = prof
+        return prof
+
+    @on(OptionList.OptionHighlighted)
+    def _highlighted(self) -> None:
+        self.validate()
+
+    @on(OptionList.OptionSelected)
+    def _selected(self) -> None:
+        self.action_launch()
+
+    @on(Input.Changed)
+    def _changed(self) -> None:
+        self.validate()
+
+    @on(Input.Submitted)
+    def _submitted(self) -> None:
+        self.action_launch()
+
+    @on(Button.Pressed, "#launch")
+    def _pressed(self) -> None:
+        self.action_launch()
+
+    def action_launch(self) -> None:
+        prof = self.validate()
+        if prof is not None:
+            self.app.start_run(prof)

@@ -1,0 +1,219 @@
+"""The run screen: rank grid + loss chart, timeline, stacks, crash, hints and verdict tabs, refreshed at 10 Hz."""
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+
+from tui.model import RunModel, grid_columns
+from tui.widgets.banner import Banner
+from tui.widgets.crash_view import CrashView
+from tui.widgets.hints_view import HintsView
+from tui.widgets.loss_chart import LossChart
+from tui.widgets.rank_pane import RankPane
+from tui.widgets.stacks_view import StacksView
+from tui.widgets.timeline import TimelineView
+from tui.widgets.verdict_view import VerdictView
+
+TICK = 0.1  # widget refresh period: the model absorbs events in between
+CHART_EVERY = 5  # ticks between loss chart redraws (plotext is the costly part)
+
+
+def head_text(model: RunModel, source_kind: str) -> Text:
+    t = Text(no_wrap=True, overflow="ellipsis")
+    t.append(" ddptui ", style="bold reverse")
+    t.append(f" {model.profile or '…'} ", style="bold")
+    t.append(f"· {model.runner or '?'} · {len(model.rank_ids())} ranks")
+    if model.steps:
+        t.append(f" · {model.steps} steps")
+    t.append(f" · {model.elapsed():.1f}s")
+    state = model.finished.status if model.finished else ("live" if model.start_wall else "starting")
+    t.append(f" · {state}", style="bold green" if state in ("live", "ok") else "bold red" if model.finished else "")
+    if source_kind == "replay":
+        t.append(" · replay", style="bold yellow")
+    if model.run_dir:
+        t.append(f" · {model.run_dir}", style="dim")
+    return t
+
+
+class RunScreen(Screen):
+    BINDINGS = [
+        Binding("q", "app.quit_run", "quit"),
+        Binding("d", "app.dump", "dump stacks"),
+        Binding("s", "app.stop", "stop"),
+        Binding("r", "app.rerun", "rerun"),
+        Binding("t", "toggle_timeline", "timeline"),
+        Binding("slash", "search", "search"),
+        Binding("z", "zoom", "zoom"),
+        Binding("k", "tab('stacks')", "stacks", show=False),
+        Binding("c", "tab('crash')", "crash", show=False),
+        Binding("h", "tab('hints')", "hints", show=False),
+        Binding("v", "tab('verdict')", "verdict", show=False),
+        Binding("escape", "back", "back"),
+        Binding("question_mark", "app.help", "help"),
+        *[Binding(str(i), f"focus_rank({i})", f"rank {i}", show=False) for i in range(10)],
+    ]
+
+    def __init__(self, model: RunModel, source_kind: str = "live") -> None:
+        super().__init__()
+        self.model = model
+        self.source_kind = source_kind
+        self.needle = ""
+        self._ticks = 0
+        self._auto_switched: set[str] = set()
+        self._hints_seen = 0
+
+    def compose(self) -> ComposeResult:
+        yield Static(head_text(self.model, self.source_kind), id="run-head")
+        yield Banner(id="banner")
+        yield Input(placeholder="filter log lines (substring) — enter keeps it, escape clears", id="search")
+        with TabbedContent(initial="ranks", id="tabs"):
+            with TabPane("Ranks", id="ranks"):
+                with Vertical(id="ranks-box"):
+                    yield Grid(id="rank-grid")
+                    yield LossChart(id="loss")
+            with TabPane("Timeline", id="timeline"):
+                yield TimelineView(id="timeline-log")
+            with TabPane("Stacks", id="stacks"):
+                yield StacksView(id="stacks-view")
+            with TabPane("Crash", id="crash"):
+                yield CrashView(id="crash-view")
+            with TabPane("Hints", id="hints"):
+                yield HintsView(id="hints-view")
+            with TabPane("Verdict", id="verdict"):
+                yield VerdictView(id="verdict-view")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#search", Input).display = False
+        self.query_one(Banner).display = False
+        self.set_interval(TICK, self.tick)
+        self.tick()
+
+    # -- refresh from the model ---------------------------------------------------------------------
+    def tick(self) -> None:
+        """Draw what changed in the model since the last tick; only the visible tab's widgets."""
+        m = self.model
+        self._ticks += 1
+        self.query_one("#run-head", Static).update(head_text(m, self.source_kind))
+        self.query_one(Banner).update_from(m)
+        self._ensure_panes()
+        self._auto_switch()
+        self._notify_hints()
+        tab = self.query_one(TabbedContent).active
+        if tab == "ranks":
+            for pane in self.query(RankPane):
+                pane.update_from(m, self.needle)
+            if self._ticks % CHART_EVERY == 1 or m.finished is not None:
+                self.query_one(LossChart).update_from(m)
+        elif tab == "timeline":
+            self.query_one(TimelineView).update_from(m, self.needle)
+        elif tab == "stacks":
+            self.query_one(StacksView).update_from(m)
+        elif tab == "crash":
+            self.query_one(CrashView).update_from(m)
+        elif tab == "hints":
+            self.query_one(HintsView).update_from(m)
+        elif tab == "verdict":
+            self.query_one(VerdictView).update_from(m)
+
+    def _ensure_panes(self) -> None:
+        grid = self.query_one("#rank-grid", Grid)
+        have = {p.rank for p in self.query(RankPane)}
+        want = self.model.rank_ids()
+        missing = [r for r in want if r not in have]
+        if missing:
+            grid.mount(*[RankPane(r) for r in missing])
+            grid.styles.grid_size_columns = grid_columns(len(want))
+            n = len(want)
+            grid.set_class(n > 4, "-many")
+            grid.set_class(n > 9, "-lots")
+
+    def _auto_switch(self) -> None:
+        """Bring the troubleshooting view forward once, when its verdict arrives and the user is on the grid."""
+        m = self.model
+        tabs = self.query_one(TabbedContent)
+        for name, present in (("crash", m.crash), ("stacks", m.hang), ("verdict", m.finished)):
+            if present is not None and name not in self._auto_switched:
+                self._auto_switched.add(name)
+                if tabs.active == "ranks" and not (name == "verdict" and (m.crash or m.hang)):
+                    tabs.active = name
+                return
+
+    def _notify_hints(self) -> None:
+        for h in self.model.hints[self._hints_seen:]:
+            who = f"rank {h.rank}" if h.rank is not None else "launcher"
+            self.notify(f"{h.explanation}\nfix: {h.fix}", title=f"{h.title} ({who})", severity="warning", timeout=8,
+                        markup=False)
+        self._hints_seen = len(self.model.hints)
+
+    # -- actions --------------------------------------------------------------------------------------
+    def action_tab(self, name: str) -> None:
+        self.query_one(TabbedContent).active = name
+        self.tick()
+
+    def action_toggle_timeline(self) -> None:
+        tabs = self.query_one(TabbedContent)
+        self.action_tab("ranks" if tabs.active == "timeline" else "timeline")
+
+    def action_search(self) -> None:
+        box = self.query_one("#search", Input)
+        box.display = True
+        box.focus()
+
+    @on(Input.Changed, "#search")
+    def _search_changed(self, event: Input.Changed) -> None:
+        self.needle = event.value
+        self.tick()
+
+    @on(Input.Submitted, "#search")
+    def _search_done(self, event: Input.Submitted) -> None:
+        self.focus_rank_pane(None)
+
+    def action_focus_rank(self, rank: int) -> None:
+        if self.query_one(TabbedContent).active != "ranks":
+            self.action_tab("ranks")
+        self.focus_rank_pane(rank)
+
+    def focus_rank_pane(self, rank: int | None) -> None:
+        panes = list(self.query(RankPane))
+        for p in panes:
+            if rank is None or p.rank == rank:
+                p.focus()
+                return
+        if rank is not None:
+            self.notify(f"no rank {rank} in this run", severity="warning")
+
+    def focused_rank(self) -> int | None:
+        f = self.focused
+        return f.rank if isinstance(f, RankPane) else None
+
+    def action_zoom(self) -> None:
+        from tui.screens.zoom import ZoomScreen
+        rank = self.focused_rank()
+        if rank is None:
+            ids = self.model.rank_ids()
+            if not ids:
+                return
+            rank = ids[0]
+        self.app.push_screen(ZoomScreen(self.model, rank, self.needle))
+
+    def action_back(self) -> None:
+        box = self.query_one("#search", Input)
+        if box.has_focus or box.display:
+            box.value = ""
+            box.display = False
+            self.needle = ""
+            self.focus_rank_pane(None)
+            self.tick()
+            return
+        tabs = self.query_one(TabbedContent)
+        if tabs.active != "ranks":
+            self.action_tab("ranks")
+            return
+        self.app.back_to_picker()
+

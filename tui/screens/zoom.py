@@ -1,0 +1,60 @@
+"""One rank full screen: its whole bounded log (scrollable, filtered), status and progress."""
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, Log, ProgressBar, Static
+
+from tui.model import RunModel
+from tui.widgets.rank_pane import status_line
+
+
+class ZoomScreen(Screen):
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "back"),
+        Binding("z", "app.pop_screen", "unzoom"),
+        Binding("q", "app.quit_run", "quit"),
+        Binding("d", "app.dump", "dump stacks"),
+    ]
+
+    def __init__(self, model: RunModel, rank: int, needle: str = "") -> None:
+        super().__init__()
+        self.model, self.rank, self.needle = model, rank, needle.lower()
+        self._seq = 0
+        self._version = -1
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="zoom-head")
+        yield ProgressBar(total=None, show_eta=False, id="zoom-progress")
+        yield Log(max_lines=4000, auto_scroll=True, id="zoom-log")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(ProgressBar).display = bool(self.model.steps)
+        rv = self.model.rank(self.rank)
+        self._seq = rv.seq - len(rv.lines)
+        self.set_interval(0.1, self.tick)
+        self.tick()
+
+    def tick(self) -> None:
+        m, rv = self.model, self.model.rank(self.rank)
+        if rv.version == self._version:
+            return
+        self._version = rv.version
+        filt = f"   filter: {self.needle!r}" if self.needle else ""
+        self.query_one("#zoom-head", Static).update(
+            Text(f" rank {self.rank} · {rv.badge()} · pid {rv.pid or '-'} · {status_line(rv, m.steps)}{filt}",
+                 no_wrap=True, overflow="ellipsis", style="bold"))
+        if m.steps:
+            self.query_one(ProgressBar).update(total=m.steps, progress=min(rv.step or 0, m.steps))
+        new = rv.seq - self._seq
+        if new <= 0:
+            return
+        items = list(rv.lines)[-min(new, len(rv.lines)):]
+        self._seq = rv.seq
+        lines = [f"{m.rel(w):9.3f} {'!' if s == 'err' else ' '} {t}" for w, s, t in items
+                 if not self.needle or self.needle in t.lower()]
+        if lines:
+            self.query_one(Log).write_lines(lines)

@@ -1,0 +1,1 @@
+"""Widgets of the ddptui dashboard, each drawn from the run model."""

@@ -1,0 +1,46 @@
+"""The one-line run banner: stall with the hang sentence, crash root cause, or the final status."""
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from tui.model import RunModel
+
+KINDS = ("-stall", "-crash", "-ok", "-failed", "-info")
+
+
+def banner_text(model: RunModel) -> tuple[str, str]:
+    """(css class, text) for the current state; ("", "") hides the banner."""
+    f = model.finished
+    if model.crash is not None:
+        c = model.crash
+        return "-crash", f"CRASH {c.exit}: {c.text}"
+    if model.hang is not None:
+        return "-stall", f"STALL: {model.hang.text}"
+    if model.stall is not None:
+        s = model.stall
+        ranks = ",".join(map(str, s.stalled))
+        return "-stall", f"STALL: rank {ranks} made no progress for {s.threshold:g}s; collecting stacks…"
+    if f is not None:
+        text = f"run {f.status} (exit code {f.exit_code})"
+        if model.replica is not None:
+            text += f" · replicas: {model.replica.text}"
+        return ("-ok" if f.status == "ok" else "-failed"), text
+    return "", ""
+
+
+class Banner(Static):
+    def __init__(self, **kw) -> None:
+        super().__init__("", **kw)
+        self._drawn = None
+
+    def update_from(self, model: RunModel) -> None:
+        cls, text = banner_text(model)
+        if (cls, text) == self._drawn:
+            return
+        self._drawn = (cls, text)
+        self.display = bool(text)
+        self.remove_class(*KINDS)
+        if cls:
+            self.add_class(cls)
+        self.update(Text(text))

@@ -1,0 +1,39 @@
+"""The crash panel: which rank failed first, how, its traceback excerpt, and the ranks that went down with it."""
+from __future__ import annotations
+
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from runners.events import CrashVerdict
+
+
+def render_crash(c: CrashVerdict | None) -> Text:
+    if c is None:
+        return Text("No crash.", style="dim")
+    t = Text()
+    t.append("Root cause: ", style="bold")
+    t.append(f"{c.text}\n", style="bold red")
+    t.append(f"rank {c.root_rank if c.root_rank is not None else '?'} · {c.exit}\n")
+    if c.victims:
+        t.append(f"victims (failed after it): {', '.join(map(str, c.victims))}\n")
+    if c.excerpt:
+        t.append("\n")
+        for line in c.excerpt:
+            t.append(f"  {line}\n", style="red" if "Error" in line or "error" in line else "")
+    return t
+
+
+class CrashView(VerticalScroll):
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self._drawn = None
+
+    def compose(self):
+        yield Static(render_crash(None), classes="crash-text")
+
+    def update_from(self, model) -> None:
+        if id(model.crash) == self._drawn:
+            return
+        self._drawn = id(model.crash)
+        self.query_one(".crash-text", Static).update(render_crash(model.crash))

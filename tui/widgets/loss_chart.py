@@ -1,0 +1,58 @@
+"""Live loss of every rank, one series per rank, with the spread across ranks in the title."""
+from __future__ import annotations
+
+from textual_plotext import PlotextPlot
+
+from tui.model import RunModel
+
+MAX_POINTS = 200
+
+
+def thin(points: list, n: int = MAX_POINTS) -> list:
+    """Every k-th point plus the last, so long runs stay cheap to draw."""
+    if len(points) <= n:
+        return points
+    k = len(points) / n
+    out = [points[int(i * k)] for i in range(n)]
+    out.append(points[-1])
+    return out
+
+
+def spread(model: RunModel) -> tuple[float, float, int] | None:
+    """(min, max, step) of the latest loss that every reporting rank has reached."""
+    last = [rv.losses[-1] for rv in model.ranks.values() if rv.losses]
+    if not last:
+        return None
+    vals = [v for _, v in last]
+    return min(vals), max(vals), min(s for s, _ in last)
+
+
+class LossChart(PlotextPlot):
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self._drawn = -1
+
+    def update_from(self, model: RunModel) -> None:
+        if model.loss_version == self._drawn:
+            return
+        self._drawn = model.loss_version
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        plt.xlabel("step")
+        any_series = False
+        for r in sorted(model.ranks):
+            pts = thin(list(model.ranks[r].losses))
+            if pts:
+                plt.plot([p[0] for p in pts], [p[1] for p in pts], label=f"r{r}" if len(model.ranks) <= 8 else None,
+                         marker="braille")
+                any_series = True
+        sp = spread(model)
+        if sp:
+            lo, hi, step = sp
+            plt.title(f"loss · {len(model.ranks)} ranks · spread {hi - lo:.3g} (min {lo:.4g}, max {hi:.4g})")
+        else:
+            plt.title("loss (no loss reported yet)")
+        if not any_series:
+            plt.plot([0], [0], marker=" ")
+        self.refresh()

@@ -1,0 +1,72 @@
+"""One rank's pane: status badge, progress bar, CPU/RSS and the newest log lines."""
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import ProgressBar, Static
+
+from tui.model import RankView, RunModel, human_bytes
+from tui.widgets.tail import TailView
+
+BADGE_CLASSES = ("-running", "-slow", "-stalled", "-ok", "-failed", "-starting", "-killed")
+
+
+def badge_class(rv: RankView) -> str:
+    b = rv.badge()
+    if b == "exited ok":
+        return "-ok"
+    if b.startswith("failed"):
+        return "-failed"
+    return "-" + b.split()[0] if ("-" + b.split()[0]) in BADGE_CLASSES else "-running"
+
+
+def status_line(rv: RankView, steps: int | None) -> str:
+    parts = []
+    if rv.step is not None:
+        parts.append(f"step {rv.step}" + (f"/{steps}" if steps else ""))
+    if rv.loss is not None:
+        parts.append(f"loss {rv.loss:.4g}")
+    parts.append(f"cpu {rv.cpu:.0f}%" if rv.cpu is not None else "cpu -")
+    parts.append(f"rss {human_bytes(rv.rss)}")
+    if rv.detail and rv.status not in ("running",):
+        parts.append(rv.detail)
+    return "  ".join(parts)
+
+
+class RankPane(Vertical, can_focus=True):
+    """Focusable (digits / tab); z zooms the focused one."""
+
+    def __init__(self, rank: int, **kw) -> None:
+        super().__init__(id=f"rank-{rank}", classes="rank-pane -starting", **kw)
+        self.rank = rank
+        self._drawn: tuple = ()
+
+    def compose(self) -> ComposeResult:
+        yield Static("", classes="rank-status")
+        yield ProgressBar(total=None, show_eta=False, show_percentage=True, classes="rank-progress")
+        yield TailView(classes="rank-tail")
+
+    def on_mount(self) -> None:
+        self.border_title = f"rank {self.rank}"
+        self.query_one(ProgressBar).display = False
+
+    def update_from(self, model: RunModel, needle: str) -> None:
+        rv = model.rank(self.rank)
+        key = (rv.version, needle, model.steps)
+        if key == self._drawn:
+            return
+        self._drawn = key
+        title = f"rank {self.rank}" + (f" · pid {rv.pid}" if rv.pid else "") + (f" · {rv.host}" if rv.host else "")
+        self.border_title = title
+        self.border_subtitle = rv.badge()
+        cls = badge_class(rv)
+        if not self.has_class(cls):
+            self.remove_class(*BADGE_CLASSES)
+            self.add_class(cls)
+        self.query_one(".rank-status", Static).update(Text(status_line(rv, model.steps), no_wrap=True, overflow="ellipsis"))
+        bar = self.query_one(ProgressBar)
+        if model.steps:
+            bar.display = True
+            bar.update(total=model.steps, progress=min(rv.step or 0, model.steps))
+        self.query_one(TailView).show(rv.lines, model.start_wall, needle)

@@ -1,0 +1,101 @@
+"""The final verdict: replica digests as parameters × ranks (first difference highlighted) and a per-rank summary."""
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Static
+
+from runners.events import ReplicaVerdict
+from tui.model import RunModel, human_bytes
+
+DIGEST_CHARS = 8
+
+
+def replica_rows(rv: ReplicaVerdict) -> tuple[list[str], list[list[Text]]]:
+    """Column labels and one row per parameter; cells that differ from the majority are red, the first differing row bold."""
+    ranks = sorted(rv.table)
+    cols = ["parameter", *[f"rank {r}" for r in ranks]]
+    rows = []
+    for i, name in enumerate(rv.params):
+        cells = [rv.table[r][i] if i < len(rv.table[r]) else "" for r in ranks]
+        counts: dict[str, int] = {}
+        for c in cells:
+            counts[c] = counts.get(c, 0) + 1
+        majority = max(counts, key=counts.get) if counts else ""
+        first = name == rv.param
+        row = [Text(("▶ " if first else "  ") + name, style="bold red" if first else "")]
+        for c in cells:
+            bad = c != majority
+            style = ("bold " if first else "") + ("red reverse" if bad else "green")
+            row.append(Text(c[:DIGEST_CHARS] or "-", style=style))
+        rows.append(row)
+    return cols, rows
+
+
+def summary_rows(model: RunModel) -> list[list[str]]:
+    rows = []
+    for r in model.rank_ids():
+        v = model.rank(r)
+        exit_ = v.signal or ("" if v.returncode is None else str(v.returncode))
+        rows.append([str(r), v.badge(), "-" if v.step is None else str(v.step),
+                     "-" if v.loss is None else f"{v.loss:.5g}", exit_ or "-",
+                     "-" if v.cpu is None else f"{v.cpu:.0f}%", human_bytes(v.rss), str(v.pid or "-")])
+    return rows
+
+
+def headline(model: RunModel) -> Text:
+    t = Text()
+    f = model.finished
+    if f is None:
+        t.append("Run in progress: the verdict appears when it ends.\n", style="dim")
+    else:
+        t.append(f"status: {f.status}   exit code: {f.exit_code}\n", style="bold green" if f.status == "ok" else "bold red")
+    rep = model.replica
+    if rep is not None:
+        t.append(f"replicas: {rep.status}: {rep.text}\n", style="green" if rep.status == "identical" else "bold red")
+        if rep.param:
+            t.append(f"first differing parameter: {rep.param} (ranks {', '.join(map(str, rep.ranks))})\n", style="bold red")
+    t.append(f"run record: {model.run_dir or '-'}\n")
+    if f is not None and f.summary_path:
+        t.append(f"summary: {f.summary_path}\n", style="dim")
+    return t
+
+
+class VerdictView(VerticalScroll):
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self._drawn = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(headline(RunModel()), classes="verdict-head")
+        yield Static("per-rank summary", classes="section")
+        yield DataTable(id="summary-table", cursor_type="row", zebra_stripes=True)
+        yield Static("replica digests (parameters × ranks)", classes="section")
+        yield DataTable(id="replica-table", cursor_type="row")
+
+    def on_mount(self) -> None:
+        self.query_one("#summary-table", DataTable).add_columns("rank", "status", "steps", "last loss", "exit", "cpu", "rss", "pid")
+
+    def update_from(self, model: RunModel) -> None:
+        key = (model.version, id(model.finished), id(model.replica))
+        if key == self._drawn:
+            return
+        self._drawn = key
+        self.query_one(".verdict-head", Static).update(headline(model))
+        st = self.query_one("#summary-table", DataTable)
+        st.clear()
+        for row in summary_rows(model):
+            st.add_row(*row)
+        rt = self.query_one("#replica-table", DataTable)
+        rt.clear(columns=True)
+        if model.replica is not None and model.replica.params:
+            cols, rows = replica_rows(model.replica)
+            rt.add_columns(*cols)
+            first = None
+            for i, row in enumerate(rows):
+                rt.add_row(*row)
+                if first is None and model.replica.param and model.replica.params[i] == model.replica.param:
+                    first = i
+            if first is not None:
+                rt.move_cursor(row=first)
