@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 import signal
 from dataclasses import dataclass
+from typing import Mapping
 
 
 @dataclass(frozen=True)
@@ -183,10 +184,12 @@ class HintMatcher:
                 return self._give(r.hint)
         return None
 
-    def for_exit(self, rank: int | None, returncode: int, completed: bool = False, in_process: bool = False) -> Hint | None:
+    def for_exit(self, rank: int | None, returncode: int, completed: bool = False, in_process: bool = False,
+                 env: Mapping[str, str] | None = None) -> Hint | None:
         """A hint from an exit status: -9/137 (SIGKILL, the OOM killer's), -11/-6 (SIGSEGV/SIGABRT).
 
-        completed: the rank had finished its work (an exit-time SIGABRT); in_process: mirage --in-process mode.
+        completed: the rank had finished its work (an exit-time SIGABRT); in_process: mirage --in-process mode;
+        env: the rank's environment (TORCH_DISTRIBUTED_DEBUG=DETAIL segfaults DDP in this torch build).
         """
         sig = -returncode if returncode < 0 else (returncode - 128 if returncode > 128 else 0)
         if sig == signal.SIGKILL:
@@ -194,6 +197,8 @@ class HintMatcher:
         if sig in (signal.SIGSEGV, signal.SIGABRT):
             if in_process:
                 return self._give(by_code("mirage-in-process"))
+            if sig == signal.SIGSEGV and (env or {}).get("TORCH_DISTRIBUTED_DEBUG", "").upper() == "DETAIL":
+                return self._give(by_code("debug-detail-segfault"))
             if sig == signal.SIGABRT and completed:
                 return self._give(by_code("exit-abort-no-barrier"))
         return None

@@ -36,6 +36,7 @@ class RankTrack:
     first_failure_wall: float | None = None
     stalled: bool = False
     outcome: str = ""  # why it ended, in words
+    steps_total: int | None = None
 
     def saw_output(self, mono: float, wall: float) -> None:
         self.last_progress, self.last_progress_wall = mono, wall
@@ -65,8 +66,11 @@ class RankTrack:
 
     @property
     def completed(self) -> bool:
-        """The workload finished its work (its final report or verdict arrived), whatever the exit said."""
-        return self.verdict is not None or self.digests is not None
+        """The workload finished its work (its own verdict arrived), whatever the exit said afterwards."""
+        if self.verdict is not None:
+            return True
+        reached = self.steps_total is None or (self.step or 0) >= self.steps_total
+        return self.digests is not None and self.exc is None and reached
 
 
 def median_interval(tracks) -> float | None:

@@ -236,7 +236,8 @@ class _Converter:
         for k, v in y.value:
             kloc = self.locate(k.start_mark)
             if not isinstance(k, yaml.ScalarNode):
-                raise kloc.error(None, f"expected a field name, got a {'list' if isinstance(k, yaml.SequenceNode) else 'mapping'}")
+                got = "a list" if isinstance(k, yaml.SequenceNode) else "a mapping"
+                raise kloc.error(None, f"expected a field name, got {got}")
             name = k.value
             dotted = f"{path}.{name}" if path else name
             if name in out and name not in from_merge and id(k) in own:
@@ -516,7 +517,8 @@ def _path_value(node: _Node, field: str, base: Path) -> Path:
 def _interpreter(f: _Fields, base: Path) -> str:
     py, venv = f.node("python"), f.node("venv")
     if py is not None and venv is not None:
-        kloc = f.items["venv"][0] if list(f.items).index("venv") > list(f.items).index("python") else f.items["python"][0]
+        keys = list(f.items)
+        kloc = f.items["venv" if keys.index("venv") > keys.index("python") else "python"][0]  # the later one
         raise kloc.error(f.path, "expected at most one of python, venv, got both")
     if venv is not None:
         folder = _path_value(venv, f.dotted("venv"), base)

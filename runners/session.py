@@ -73,6 +73,7 @@ class Session:
         self._first_failure: float | None = None
         self._baseline: float | None = None
         self._slow_reported = False
+        self._tearing_down = False
         self._started_mono = time.monotonic()
         self.plan = None
 
@@ -116,7 +117,7 @@ class Session:
         self.record.write_json("plan.json", self.plan.to_json())
         self.world = self.plan.world_size
         now_m = time.monotonic()
-        self.tracks = {r: RankTrack(r, now_m, last_progress=now_m) for r in range(self.world)}
+        self.tracks = {r: RankTrack(r, now_m, last_progress=now_m, steps_total=p.steps) for r in range(self.world)}
         self._emit(ev.RunStarted(str(self.run_dir), p.name, p.runner, self.world, p.steps, time.time()))
         problems = self._preflight()
         if problems:
@@ -182,6 +183,7 @@ class Session:
             if not got:
                 time.sleep(0.02)
         if any(pr.returncode is None for pr in self.procs):
+            self._tearing_down = True
             td = procs.teardown(self.procs, self._rank_pids(), TEARDOWN_DEADLINE)
             self._launcher_line(f"ddptui: teardown took {td['seconds']:.2f} s"
                                 + (" (SIGKILL needed)" if td["killed"] else ""))
@@ -265,9 +267,6 @@ class Session:
             loss = rep.get("loss") if isinstance(rep.get("loss"), (int, float)) else None
             if t.saw_step(step, loss, mono, wall):
                 self._emit(ev.Progress(rank, t.step, loss, wall, "hook" if kind == "step" else "report"))
-            if self._baseline is None:
-                self._baseline = median_interval(self.tracks.values()) if sum(
-                    len(x.intervals) for x in self.tracks.values()) >= 10 else None
         elif kind == "digest":
             if t.digests is None or rep.get("source") == "explicit":
                 t.digests = rep.get("params") or []
@@ -331,8 +330,9 @@ class Session:
             t.outcome = f"completed, then died at exit ({t.signal})"
             self._set_status(t, "exited", t.outcome)
             self._hint_exit(t)
-        elif stopped and (t.first_failure_wall is None):
-            t.outcome = "stopped by ddptui" if self.status or self._stop.is_set() else "stopped by the launcher"
+        elif (stopped or (t.signal in ("SIGTERM", "SIGKILL") and self._first_failure is not None)) \
+                and t.first_failure_wall is None and t.exc is None:
+            t.outcome = "stopped by ddptui" if self._tearing_down else "stopped by the launcher"
             self._set_status(t, "killed", t.outcome)
         else:
             what = t.signal or (f"exit {rc}" if rc is not None else "exit ?")
@@ -424,6 +424,8 @@ class Session:
         return None
 
     def _check_slow(self) -> None:
+        if self._baseline is None and sum(len(x.intervals) for x in self.tracks.values()) >= 10:
+            self._baseline = median_interval(self.tracks.values())  # the early step time, to compare with
         if self._slow_reported:
             return
         slow = find_slow(self.tracks.values())
@@ -554,6 +556,9 @@ class Session:
             rep = ev.ReplicaVerdict(res.status, res.text, res.param, res.ranks, res.params, res.table, time.time())
             self._emit(rep)
         self.crash = self._crash_verdict() if status in (None, "failed") else None
+        if self.crash and rep is not None and rep.status == "differ" and not any(
+                t.signal or t.exc for t in self.tracks.values()):
+            self.crash = None  # the ranks only exited non-zero because their own replica check failed
         if self.crash:
             self._emit(self.crash)
         if status is None:

@@ -22,6 +22,8 @@ _C10D_OPS = {
 }
 _DDP_SYNC = {
     "_verify_params_across_processes": "parameter shape check across ranks (DDP init)",
+    "_verify_param_shape_across_processes": "parameter shape check across ranks (DDP init)",
+    "_broadcast_coalesced": "broadcast of weights/buffers (DDP)",
     "_sync_module_states": "broadcast of the initial weights (DDP init)",
     "_sync_params_and_buffers": "broadcast of the initial weights (DDP init)",
     "_distributed_broadcast_coalesced": "broadcast of weights/buffers (DDP)",
@@ -44,7 +46,7 @@ _IO_FILES = ("socket.py", "selectors.py", "ssl.py", "multiprocessing/connection.
              "urllib/request.py", "subprocess.py", "asyncio/")
 _IO_CODE = re.compile(r"\.(recv|recv_into|accept|read|readinto|readline|readlines|connect)\(|\binput\(|\burlopen\(")
 _SLEEP_CODE = re.compile(r"\bsleep\(")
-_LIB_PATH = re.compile(r"(site-packages|dist-packages)/|/lib/python3\.\d+/|^<")
+_LIB_PATH = re.compile(r"(site-packages|dist-packages)/|/lib/python3\.\d+/|^<|runners/inject/")
 
 
 @dataclass
@@ -119,8 +121,10 @@ def classify(threads: list[ThreadStack], thread_filter: Callable[[ThreadStack], 
             return _where("collective", detail, fr, f, t)
         if _in(f, "torch/distributed/rendezvous.py") or (_in(f, "torch/distributed/") and "store" in name.lower()):
             return _where("collective", "rendezvous (waiting for the other ranks to join the store)", fr, f, t)
-        if _in(f, "torch/nn/parallel/distributed.py") and name in _DDP_SYNC:
+        if (_in(f, "torch/nn/parallel/distributed.py") or _in(f, "torch/distributed/utils.py")) and name in _DDP_SYNC:
             return _where("collective", _DDP_SYNC[name], fr, f, t)
+        if f.file.endswith("ddptui_xla.py") and name == "before":  # the injected turnstile (_Turnstile.before)
+            return _where("xla", "ordinal-ordered sync (waits for its turn after the lower ordinals)", fr, f, t)
         if _in(f, "torch_xla/") and name in _XLA_OPS and _XLA_OPS[name]:
             return _where("xla", _XLA_OPS[name], fr, f, t)
     for f in fr:

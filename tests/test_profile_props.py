@@ -82,10 +82,11 @@ def expected(d: dict, source: Path) -> dict:
 
 @pytest.mark.timeout(120)
 @SETTINGS
-@given(d=valid_profiles(), flow=st.booleans())
-def test_valid_profiles_round_trip(tmp_path, d, flow):
+@given(d=valid_profiles(), flow=st.booleans(), unicode=st.booleans())
+def test_valid_profiles_round_trip(tmp_path, d, flow, unicode):
     path = tmp_path / "rt.yaml"
-    path.write_text(yaml.safe_dump(d, default_flow_style=flow, allow_unicode=True, sort_keys=False))
+    unicode = unicode and "\x85" not in str(d)  # PyYAML's own dump of a raw NEL does not load back
+    path.write_text(yaml.safe_dump(d, default_flow_style=flow, allow_unicode=unicode, sort_keys=False))
     assert load_profile(path).to_json() == expected(d, path)
 
 
@@ -215,4 +216,4 @@ def test_override_values_validated_like_the_file(tmp_path, key, value):
         assert str(info.value) == f"--set {key}={literal}: field '{e.field}': {e.message}"
     else:
         same = {"source": "", "name": ""}
-    assert load_profile(path, [f"{key}={literal}"]).to_json() | same == from_file.to_json() | same
+        assert load_profile(path, [f"{key}={literal}"]).to_json() | same == from_file.to_json() | same

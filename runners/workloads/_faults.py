@@ -1,8 +1,4 @@
-"""DDP_FAULT=kind:rank:step[:seconds] fault injection shared by the built-in workloads.
-
-`step` counts optimizer steps already completed: a hang at step 2 happens during the third step,
-after its forward and before its backward / collective.
-"""
+"""DDP_FAULT=kind:rank:step[:seconds] fault injection shared by the built-in workloads."""
 from __future__ import annotations
 
 import os
@@ -58,7 +54,10 @@ class Injector:
         self._slow_said = False
 
     def at_step(self, step: int) -> None:
-        """Call once per step, after the forward and before the backward / collective."""
+        """Call once per step, after the forward and before the backward / collective.
+
+        `step` counts the steps already completed: a hang at step 2 strikes during the third step.
+        """
         f = self.fault
         if f is None:
             return

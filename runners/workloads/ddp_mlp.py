@@ -1,8 +1,4 @@
-"""Built-in DDP workload: train one MLP on every rank and prove the replicas stayed identical.
-
-Exit codes: 0 ok, 2 loss did not drop, 3 replicas differ, 4 bad environment.
-Knobs: DDP_BACKEND, DDP_DEVICE (cpu|cuda|auto), DDP_STEPS (50), DDP_SEED (0), DDP_FAULT (see _faults).
-"""
+"""Built-in DDP workload: trains one MLP on every rank and proves the replicas stayed byte-identical."""
 from __future__ import annotations
 
 import hashlib
@@ -71,6 +67,7 @@ def checksum(model) -> int:
 
 
 def main() -> int:
+    """Exit code: 0 ok, 2 loss did not drop, 3 replicas differ, 4 bad environment."""
     rank = env_int("RANK", None)
     world = env_int("WORLD_SIZE", None)
     env_int("LOCAL_RANK", 0)

@@ -1,8 +1,4 @@
-"""Built-in connectivity check: timestamped per-rank logging, one all_reduce, one barrier, `dist_smoke_ok`.
-
-Exit codes: 0 ok, 3 wrong all_reduce sum, 4 bad environment. Knobs: DDP_BACKEND, DDP_DEVICE, DDP_STEPS (5),
-DDP_FAULT (see _faults; the step after the last is the all_reduce itself).
-"""
+"""Built-in connectivity check: timestamped per-rank lines, one all_reduce and a barrier, then `dist_smoke_ok`."""
 from __future__ import annotations
 
 import os
@@ -38,6 +34,7 @@ def env_int(name: str, default: int | None) -> int:
 
 
 def main() -> int:
+    """Exit code: 0 ok, 3 wrong all_reduce sum (a diverge fault), 4 bad environment."""
     rank = env_int("RANK", None)
     world = env_int("WORLD_SIZE", None)
     local = env_int("LOCAL_RANK", 0)
@@ -79,7 +76,7 @@ def main() -> int:
         x = x * 0.5 + 1.0
         log(f"step {s + 1}/{steps}: local op ok (x[0] = {float(x[0]):.4f})")
 
-    faults.at_step(steps)
+    faults.at_step(steps)  # a fault aimed at step == DDP_STEPS strikes right before the all_reduce
     t = torch.tensor([float(rank + 1) + (0.5 if faults.wants_diverge() else 0.0)], device=dev)
     log(f"pre all_reduce: tensor = {float(t.item())}")
     dist.all_reduce(t)

@@ -41,6 +41,7 @@ def head_text(model: RunModel, source_kind: str) -> Text:
 
 
 class RunScreen(Screen):
+    AUTO_FOCUS = None  # panes take focus once they exist; the hidden search box must never have it
     BINDINGS = [
         Binding("q", "app.quit_run", "quit"),
         Binding("d", "app.dump", "dump stacks"),
@@ -89,7 +90,6 @@ class RunScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#search", Input).display = False
         self.query_one(Banner).display = False
         self.set_interval(TICK, self.tick)
         self.tick()
@@ -128,6 +128,8 @@ class RunScreen(Screen):
         missing = [r for r in want if r not in have]
         if missing:
             grid.mount(*[RankPane(r) for r in missing])
+            if self.focused is None:
+                self.call_after_refresh(self.focus_rank_pane, None)
             grid.styles.grid_size_columns = grid_columns(len(want))
             n = len(want)
             grid.set_class(n > 4, "-many")
@@ -162,7 +164,7 @@ class RunScreen(Screen):
 
     def action_search(self) -> None:
         box = self.query_one("#search", Input)
-        box.display = True
+        box.add_class("-open")
         box.focus()
 
     @on(Input.Changed, "#search")
@@ -204,9 +206,9 @@ class RunScreen(Screen):
 
     def action_back(self) -> None:
         box = self.query_one("#search", Input)
-        if box.has_focus or box.display:
+        if box.has_focus or box.has_class("-open"):
             box.value = ""
-            box.display = False
+            box.remove_class("-open")
             self.needle = ""
             self.focus_rank_pane(None)
             self.tick()

@@ -41,6 +41,7 @@ class RankPane(Vertical, can_focus=True):
         super().__init__(id=f"rank-{rank}", classes="rank-pane -starting", **kw)
         self.rank = rank
         self._drawn: tuple = ()
+        self._ready = False  # children exist only after mount; ticks may come first
 
     def compose(self) -> ComposeResult:
         yield Static("", classes="rank-status")
@@ -50,8 +51,11 @@ class RankPane(Vertical, can_focus=True):
     def on_mount(self) -> None:
         self.border_title = f"rank {self.rank}"
         self.query_one(ProgressBar).display = False
+        self._ready = True
 
     def update_from(self, model: RunModel, needle: str) -> None:
+        if not self._ready:
+            return
         rv = model.rank(self.rank)
         key = (rv.version, needle, model.steps)
         if key == self._drawn:

@@ -52,4 +52,4 @@ class TailView(Widget):
         rows = matching_tail(self.lines, self.needle, self.size.height)
         if not rows:
             return Text("(no output yet)" if not self.needle else f"(no line matches {self.needle!r})", style="dim")
-        return Text("\n", end="").join(format_line(w - self.start_wall, s, t) for w, s, t in rows)
+        return Text("\n", no_wrap=True, overflow="ellipsis", end="").join(format_line(w - self.start_wall, s, t) for w, s, t in rows)

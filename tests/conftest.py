@@ -1,0 +1,58 @@
+"""Shared fixtures: the repo on sys.path, a run folder per test, and the check that no process outlives a test."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# Every process started under this pytest run inherits the token, so leftovers are found even when orphaned.
+TOKEN = os.environ.setdefault("DDPTUI_TEST_TOKEN", uuid.uuid4().hex)
+
+
+def leftover_processes() -> list[psutil.Process]:
+    me = os.getpid()
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        if p.pid == me:
+            continue
+        try:
+            if p.environ().get("DDPTUI_TEST_TOKEN") == TOKEN and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind():
+    yield
+    deadline = time.monotonic() + 5.0
+    left = leftover_processes()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = leftover_processes()
+    if left:
+        desc = [f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in left if p.is_running()]
+        for p in left:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        if desc:
+            pytest.fail("processes left behind: " + "; ".join(desc))
+
+
+@pytest.fixture
+def runs_dir(tmp_path) -> Path:
+    d = tmp_path / "runs"
+    d.mkdir()
+    return d

@@ -1,0 +1,39 @@
+"""Running a profile through the real engine inside a test and keeping every event it emitted."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from runners import events as ev
+from runners.profile import load_profile
+from runners.session import Session
+
+ROOT = Path(__file__).resolve().parent.parent
+PROFILES = ROOT / "profiles"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list = []
+
+    def __call__(self, batch) -> None:
+        self.events.extend(batch)
+
+    def of(self, cls) -> list:
+        return [e for e in self.events if isinstance(e, cls)]
+
+    def one(self, cls):
+        found = self.of(cls)
+        assert len(found) == 1, f"expected one {cls.__name__}, got {len(found)}"
+        return found[0]
+
+    def lines(self, rank) -> list[str]:
+        return [ln for e in self.of(ev.LogLines) if e.rank == rank for ln in e.lines]
+
+
+def run_profile(name_or_path, runs_dir: Path, overrides=(), **kw):
+    path = name_or_path if str(name_or_path).endswith(".yaml") else PROFILES / f"{name_or_path}.yaml"
+    profile = load_profile(path, list(overrides))
+    rec = Recorder()
+    session = Session(profile, runs_dir, emit=rec, **kw)
+    code = session.run()
+    return code, rec, session

@@ -1,0 +1,129 @@
+"""End-to-end runs of every shipped CPU profile through the real engine: real torchrun, gloo ranks, faults."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from runners import events as ev
+from runners.session import EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED
+from tests.engine_helpers import run_profile
+
+
+def _assert_record(session, world: int) -> dict:
+    d = session.run_dir
+    summary = json.loads((d / "summary.json").read_text())
+    assert json.loads((d / "profile.json").read_text())["name"] == session.profile.name
+    assert json.loads((d / "plan.json").read_text())["world_size"] == world
+    for r in range(world):
+        log = (d / f"rank{r}.log").read_text()
+        first = log.splitlines()[0]
+        assert first[:4].isdigit() and first[10] == "T", first  # ISO wall time stamped at read time
+    kinds = {json.loads(x)["kind"] for x in (d / "events.jsonl").read_text().splitlines()}
+    assert {"run_started", "run_finished"} <= kinds
+    return summary
+
+
+@pytest.mark.timeout(120)
+def test_cpu_ddp_clean_run(runs_dir):
+    code, rec, session = run_profile("cpu-ddp", runs_dir)
+    assert code == EXIT_OK
+    summary = _assert_record(session, 2)
+    assert summary["status"] == "ok"
+    rep = rec.one(ev.ReplicaVerdict)
+    assert rep.status == "identical" and set(rep.table) == {0, 1} and len(rep.params) >= 2
+    assert "ddp_mlp_ok" in rec.lines(0) and "ddp_mlp_ok" not in rec.lines(1)
+    assert not any(ln.startswith("@ddptui") for r in (0, 1) for ln in rec.lines(r)), "reports leak into logs"
+    for r in (0, 1):
+        info = summary["ranks"][str(r)]
+        assert info["steps"] == 50 and info["returncode"] == 0
+        assert info["first_loss"] > info["last_loss"]
+        losses = [e.loss for e in rec.of(ev.Progress) if e.rank == r and e.loss is not None]
+        assert len(losses) >= 10 and all(math.isfinite(x) for x in losses)
+    assert summary["ranks"]["0"]["workload_loss"]["steps"] == 50
+
+
+@pytest.mark.timeout(120)
+def test_overrides_change_world_size_and_steps(runs_dir):
+    code, rec, session = run_profile("cpu-ddp", runs_dir, ["nproc=3", "steps=12"])
+    assert code == EXIT_OK
+    summary = _assert_record(session, 3)
+    assert {r: i["steps"] for r, i in summary["ranks"].items()} == {"0": 12, "1": 12, "2": 12}
+    assert rec.one(ev.ReplicaVerdict).status == "identical"
+
+
+@pytest.mark.timeout(120)
+def test_cpu_smoke(runs_dir):
+    code, rec, session = run_profile("cpu-smoke", runs_dir)
+    assert code == EXIT_OK
+    assert "dist_smoke_ok" in rec.lines(0)
+    assert any("post all_reduce: tensor = 3.0" in ln for ln in rec.lines(0))
+    assert any("current device" in ln for ln in rec.lines(1))
+    assert not rec.of(ev.ReplicaVerdict)  # replica_check: false
+
+
+@pytest.mark.timeout(120)
+def test_multinode_env_without_launcher(runs_dir):
+    code, rec, session = run_profile("multinode-env", runs_dir)
+    assert code == EXIT_OK
+    started = rec.of(ev.ProcessStarted)
+    assert [p.name for p in started] == ["rank0", "rank1"] and [p.ranks for p in started] == [(0,), (1,)]
+    envs = [p.env for p in session.plan.procs]
+    assert [e["RANK"] for e in envs] == ["0", "1"] and {e["WORLD_SIZE"] for e in envs} == {"2"}
+    assert [e["NODE_RANK"] for e in envs] == ["0", "1"] and {e["LOCAL_RANK"] for e in envs} == {"0"}
+    assert rec.one(ev.ReplicaVerdict).status == "identical"
+    _assert_record(session, 2)
+
+
+@pytest.mark.timeout(150)
+def test_hang_is_detected_with_stacks_and_culprit(runs_dir):
+    code, rec, session = run_profile("hang", runs_dir)
+    assert code == EXIT_STALLED
+    stall = rec.one(ev.StallDetected)
+    assert set(stall.stalled) == {0, 1}
+    assert stall.wall - stall.since <= 4 + 2, "detected within stall_after + 2 s"
+    stacks = rec.of(ev.StacksCollected)[0]
+    assert set(stacks.threads) == {0, 1}
+    verdict = rec.of(ev.HangVerdict)[0]
+    assert verdict.culprits == (1,) and verdict.waiting == (0,)
+    assert verdict.where[1]["category"] == "sleep" and verdict.where[0]["category"] == "collective"
+    assert "rank 1" in verdict.text and "step 10" in verdict.text
+    files = sorted(p.name for p in (session.run_dir / "stacks").glob("*/*"))
+    assert {"rank0.txt", "rank1.txt", "stacks.json", "verdict.txt"} <= set(files)
+    summary = json.loads((session.run_dir / "summary.json").read_text())
+    assert summary["status"] == "stalled" and summary["hang"]["culprits"] == [1]
+
+
+@pytest.mark.timeout(120)
+def test_crash_root_cause_and_victims(runs_dir):
+    code, rec, session = run_profile("crash", runs_dir)
+    assert code == EXIT_FAILED
+    crash = rec.one(ev.CrashVerdict)
+    assert crash.root_rank == 1
+    assert "injected crash on rank 1 at step 8" in crash.text
+    assert any("injected crash" in ln for ln in crash.excerpt)
+    states = {e.rank: e.status for e in rec.of(ev.RankState) if e.status in ("failed", "killed")}
+    assert states[1] == "failed" and 0 in states  # rank 0 failed after it or was torn down
+    assert 0 in crash.victims or states[0] == "killed"
+
+
+@pytest.mark.timeout(120)
+def test_diverge_names_parameter_and_rank(runs_dir):
+    code, rec, session = run_profile("diverge", runs_dir)
+    assert code == EXIT_REPLICAS
+    rep = rec.one(ev.ReplicaVerdict)
+    assert rep.status == "differ" and rep.ranks == (1,)
+    assert rep.param == rep.params[0]  # the fault perturbs the first parameter only
+    assert rep.table[0][1:] == rep.table[1][1:]  # every other parameter still identical
+    summary = json.loads((session.run_dir / "summary.json").read_text())
+    assert summary["status"] == "replicas differ" and summary["replica"]["param"] == rep.param
+
+
+@pytest.mark.timeout(150)
+def test_slow_rank_is_not_a_hang(runs_dir):
+    code, rec, session = run_profile("slow", runs_dir)
+    assert code == EXIT_OK
+    assert not rec.of(ev.StallDetected)
+    slow = [v for v in rec.of(ev.HangVerdict) if v.text.startswith("the run slowed down")]
+    assert slow and slow[0].culprits == (1,), [v.text for v in rec.of(ev.HangVerdict)]

@@ -1,0 +1,277 @@
+"""The injected code: inert unless asked, harmless anywhere, and reporting from unmodified DDP scripts."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+INJECT = REPO / "runners" / "inject"
+sys.path.insert(0, str(INJECT))
+import ddptui_report  # noqa: E402
+
+_SCRUB = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DDP_FAULT",
+          "DDP_STEPS", "DDPTUI", "DDPTUI_PID", "DDPTUI_XLA", "PYTHONPATH")
+
+
+def env_with(pythonpath: str = str(INJECT), **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    env.update(PYTHONPATH=pythonpath, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    env.update(extra)
+    return env
+
+
+def reports(text: str) -> list[dict]:
+    def no_nan(c):
+        raise ValueError(f"non-JSON constant {c}")
+    return [json.loads(line[len("@ddptui "):], parse_constant=no_nan)
+            for line in text.splitlines() if line.startswith("@ddptui ")]
+
+
+def run_py(tmp: Path, code: str, timeout: float = 60, **env) -> subprocess.CompletedProcess:
+    script = tmp / "prog.py"
+    script.write_text(textwrap.dedent(code))
+    return subprocess.run([sys.executable, str(script)], env=env_with(**env), capture_output=True, text=True,
+                          timeout=timeout, start_new_session=True, cwd=tmp)
+
+
+STATE = """
+import faulthandler, json, sys
+import sitecustomize
+print(json.dumps({"site": sitecustomize.__file__, "fh": faulthandler.is_enabled(),
+                  "hook": sys.excepthook is sys.__excepthook__,
+                  "meta": [type(f).__name__ for f in sys.meta_path], "torch": "torch" in sys.modules}))
+"""
+
+
+def state(p: subprocess.CompletedProcess) -> dict:
+    return json.loads([x for x in p.stdout.splitlines() if x.startswith("{")][-1])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("env", [{"RANK": "0"}, {"DDPTUI": "1"}, {"DDPTUI": "0", "RANK": "0"}],
+                         ids=["no-DDPTUI", "launcher-without-RANK", "DDPTUI=0"])
+def test_inert_unless_enabled_on_a_rank(tmp_path, env):
+    p = run_py(tmp_path, STATE, **env)
+    assert p.returncode == 0, p.stderr
+    s = state(p)
+    assert s["site"] == str(INJECT / "sitecustomize.py")
+    assert not s["fh"] and s["hook"] and "_PostImportFinder" not in s["meta"] and not s["torch"]
+    assert "@ddptui" not in p.stdout and p.stderr == ""
+
+
+@pytest.mark.timeout(60)
+def test_active_rank_without_torch_is_harmless(tmp_path):
+    p = run_py(tmp_path, STATE + "print('hi')\n", DDPTUI="1", RANK="1", WORLD_SIZE="2", LOCAL_RANK="1",
+               DDPTUI_PID="not-a-pid")
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    s = state(p)
+    assert s["fh"] and not s["hook"] and "_PostImportFinder" in s["meta"] and not s["torch"]
+    assert p.stdout.splitlines()[-1] == "hi"
+    (hello,) = reports(p.stdout)
+    assert hello["k"] == "hello" and hello["r"] == 1 and hello["world"] == 2 and hello["local"] == 1
+    assert isinstance(hello["pid"], int) and hello["host"]
+
+
+@pytest.mark.timeout(60)
+def test_chains_to_the_next_sitecustomize(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import os\nos.write(1, b'chained-ok\\n')\n")
+    for extra in ({}, {"DDPTUI": "1", "RANK": "0"}):
+        p = run_py(tmp_path, STATE, pythonpath=f"{INJECT}:{other}", **extra)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.splitlines().count("chained-ok") == 1
+        assert state(p)["site"] == str(INJECT / "sitecustomize.py")
+
+
+@pytest.mark.timeout(60)
+def test_uncaught_exceptions_are_reported_then_handled_as_before(tmp_path):
+    p = run_py(tmp_path, """
+        import threading
+        def worker():
+            raise KeyError("in-thread")
+        t = threading.Thread(target=worker); t.start(); t.join()
+        def main():
+            raise ValueError("boom")
+        main()
+        """, DDPTUI="1", RANK="3")
+    assert p.returncode == 1
+    assert "Exception in thread" in p.stderr and "ValueError: boom" in p.stderr
+    excs = [x for x in reports(p.stdout) if x["k"] == "exc"]
+    assert [(x["r"], x["type"], x["msg"]) for x in excs] == [(3, "KeyError", "'in-thread'"), (3, "ValueError", "boom")]
+    assert excs[1]["where"] == f"{tmp_path / 'prog.py'}:7"
+    assert excs[1]["tb"][-1] == "ValueError: boom" and len(excs[1]["tb"]) <= 15
+
+
+@pytest.mark.timeout(60)
+def test_sigusr1_dumps_every_thread_to_stderr(tmp_path):
+    (tmp_path / "prog.py").write_text(textwrap.dedent("""
+        import os, time
+        def waiting_here():
+            time.sleep(60)
+        os.write(1, b"ready\\n")
+        waiting_here()
+        """))
+    err = open(tmp_path / "err.txt", "wb")
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "prog.py")], stdout=subprocess.PIPE, stderr=err,
+                            env=env_with(DDPTUI="1", RANK="0", DDPTUI_PID=str(os.getpid())),
+                            start_new_session=True)
+    try:
+        while proc.stdout.readline().strip() != b"ready":
+            assert proc.poll() is None
+        deadline = time.monotonic() + 20
+        text = ""
+        while time.monotonic() < deadline and "waiting_here" not in text:
+            proc.send_signal(signal.SIGUSR1)  # again: the first may land before waiting_here() is entered
+            time.sleep(0.5)
+            text = (tmp_path / "err.txt").read_text()
+        assert "most recent call first" in text and "waiting_here" in text, text
+        assert proc.poll() is None  # a stack dump, not a death
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        err.close()
+
+
+@pytest.mark.timeout(90)
+def test_step_hook_counts_and_throttles(tmp_path):
+    p = run_py(tmp_path, """
+        import time, torch
+        w = torch.nn.Parameter(torch.ones(3))
+        opt = torch.optim.SGD([w], lr=0.01)
+        t0 = time.monotonic()
+        for _ in range(300):
+            opt.zero_grad(); (w * w).sum().backward(); opt.step(); time.sleep(0.002)
+        print("elapsed", time.monotonic() - t0)
+        """, DDPTUI="1", RANK="0")
+    assert p.returncode == 0, p.stderr
+    elapsed = float(p.stdout.split("elapsed ")[1].split()[0])
+    steps = [x["step"] for x in reports(p.stdout) if x["k"] == "step"]
+    assert steps[:3] == [1, 2, 3] and steps[-1] == 300
+    assert steps == sorted(set(steps))
+    assert len(steps) <= 3 + 10 * elapsed + 2, (len(steps), elapsed)
+    assert not [x for x in reports(p.stdout) if x["k"] == "digest"]  # no DDP model, nothing to digest
+
+
+PLAIN_DDP = """
+import os, sys
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def main():
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    ddp = DDP(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    x = torch.randn(16, 4) + dist.get_rank()
+    for _ in range(7):
+        opt.zero_grad(); ddp(x).pow(2).mean().backward(); opt.step()
+    dist.barrier()
+    dist.destroy_process_group()
+    return ddp
+
+if __name__ == "__main__":
+    if sys.argv[1] == "global":
+        kept = main()  # alive until exit: digested by the atexit path
+    else:
+        main()  # the wrapper dies when main() returns: digested by its finalizer
+    print("plain_done")
+"""
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("scope", ["local", "global"])
+def test_unmodified_ddp_script_gets_steps_and_digests(tmp_path, scope):
+    script = tmp_path / "plain.py"
+    script.write_text(PLAIN_DDP)
+    assert "ddptui" not in PLAIN_DDP
+    logs = tmp_path / "logs"
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+            "--log-dir", str(logs), "-r", "3", str(script), scope]
+    proc = subprocess.Popen(argv, env=env_with(DDPTUI="1"), cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        kids = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for k in kids:
+            k.kill()
+        proc.wait(10)
+    assert proc.returncode == 0, err
+    digests = {}
+    for r in (0, 1):
+        out = next(logs.glob(f"*/attempt_0/{r}/stdout.log")).read_text()
+        assert "plain_done" in out
+        reps = reports(out)
+        assert [x["k"] for x in reps if x["k"] == "hello"] == ["hello"]
+        assert [x["step"] for x in reps if x["k"] == "step"][-1] == 7
+        dig = [x for x in reps if x["k"] == "digest"]
+        assert len(dig) == 1 and dig[0]["source"] == "ddp" and dig[0]["r"] == r
+        digests[r] = dig[0]["params"]
+    assert digests[0] == digests[1]
+    assert [p[0] for p in digests[0]] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert [p[2] for p in digests[0]] == [[8, 4], [8], [1, 8], [1]]
+
+
+@pytest.mark.timeout(60)
+def test_report_helpers_in_process(capfd, monkeypatch):
+    import numpy as np
+    import torch
+
+    class Wrapper(torch.nn.Module):  # named like DDP's: parameters come out as "module.*"
+        def __init__(self, inner):
+            super().__init__()
+            self.module = inner
+
+    monkeypatch.setenv("RANK", "2")
+    inner = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1, bias=False)).to(torch.float64)
+    wrapped = Wrapper(inner)
+    assert not ddptui_report.was_reported(inner)
+    ddptui_report.digests(wrapped)
+    assert ddptui_report.was_reported(inner) and ddptui_report.was_reported(wrapped)
+    ddptui_report.loss(5, torch.tensor(0.25))
+    ddptui_report.step(6)
+    ddptui_report.verdict(False, "nope")
+    ddptui_report.set_rank_resolver(lambda: 9)
+    try:
+        ddptui_report.emit("hello", world=1)
+        ddptui_report.set_rank_resolver(lambda: None)
+        ddptui_report.emit("hello", world=1)
+    finally:
+        ddptui_report.set_rank_resolver(None)
+    try:
+        def inner_fn():
+            raise OSError("disk")
+        inner_fn()
+    except OSError:
+        ddptui_report.exception(*sys.exc_info())
+    out = capfd.readouterr().out
+    assert out.endswith("\n") and all(line.startswith("@ddptui {") for line in out.splitlines())
+    dig, loss, step, verdict, h9, h2, exc = reports(out)
+    expected = [[n, hashlib.blake2b(np.ascontiguousarray(p.detach().numpy()).tobytes(), digest_size=16).hexdigest(),
+                 list(p.shape), "torch.float64"] for n, p in inner.named_parameters()]
+    assert dig == {"k": "digest", "r": 2, "source": "explicit", "params": expected}
+    assert [p[0] for p in dig["params"]] == ["0.weight", "0.bias", "1.weight"]
+    assert loss == {"k": "loss", "r": 2, "step": 5, "loss": 0.25}
+    assert step == {"k": "step", "r": 2, "step": 6}
+    assert verdict == {"k": "verdict", "r": 2, "ok": False, "text": "nope"}
+    assert h9["r"] == 9 and h2["r"] == 2
+    assert exc["type"] == "OSError" and exc["msg"] == "disk"
+    assert exc["where"].endswith(f"test_inject.py:{inner_fn.__code__.co_firstlineno + 1}")
+    monkeypatch.delenv("RANK")
+    ddptui_report.step(1)
+    assert reports(capfd.readouterr().out) == [{"k": "step", "r": None, "step": 1}]

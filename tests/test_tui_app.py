@@ -1,0 +1,222 @@
+"""Pilot tests of the dashboard screens, fed from scripted batches of real events (no processes)."""
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+
+import pytest
+from textual.widgets import DataTable, Input, TabbedContent
+
+from tests.test_tui_model import crash_scenario, diverge_scenario, hang_scenario
+from tui.app import DdpApp, SyntheticSource
+from tui.screens.run import RunScreen
+from tui.widgets.banner import Banner
+from tui.widgets.rank_pane import RankPane
+from tui.widgets.stacks_view import render_stacks
+from tui.widgets.tail import TailView
+
+SIZE = (160, 50)
+
+
+def aio(fn):
+    """Run an async test body in a fresh event loop (no asyncio plugin in this venv)."""
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        return asyncio.run(fn(*a, **kw))
+    return wrapper
+
+
+class ScriptSource:
+    """Emits the given batches; with hold=True it then waits like a live run until request_stop()."""
+
+    def __init__(self, batches, kind="replay", hold=False) -> None:
+        self.batches, self.kind, self.hold = batches, kind, hold
+        self.stopped = threading.Event()
+        self.dumps = 0
+        self.emit = None
+
+    def prepare(self, emit):
+        self.emit = emit
+
+    def run(self):
+        for b in self.batches:
+            self.emit(b)
+        if self.hold:
+            self.stopped.wait(30)
+            self.emit([])
+        return 0
+
+    def request_stop(self):
+        self.stopped.set()
+
+    def request_dump(self):
+        self.dumps += 1
+        return True
+
+    def again(self):
+        return ScriptSource(self.batches, self.kind, self.hold)
+
+
+async def settle(pilot, app, ticks: float = 0.35):
+    for _ in range(100):
+        if app.thread is not None and not app.thread.is_alive() and app.run_code is not None:
+            break
+        if app.source is not None and getattr(app.source, "hold", False) and app.model.events_seen:
+            break
+        await pilot.pause(0.05)
+    await pilot.pause(ticks)
+
+
+@pytest.mark.timeout(30)
+@aio
+async def test_hang_run_shows_banner_stacks_and_collective_frames():
+    app = DdpApp(source=ScriptSource(hang_scenario()))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        banner = screen.query_one(Banner)
+        assert banner.display and "STALL: rank 1 is in culprit_wait" in str(banner.render())
+        assert screen.query_one(TabbedContent).active == "stacks"  # brought forward once
+        assert {p.rank for p in screen.query(RankPane)} == {0, 1}
+        text = render_stacks(app.model.stacks, app.model.hang)
+        plain = text.plain
+        assert "rank 1 (culprit)" in plain and "rank 0 (waiting)" in plain
+        hit = [s for s in text.spans if "magenta" in str(s.style)]
+        assert any("wait" in plain[s.start:s.end] for s in hit)
+        assert not any("culprit_wait" in plain[s.start:s.end] for s in hit)
+        await pilot.press("escape")
+        assert screen.query_one(TabbedContent).active == "ranks"
+        pane = screen.query_one("#rank-1", RankPane)
+        assert pane.border_subtitle == "killed"
+        assert app.model.hints and app.model.hints[0].code == "gloo-timeout"
+
+
+@pytest.mark.timeout(30)
+@aio
+async def test_crash_panel_and_failed_badges():
+    app = DdpApp(source=ScriptSource(crash_scenario()))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        screen = app.screen
+        assert screen.query_one(TabbedContent).active == "crash"
+        body = str(screen.query_one("#crash-view .crash-text").render())
+        assert "Root cause" in body and "injected crash on rank 1" in body and "victims" in body
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        assert screen.query_one("#rank-1", RankPane).border_subtitle == "failed (exit 1)"
+        assert screen.query_one("#rank-0", RankPane).has_class("-failed")
+
+
+@pytest.mark.timeout(30)
+@aio
+async def test_verdict_table_highlights_first_differing_parameter():
+    app = DdpApp(source=ScriptSource(diverge_scenario()))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        screen = app.screen
+        assert screen.query_one(TabbedContent).active == "verdict"
+        table = screen.query_one("#replica-table", DataTable)
+        assert table.row_count == 3 and len(table.columns) == 4
+        assert table.cursor_row == 1  # net.0.bias, the first difference
+        row = table.get_row_at(1)
+        assert row[0].plain.startswith("▶") and row[3].plain == "deadbeef" and "red" in str(row[3].style)
+        assert "red" not in str(table.get_row_at(0)[1].style)
+        summary = screen.query_one("#summary-table", DataTable)
+        assert summary.row_count == 3
+        assert "/runs/x-div" in str(screen.query_one("#verdict-view .verdict-head").render())
+
+
+@pytest.mark.timeout(30)
+@aio
+async def test_search_filters_panes_and_timeline_toggle_zoom_help():
+    app = DdpApp(source=ScriptSource(hang_scenario()))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        screen = app.screen
+        await pilot.press("escape")  # back to the grid from the stacks view
+        await pilot.press("slash")
+        assert screen.query_one("#search", Input).has_focus
+        await pilot.press(*"step 2")
+        await pilot.pause(0.2)
+        tail = screen.query_one("#rank-0 TailView", TailView)
+        shown = str(tail.render())
+        assert "step 2" in shown and "step 1" not in shown and "step 3" not in shown
+        await pilot.press("enter")
+        assert isinstance(app.focused, RankPane)
+        await pilot.press("t")
+        await pilot.pause(0.2)
+        assert screen.query_one(TabbedContent).active == "timeline"
+        log = screen.query_one("#timeline-log")
+        assert log.line_count == 2 and all("step 2" in log.lines[i] for i in range(2))
+        await pilot.press("escape")  # timeline → grid
+        await pilot.press("escape")  # clears the filter
+        assert screen.needle == "" and screen.query_one(TabbedContent).active == "ranks"
+        await pilot.press("1", "z")
+        from tui.screens.zoom import ZoomScreen
+        assert isinstance(app.screen, ZoomScreen) and app.screen.rank == 1
+        await pilot.pause(0.2)
+        assert app.screen.query_one("#zoom-log").line_count == 3
+        await pilot.press("escape", "question_mark")
+        from tui.screens.help import HelpScreen
+        assert isinstance(app.screen, HelpScreen)
+        assert "dump the stacks" in str(app.screen.query_one("#help-keys").render())
+        await pilot.press("escape")
+        assert app.screen is screen
+
+
+@pytest.mark.timeout(30)
+@aio
+async def test_quit_while_live_asks_then_stops_and_waits_for_run_to_return():
+    src = ScriptSource(hang_scenario()[:3], kind="live", hold=True)
+    app = DdpApp(source=src)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("d")
+        assert src.dumps == 1 and app.screen.query_one(TabbedContent).active == "stacks"
+        await pilot.press("q")
+        from tui.screens.confirm import ConfirmQuit
+        assert isinstance(app.screen, ConfirmQuit)
+        await pilot.press("n")
+        assert not src.stopped.is_set() and app.running
+        await pilot.press("r")  # rerun refused while live
+        assert app.runs_started == 1
+        await pilot.press("q", "y")
+        for _ in range(50):
+            if not app.is_running:
+                break
+            await pilot.pause(0.05)
+        assert src.stopped.is_set()
+    assert not app.thread.is_alive()
+
+
+@pytest.mark.timeout(30)
+@aio
+async def test_rerun_after_the_end_starts_a_fresh_model():
+    app = DdpApp(source=ScriptSource(crash_scenario()))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        first = app.model
+        await pilot.press("r")
+        await settle(pilot, app)
+        assert app.runs_started == 2 and app.model is not first and app.model.crash is not None
+        assert isinstance(app.screen, RunScreen) and len(app.screen_stack) == 2
+
+
+@pytest.mark.timeout(40)
+@aio
+async def test_sixteen_ranks_flood_stays_bounded_and_responsive():
+    src = SyntheticSource(ranks=16, lines_per_s=1000, seconds=30)
+    app = DdpApp(source=src)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(2.0)
+        assert len(app.screen.query(RankPane)) == 16
+        assert app.model.lines_seen > 10_000
+        assert max(len(r.lines) for r in app.model.ranks.values()) <= 2000
+        await pilot.press("t")
+        await pilot.pause(0.3)
+        assert app.screen.query_one(TabbedContent).active == "timeline"
+        src.request_stop()
+    app.shutdown(5)
+    assert not app.thread.is_alive()
