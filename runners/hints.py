@@ -159,7 +159,8 @@ class HintMatcher:
     """Matches log lines against the catalogue; each hint is returned at most once per matcher (one per run)."""
 
     def __init__(self, rules: tuple[_Rule, ...] = RULES):
-        self._rules = list(rules)
+        # one flat (needle, rule) list: a plain substring loop is the cheapest prefilter for every log line
+        self._flat = [(n, r) for r in rules for n in r.needles]
         self.seen: set[str] = set()
         self._xla0: set[int] = set()
 
@@ -167,21 +168,19 @@ class HintMatcher:
         if hint.code in self.seen:
             return None
         self.seen.add(hint.code)
-        self._rules = [r for r in self._rules if r.hint.code != hint.code]
+        self._flat = [(n, r) for n, r in self._flat if r.hint.code != hint.code]
         return hint
 
     def feed(self, rank: int | None, line: str) -> Hint | None:
-        if not self._rules:
-            return None
         low = line.lower()
         if rank is not None and "xla:0" in low and "xla-device-zero" not in self.seen:
             # two different ranks both printing xla:0 is the thing users mistake for a bug
             self._xla0.add(rank)
             if len(self._xla0) > 1:
                 return self._give(by_code("xla-device-zero"))
-        for r in self._rules:
-            if any(n in low for n in r.needles) and (r.pattern is None or r.pattern.search(line)):
-                return self._give(r.hint)
+        for needle, rule in self._flat:
+            if needle in low and (rule.pattern is None or rule.pattern.search(line)):
+                return self._give(rule.hint)
         return None
 
     def for_exit(self, rank: int | None, returncode: int, completed: bool = False, in_process: bool = False,

@@ -159,8 +159,28 @@ def _mirage_binary(profile, opts: mirage.MirageOptions) -> list[Problem]:
     return out
 
 
+_probe_cache: dict[tuple[str, str | None], tuple[dict, dict[str, int]]] = {}
+
+
+def _mtimes(dirs) -> dict[str, int]:
+    out = {}
+    for d in dirs:
+        try:
+            out[d] = os.stat(d).st_mtime_ns
+        except OSError:
+            out[d] = -1
+    return out
+
+
 def probe_python(python: str, cwd: str | None = None) -> dict | None:
-    """What the interpreter can import; None if it could not even be asked."""
+    """What the interpreter can import; None if it could not even be asked.
+
+    Kept while its site-packages folders are unchanged: a pip install or `rocm-sdk init` touches them.
+    """
+    key = (python, cwd)
+    hit = _probe_cache.get(key)
+    if hit is not None and _mtimes(hit[1]) == hit[1]:
+        return hit[0]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     try:
         r = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT,
@@ -169,7 +189,9 @@ def probe_python(python: str, cwd: str | None = None) -> dict | None:
         return None
     for line in r.stdout.splitlines():
         if line.startswith("@probe "):
-            return json.loads(line[len("@probe "):])
+            info = json.loads(line[len("@probe "):])
+            _probe_cache[key] = (info, _mtimes(info["site"]))
+            return info
     return None
 
 

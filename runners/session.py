@@ -561,8 +561,12 @@ class Session:
             self.crash = None  # the ranks only exited non-zero because their own replica check failed
         if self.crash:
             self._emit(self.crash)
+        dead_launchers = [pr for pr in self.procs if pr.spec.stdout_rank is None and pr.returncode]
+        for pr in dead_launchers:
+            self._launcher_line(f"ddptui: launcher {pr.spec.name} exited with "
+                                f"{procs.signal_name(pr.returncode) or pr.returncode}")
         if status is None:
-            bad = [t for t in self.tracks.values() if t.status == "failed"]
+            bad = [t for t in self.tracks.values() if t.status == "failed"] + dead_launchers
             status, exit_code = ("failed", EXIT_FAILED) if bad else ("ok", EXIT_OK)
         if rep is not None and rep.status == "differ" and status in ("ok", "failed"):
             status, exit_code = "replicas differ", EXIT_REPLICAS

@@ -168,8 +168,9 @@ def test_rocm_sdk_missing_then_not_initialised_then_ready(tmp_path, mirage_on_pa
     assert problems[0].fix == f"{no_init}/bin/rocm-sdk init"
     assert "_rocm_sdk_devel" in problems[0].message
 
-    ready = fake_venv(tmp_path / "c", torch=True, rocm_sdk=True, devel=True)
-    problems = preflight.check(load("mi350x-ddp", f"workload.venv={ready}"))
+    # what `rocm-sdk init` does to site-packages; the cached probe must notice
+    next(no_init.glob("lib/python*/site-packages")).joinpath("_rocm_sdk_devel").mkdir()
+    problems = preflight.check(load("mi350x-ddp", f"workload.venv={no_init}"))
     assert codes(problems) == {"torch-not-rocm": "warning"}  # the test venv's torch is +cpu
     # the stand-in skips the ROCm checks altogether
     assert preflight.check(standin(load("mi350x-ddp", f"workload.venv={missing}"))) == []

@@ -52,6 +52,8 @@ class RankView:
         if s == "exited":
             return "exited ok" if not self.returncode else f"failed (exit {self.returncode})"
         if s == "failed":
+            if self.detail:
+                return f"failed ({self.detail})"
             if self.signal:
                 return f"failed ({self.signal})"
             if self.returncode is not None:
@@ -185,8 +187,8 @@ class RunModel:
         elif isinstance(e, ev.ProcessExited):
             p = self.processes.setdefault(e.name, {"pid": None, "ranks": e.ranks})
             p["returncode"], p["signal"] = e.returncode, e.signal
-            for r in e.ranks:
-                rv = self.rank(r)
+            if len(e.ranks) == 1:  # a launcher's exit code says nothing about each of its ranks
+                rv = self.rank(e.ranks[0])
                 rv.returncode, rv.signal = e.returncode, e.signal
                 rv.version += 1
             self.version += 1

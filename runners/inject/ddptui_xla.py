@@ -3,7 +3,8 @@
 Imported by sitecustomize when DDPTUI_XLA=1 (importing installs it; install() is idempotent). On PJRT CPU,
 torch_xla.launch runs every replica as a thread of one worker process sharing one stdout, so:
 - a post-import hook wraps torch_xla's per-thread entry (``_SpawnFn.__call__``), which calls ``bind(ordinal)``:
-  the thread is named ``xla-rank-N`` (Python and OS name, so stacks show it);
+  the thread is named ``xla-rank-N`` (py-spy shows Python thread names; the OS name is left alone,
+  since XLA's pool threads would inherit it);
 - sys.stdout / sys.stderr are wrapped: a replica thread's text is buffered per line and written as
   ``@ddptui:N line`` in one write; other threads pass through untagged;
 - an exception leaving a replica is printed (tagged) and reported (``exc``) at once: XLA aborts the whole
@@ -17,7 +18,6 @@ torch_xla.launch runs every replica as a thread of one worker process sharing on
 """
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import importlib.abc
 import json
@@ -95,13 +95,6 @@ def report_exception(exc: BaseException) -> None:
 # ---------------------------------------------------------------- binding a thread to its ordinal
 
 
-def _set_os_thread_name(name: str) -> None:
-    try:
-        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME: /proc/<pid>/task/<tid>/comm
-    except Exception:
-        pass
-
-
 def bind(index: int) -> None:
     """Make the calling thread replica ``index``: name it, tag its output, report hello once."""
     index = int(index)
@@ -110,7 +103,6 @@ def bind(index: int) -> None:
     _local.ordinal = index
     name = f"xla-rank-{index}"
     threading.current_thread().name = name
-    _set_os_thread_name(name)
     world = None
     try:
         import torch_xla.runtime as xr

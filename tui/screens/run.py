@@ -21,6 +21,8 @@ from tui.widgets.verdict_view import VerdictView
 
 TICK = 0.1  # widget refresh period: the model absorbs events in between
 CHART_EVERY = 5  # ticks between loss chart redraws (plotext is the costly part)
+TAB_FOCUS = {"timeline": "#timeline-log", "stacks": "#stacks-view", "crash": "#crash-view", "hints": "#hints-view",
+             "verdict": "#summary-table"}
 
 
 def head_text(model: RunModel, source_kind: str) -> Text:
@@ -67,11 +69,13 @@ class RunScreen(Screen):
         self._ticks = 0
         self._auto_switched: set[str] = set()
         self._hints_seen = 0
+        self._last_rank: int | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(head_text(self.model, self.source_kind), id="run-head")
         yield Banner(id="banner")
-        yield Input(placeholder="filter log lines (substring) — enter keeps it, escape clears", id="search")
+        yield Input(placeholder="filter log lines (substring) — enter keeps it, escape clears", id="search",
+                    disabled=True)  # disabled while closed, so it can never hold focus unseen
         with TabbedContent(initial="ranks", id="tabs"):
             with TabPane("Ranks", id="ranks"):
                 with Vertical(id="ranks-box"):
@@ -139,11 +143,11 @@ class RunScreen(Screen):
         """Bring the troubleshooting view forward once, when its verdict arrives and the user is on the grid."""
         m = self.model
         tabs = self.query_one(TabbedContent)
-        for name, present in (("crash", m.crash), ("stacks", m.hang), ("verdict", m.finished)):
+        for name, present in (("crash", m.crash), ("stacks", m.stall and m.hang), ("verdict", m.finished)):
             if present is not None and name not in self._auto_switched:
                 self._auto_switched.add(name)
-                if tabs.active == "ranks" and not (name == "verdict" and (m.crash or m.hang)):
-                    tabs.active = name
+                if tabs.active == "ranks" and not (name == "verdict" and (m.crash or m.stall)):
+                    self.action_tab(name)
                 return
 
     def _notify_hints(self) -> None:
@@ -155,7 +159,15 @@ class RunScreen(Screen):
 
     # -- actions --------------------------------------------------------------------------------------
     def action_tab(self, name: str) -> None:
-        self.query_one(TabbedContent).active = name
+        tabs = self.query_one(TabbedContent)
+        if tabs.active == "ranks" and name != "ranks":
+            self._last_rank = self.focused_rank()
+        tabs.active = name
+        # Focus must move into the new tab: TabbedContent follows focus back to a hidden pane otherwise.
+        if name == "ranks":
+            self.focus_rank_pane(self._last_rank)
+        else:
+            self.query_one(TAB_FOCUS[name]).focus()
         self.tick()
 
     def action_toggle_timeline(self) -> None:
@@ -164,6 +176,7 @@ class RunScreen(Screen):
 
     def action_search(self) -> None:
         box = self.query_one("#search", Input)
+        box.disabled = False
         box.add_class("-open")
         box.focus()
 
@@ -177,6 +190,9 @@ class RunScreen(Screen):
         self.focus_rank_pane(None)
 
     def action_focus_rank(self, rank: int) -> None:
+        if rank not in self.model.rank_ids():
+            self.notify(f"no rank {rank} in this run", severity="warning")
+            return
         if self.query_one(TabbedContent).active != "ranks":
             self.action_tab("ranks")
         self.focus_rank_pane(rank)
@@ -188,7 +204,7 @@ class RunScreen(Screen):
                 p.focus()
                 return
         if rank is not None:
-            self.notify(f"no rank {rank} in this run", severity="warning")
+            self.focus_rank_pane(None)
 
     def focused_rank(self) -> int | None:
         f = self.focused
@@ -209,6 +225,7 @@ class RunScreen(Screen):
         if box.has_focus or box.has_class("-open"):
             box.value = ""
             box.remove_class("-open")
+            box.disabled = True
             self.needle = ""
             self.focus_rank_pane(None)
             self.tick()

@@ -15,9 +15,9 @@ def banner_text(model: RunModel) -> tuple[str, str]:
     if model.crash is not None:
         c = model.crash
         return "-crash", f"CRASH {c.exit}: {c.text}"
-    if model.hang is not None:
-        return "-stall", f"STALL: {model.hang.text}"
     if model.stall is not None:
+        if model.hang is not None:
+            return "-stall", f"STALL: {model.hang.text}"
         s = model.stall
         ranks = ",".join(map(str, s.stalled))
         return "-stall", f"STALL: rank {ranks} made no progress for {s.threshold:g}s; collecting stacks…"
@@ -26,6 +26,8 @@ def banner_text(model: RunModel) -> tuple[str, str]:
         if model.replica is not None:
             text += f" · replicas: {model.replica.text}"
         return ("-ok" if f.status == "ok" else "-failed"), text
+    if model.hang is not None:  # a verdict without a stall: the engine saw the run slow down
+        return "-info", f"SLOW: {model.hang.text}"
     return "", ""
 
 

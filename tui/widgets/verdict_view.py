@@ -34,10 +34,13 @@ def replica_rows(rv: ReplicaVerdict) -> tuple[list[str], list[list[Text]]]:
 
 
 def summary_rows(model: RunModel) -> list[list[str]]:
+    """One row per rank: the model's live state, completed by RunFinished.summary's per-rank outcome."""
+    per = (model.finished.summary.get("ranks") if model.finished else None) or {}
     rows = []
     for r in model.rank_ids():
         v = model.rank(r)
-        exit_ = v.signal or ("" if v.returncode is None else str(v.returncode))
+        info = per.get(r) or per.get(str(r)) or {}
+        exit_ = info.get("outcome") or v.signal or ("" if v.returncode is None else f"exit {v.returncode}")
         rows.append([str(r), v.badge(), "-" if v.step is None else str(v.step),
                      "-" if v.loss is None else f"{v.loss:.5g}", exit_ or "-",
                      "-" if v.cpu is None else f"{v.cpu:.0f}%", human_bytes(v.rss), str(v.pid or "-")])
@@ -75,7 +78,7 @@ class VerdictView(VerticalScroll):
         yield DataTable(id="replica-table", cursor_type="row")
 
     def on_mount(self) -> None:
-        self.query_one("#summary-table", DataTable).add_columns("rank", "status", "steps", "last loss", "exit", "cpu", "rss", "pid")
+        self.query_one("#summary-table", DataTable).add_columns("rank", "status", "steps", "last loss", "outcome", "cpu", "rss", "pid")
 
     def update_from(self, model: RunModel) -> None:
         key = (model.version, id(model.finished), id(model.replica))
