@@ -139,6 +139,25 @@ def main(argv: list[str]) -> int:
     lock = threading.Lock()
     children: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
+    interrupts = []
+
+    def on_signal(sig, _frame):
+        interrupts.append(sig)
+        if len(interrupts) == 1:
+            print(f"mirage: {signal.Signals(sig).name}: asked the workload to stop; "
+                  "interrupt again to stop waiting for it", file=sys.stderr, flush=True)
+            _signal(children, sig)
+        elif len(interrupts) == 2:
+            print("mirage: not waiting any longer; stopping the workload", file=sys.stderr, flush=True)
+            _signal(children, signal.SIGTERM)
+            threading.Timer(TERM_GRACE, _signal, (children, signal.SIGKILL)).start()
+        else:
+            _signal(children, signal.SIGKILL)
+
+    # before the first child starts: no signal may fall between a spawn and its handler
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+
     for node in range(nodes):
         for local in range(nproc):
             rank = node * nproc + local
@@ -155,30 +174,14 @@ def main(argv: list[str]) -> int:
                 _signal(children, signal.SIGKILL)
                 return 1
             children.append(child)
+            if interrupts:  # asked to stop while the grid was still being started
+                _signal([child], interrupts[0])
             if capture:
                 tag = f"[{rank}] ".encode()
                 for src, dst in ((child.stdout, sys.stdout.buffer), (child.stderr, sys.stderr.buffer)):
                     t = threading.Thread(target=_pump, args=(src, dst, tag, lock), daemon=True)
                     t.start()
                     pumps.append(t)
-
-    interrupts = []
-
-    def on_signal(sig, _frame):
-        interrupts.append(sig)
-        if len(interrupts) == 1:
-            print(f"mirage: {signal.Signals(sig).name}: asked the workload to stop; "
-                  "interrupt again to stop waiting for it", file=sys.stderr, flush=True)
-            _signal(children, sig)
-        elif len(interrupts) == 2:
-            print("mirage: not waiting any longer; stopping the workload", file=sys.stderr, flush=True)
-            _signal(children, signal.SIGTERM)
-            threading.Timer(TERM_GRACE, _signal, (children, signal.SIGKILL)).start()
-        else:
-            _signal(children, signal.SIGKILL)
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, on_signal)
 
     codes = []
     for child in children:

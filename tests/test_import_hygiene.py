@@ -1,0 +1,51 @@
+"""The headless engine never imports textual, and the dashboard process never imports torch."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+HEADLESS = """
+import sys, pkgutil, importlib, runners
+for m in pkgutil.iter_modules([str(__import__('pathlib').Path(runners.__path__[0]))]):
+    importlib.import_module('runners.' + m.name)
+import tui.cli, tui.console
+from tui.cli import run_headless
+from runners.profile import load_profile
+code = run_headless(load_profile('profiles/cpu-smoke.yaml'), sys.argv[1])
+bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'torch'))
+print('BAD', bad)
+sys.exit(0 if code == 0 and not bad else 1)
+"""
+
+DASHBOARD = """
+import sys
+import tui.app, tui.cli, runners.session, runners.record, runners.profile
+print('BAD', sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_headless_run_imports_neither_textual_nor_torch(tmp_path):
+    p = subprocess.run([sys.executable, "-c", HEADLESS, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=100)
+    assert "BAD []" in p.stdout, p.stdout[-1500:] + p.stderr[-1500:]
+    assert p.returncode == 0
+
+
+@pytest.mark.timeout(60)
+def test_dashboard_never_imports_torch():
+    p = subprocess.run([sys.executable, "-c", DASHBOARD], cwd=ROOT, capture_output=True, text=True, timeout=50)
+    assert p.returncode == 0, p.stderr
+    assert "BAD []" in p.stdout, p.stdout
+
+
+def test_no_textual_import_statement_in_runners():
+    offenders = [str(f) for f in (ROOT / "runners").rglob("*.py")
+                 if any(line.lstrip().startswith(("import textual", "from textual"))
+                        for line in f.read_text().splitlines())]
+    assert not offenders

@@ -1,0 +1,107 @@
+"""The dashboard driving REAL runs (torchrun, gloo, CPU) through Pilot: clean, hang, crash, quit mid-run."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from textual.widgets import DataTable, TabbedContent
+
+from runners.profile import load_profile
+from tests.test_tui_app import SIZE, aio
+from tui.app import DdpApp, LiveSource
+from tui.widgets.banner import Banner
+from tui.widgets.rank_pane import RankPane
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def live_app(name: str, runs_dir: Path, *overrides: str) -> DdpApp:
+    return DdpApp(source=LiveSource(load_profile(ROOT / "profiles" / f"{name}.yaml", overrides), runs_dir))
+
+
+async def until_done(pilot, app, limit: float) -> None:
+    end = time.monotonic() + limit
+    while app.running and time.monotonic() < end:
+        await pilot.pause(0.2)
+    assert not app.running, "run did not finish in time"
+    await pilot.pause(0.4)  # a few ticks to draw the end
+
+
+@pytest.mark.timeout(120)
+@aio
+async def test_clean_cpu_ddp_run_reaches_the_verdict(runs_dir):
+    app = live_app("cpu-ddp", runs_dir)
+    async with app.run_test(size=SIZE) as pilot:
+        await until_done(pilot, app, 100)
+        screen = app.screen
+        assert app.run_code == 0 and app.run_error is None
+        assert screen.query_one(TabbedContent).active == "verdict"
+        banner = str(screen.query_one(Banner).render())
+        assert "run ok" in banner and "identical" in banner
+        assert app.model.replica.status == "identical"
+        summary = screen.query_one("#summary-table", DataTable)
+        assert summary.row_count == 2
+        assert [summary.get_row_at(i)[1] for i in range(2)] == ["exited ok", "exited ok"]
+        assert screen.query_one("#replica-table", DataTable).row_count == len(app.model.replica.params) > 0
+        assert all(rv.step == 50 for rv in app.model.ranks.values())
+        assert str(runs_dir) in app.model.run_dir
+        await pilot.press("escape")
+        panes = list(screen.query(RankPane))
+        assert [p.border_subtitle for p in panes] == ["exited ok", "exited ok"]
+
+
+@pytest.mark.timeout(120)
+@aio
+async def test_hang_run_shows_stall_banner_and_stacks(runs_dir):
+    app = live_app("hang", runs_dir)
+    async with app.run_test(size=SIZE) as pilot:
+        await until_done(pilot, app, 100)
+        screen = app.screen
+        m = app.model
+        assert m.stall is not None and m.hang is not None and m.hang.culprits == (1,)
+        banner = screen.query_one(Banner)
+        assert banner.has_class("-stall") and "STALL: rank 1" in str(banner.render())
+        assert screen.query_one(TabbedContent).active == "stacks"
+        text = str(screen.query_one("#stacks-view .stacks-text").render())
+        assert "rank 1 (culprit)" in text and "rank 0 (waiting)" in text and "thread MainThread" in text
+
+
+@pytest.mark.timeout(120)
+@aio
+async def test_crash_run_names_the_root_cause(runs_dir):
+    app = live_app("crash", runs_dir)
+    async with app.run_test(size=SIZE) as pilot:
+        await until_done(pilot, app, 100)
+        screen = app.screen
+        assert app.run_code == 1 and app.model.crash.root_rank == 1
+        assert screen.query_one(TabbedContent).active == "crash"
+        body = str(screen.query_one("#crash-view .crash-text").render())
+        assert "rank 1 failed first" in body and "injected crash" in body and "victims" in body
+        assert screen.query_one(Banner).has_class("-crash")
+        assert app.model.ranks[1].badge() == "failed (exit 1)"
+
+
+@pytest.mark.timeout(120)
+@aio
+async def test_quit_mid_run_stops_every_rank(runs_dir):
+    app = live_app("cpu-ddp", runs_dir, "steps=100000")
+    pids: set[int] = set()
+    async with app.run_test(size=SIZE) as pilot:
+        end = time.monotonic() + 60
+        while time.monotonic() < end and not all((rv.step or 0) > 2 for rv in app.model.ranks.values()):
+            await pilot.pause(0.2)
+        assert app.running and app.model.ranks and all(rv.step for rv in app.model.ranks.values())
+        pids = {rv.pid for rv in app.model.ranks.values() if rv.pid} | {p["pid"] for p in app.model.processes.values()}
+        assert len(pids) >= 3  # torchrun + 2 ranks
+        await pilot.press("q")
+        await pilot.press("y")
+        end = time.monotonic() + 60
+        while app.is_running and time.monotonic() < end:
+            await pilot.pause(0.1)
+    app.shutdown(30)
+    assert not app.thread.is_alive()
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
+    assert app.model.finished is not None and app.model.finished.status == "stopped"
