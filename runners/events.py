@@ -130,7 +130,7 @@ class StallDetected(Event):
 
 @dataclass(frozen=True)
 class StacksCollected(Event):
-    """Stacks of every rank: {rank: [{"thread": str, "idle": bool, "frames": [[func, file, line], ...]}]}."""
+    """Stacks of every rank: {rank: [{"thread", "tid", "idle", "frames": [[func, file, line, code], ...]}]}."""
 
     kind: ClassVar[str] = "stacks"
     method: dict[int, str]  # rank -> "py-spy" | "faulthandler" | "unavailable: why"

@@ -345,7 +345,9 @@ class Session:
 
     def _hint_exit(self, t: RankTrack) -> None:
         if self._matcher is not None and t.returncode is not None:
-            hint = self._matcher.for_exit(t.rank, t.returncode, completed=t.completed)
+            p = self.profile
+            hint = self._matcher.for_exit(t.rank, t.returncode, completed=t.completed,
+                                          in_process=p.runner == "mirage" and p.mirage.in_process, env=p.env)
             if hint is not None:
                 self._hint(hint, t.rank, t.outcome, time.time())
 
@@ -412,6 +414,10 @@ class Session:
             t.stalled = True
             self._set_status(t, "stalled", f"no progress for {time.monotonic() - t.last_progress:.1f} s")
         self._emit(ev.StallDetected(tuple(stalled), tuple(progressing), since, threshold, wall))
+        if self.profile.runner == "mirage" and self.world > 1 and self._matcher is not None:
+            hint = self._matcher.raise_code("mirage-multigpu-hang")
+            if hint is not None:
+                self._hint(hint, None, "stall under mirage with several GPUs", wall)
         self._flush()
         policy = self.profile.on_stall
         if policy == "wait":
@@ -624,7 +630,8 @@ def _psproc(pid: int) -> psutil.Process:
 
 def _thread_filter(profile, rank: int):
     if profile.runner == "xla":
-        return f"xla-rank-{rank}"
+        from .verdict import xla_thread_filter
+        return xla_thread_filter(rank)
     return None
 
 
@@ -664,8 +671,8 @@ class _BatchMatcher:
         self.m = matcher
 
     def feed_many(self, rank, lines):
-        prefilter = getattr(self.m, "might_match", None)
-        if prefilter is not None and not prefilter("\n".join(lines)):
+        blob = "\n".join(lines).lower()
+        if not any(needle in blob for needle, _ in self.m._flat) and "xla:0" not in blob:
             return []
         out = []
         for ln in lines:
@@ -674,8 +681,8 @@ class _BatchMatcher:
                 out.append((ln, h))
         return out
 
-    def for_exit(self, rank, returncode, completed=False):
-        try:
-            return self.m.for_exit(rank, returncode, completed=completed)
-        except TypeError:
-            return self.m.for_exit(rank, returncode)
+    def for_exit(self, rank, returncode, **kw):
+        return self.m.for_exit(rank, returncode, **kw)
+
+    def raise_code(self, code):
+        return self.m.raise_code(code)

@@ -1,11 +1,11 @@
 """Hints from real rank output (port in use, no CUDA, model mismatch, timeouts) and from the documents' messages."""
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,7 +29,7 @@ def _run(argv_or_popen, timeout: float = 90) -> str:
 
 def _torchrun(script: str, extra_args=(), **env) -> list[tuple[int | None, str]]:
     """(rank, line) of a 2-rank run: each rank's own files (torchrun -r 3), then the launcher's output (rank None)."""
-    import tempfile
+
     with tempfile.TemporaryDirectory() as d:
         out = _run(runhelp.torchrun(script, Path(d), extra_args=tuple(extra_args), env=runhelp.rank_env(**env),
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))

@@ -59,7 +59,7 @@ def no_mirage(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{empty}{os.pathsep}/usr/bin{os.pathsep}/bin")
 
 
-def fake_venv(folder: Path, *, torch: bool, rocm_sdk: bool, devel: bool) -> Path:
+def fake_venv(folder: Path, *, torch: bool, rocm_sdk: bool) -> Path:
     """A real venv; torch reached through a .pth to the test venv's site-packages; ROCm SDK parts faked as folders."""
     base = Path(sys.base_prefix) / "bin" / "python3"
     subprocess.run([str(base), "-m", "venv", "--without-pip", str(folder)], check=True, timeout=60)
@@ -70,8 +70,6 @@ def fake_venv(folder: Path, *, torch: bool, rocm_sdk: bool, devel: bool) -> Path
     if rocm_sdk:
         (sp / "rocm_sdk").mkdir()
         (sp / "rocm_sdk" / "__init__.py").write_text("")
-    if devel:
-        (sp / "_rocm_sdk_devel" / "lib").mkdir(parents=True)
     return folder
 
 
@@ -146,7 +144,7 @@ def test_nccl_over_several_gpus_warns_but_the_smoke_test_does_not(mirage_on_path
 
 @pytest.mark.timeout(120)
 def test_venv_without_torch(tmp_path, mirage_on_path):
-    venv = fake_venv(tmp_path / "v", torch=False, rocm_sdk=False, devel=False)
+    venv = fake_venv(tmp_path / "v", torch=False, rocm_sdk=False)
     problems = preflight.check(standin(load("mi350x-ddp", f"workload.venv={venv}")))
     assert codes(problems) == {"torch-missing": "error"}
     assert "ModuleNotFoundError" in problems[0].message
@@ -157,12 +155,12 @@ def test_venv_without_torch(tmp_path, mirage_on_path):
 @pytest.mark.timeout(120)
 def test_rocm_sdk_missing_then_not_initialised_then_ready(tmp_path, mirage_on_path):
     """Real mirage (require_rocm): the venv needs rocm[devel] and `rocm-sdk init`; torch must be a ROCm build."""
-    missing = fake_venv(tmp_path / "a", torch=True, rocm_sdk=False, devel=False)
+    missing = fake_venv(tmp_path / "a", torch=True, rocm_sdk=False)
     problems = preflight.check(load("mi350x-ddp", f"workload.venv={missing}"))
     assert codes(problems) == {"rocm-sdk-missing": "error", "torch-not-rocm": "warning"}
     assert "rocm[libraries,devel]" in problems[0].fix
 
-    no_init = fake_venv(tmp_path / "b", torch=True, rocm_sdk=True, devel=False)
+    no_init = fake_venv(tmp_path / "b", torch=True, rocm_sdk=True)
     problems = preflight.check(load("mi350x-ddp", f"workload.venv={no_init}"))
     assert codes(problems) == {"rocm-sdk-init": "error", "torch-not-rocm": "warning"}
     assert problems[0].fix == f"{no_init}/bin/rocm-sdk init"
@@ -174,6 +172,15 @@ def test_rocm_sdk_missing_then_not_initialised_then_ready(tmp_path, mirage_on_pa
     assert codes(problems) == {"torch-not-rocm": "warning"}  # the test venv's torch is +cpu
     # the stand-in skips the ROCm checks altogether
     assert preflight.check(standin(load("mi350x-ddp", f"workload.venv={missing}"))) == []
+    assert_one_line(problems)
+
+
+@pytest.mark.timeout(60)
+def test_interpreter_outside_any_venv(mirage_on_path):
+    p = load("mi350x-ddp")
+    bare = dataclasses.replace(p, workload=dataclasses.replace(p.workload, python=str(Path(sys.base_prefix) / "bin" / "python3")))
+    problems = preflight.check(standin(bare))
+    assert codes(problems) == {"mirage-no-venv": "warning", "torch-missing": "error"}
     assert_one_line(problems)
 
 

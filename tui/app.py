@@ -337,14 +337,19 @@ class DdpApp(App):
 
 # -- entry points (called by tui.cli) -------------------------------------------------------------
 
-def run_app(profile_path: str | Path | None, overrides: Sequence[str] = (), runs_root: Path = Path("runs")) -> int:
-    """Open the dashboard: the picker, or straight into a run of profile_path (ProfileError propagates)."""
+def run_app(profile_path, overrides: Sequence[str] = (), runs_root: Path = Path("runs")) -> int:
+    """Open the dashboard: the picker (None), or straight into a run of a profile path or a loaded Profile.
+
+    A path that does not load raises ProfileError (the cli prints its one line). Returns the run's exit code.
+    """
     source = None
     extra = None
-    if profile_path is not None:
+    if isinstance(profile_path, (str, Path)):
         from runners.profile import load_profile
         source = LiveSource(load_profile(profile_path, overrides), runs_root)
         extra = Path(profile_path)
+    elif profile_path is not None:  # an already loaded Profile (e.g. `ddptui -- CMD`)
+        source = LiveSource(profile_path, runs_root)
     app = DdpApp(source=source, picker_extra=extra, runs_root=runs_root)
     try:
         app.run()

@@ -26,15 +26,26 @@ def render_stacks(stacks: StacksCollected | None, hang: HangVerdict | None = Non
             w = hang.where[r]
             t.append(f"   {w.get('category', '?')}: {w.get('func', '?')} at {w.get('file', '?')}:{w.get('line', '?')}"
                      f"{'  step ' + str(w['step']) if w.get('step') is not None else ''}\n", style="italic")
+        where = (hang.where.get(r) or {}) if hang else {}
         for th in stacks.threads.get(r, []):
             idle = " (idle)" if th.get("idle") else ""
             t.append(f"  thread {th.get('thread', '?')}{idle}\n", style="dim" if idle else "cyan")
             for fr in th.get("frames", []):
                 func, file, line = (list(fr) + ["?", "?", "?"])[:3]
-                hit = is_collective(str(func), str(file))
-                t.append("  ▶ " if hit else "    ", style="bold magenta")
-                t.append(f"{func}", style="bold magenta" if hit else "")
-                t.append(f"  {file}:{line}\n", style="magenta" if hit else "dim")
+                named = bool(where) and str(file) == str(where.get("file")) and str(line) == str(where.get("line"))
+                hit = is_collective(str(func), str(file)) or (named and where.get("category") == "collective")
+                if hit:
+                    t.append("  ▶ ", style="bold magenta")
+                    t.append(f"{func}", style="bold magenta")
+                    t.append(f"  {file}:{line}", style="magenta")
+                elif named:  # where the verdict says a culprit sits
+                    t.append("  ◀ ", style="bold yellow")
+                    t.append(f"{func}", style="bold yellow")
+                    t.append(f"  {file}:{line}", style="yellow")
+                else:
+                    t.append(f"    {func}")
+                    t.append(f"  {file}:{line}", style="dim")
+                t.append("\n")
     return t
 
 

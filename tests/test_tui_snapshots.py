@@ -1,0 +1,69 @@
+"""SVG snapshots of the main screens, made deterministic by replaying committed run records at a fixed size."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import tui.screens.picker as picker
+from tui.app import DdpApp, ReplaySource
+
+RECORDS = Path(__file__).resolve().parent / "fixtures" / "records"
+PROFILES = Path(__file__).resolve().parent.parent / "profiles"
+SIZE = (160, 50)
+
+
+@pytest.fixture(autouse=True)
+def utc():
+    """The rank logs carry local wall times; replay them in the zone they were recorded in."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if old is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+
+
+def replay_app(name: str, until: float | None = None) -> DdpApp:
+    return DdpApp(source=ReplaySource(RECORDS / name, until=until))
+
+
+async def replayed(pilot) -> None:
+    app = pilot.app
+    for _ in range(200):
+        if app.thread is not None and not app.thread.is_alive() and app.run_code is not None:
+            break
+        await pilot.pause(0.05)
+    await pilot.pause(0.8)  # past the loss chart's redraw tick
+
+
+@pytest.mark.timeout(60)
+def test_snapshot_picker(snap_compare, monkeypatch):
+    fixed = [PROFILES / f"{n}.yaml" for n in ("cpu-ddp", "crash", "hang")]
+    monkeypatch.setattr(picker, "find_profiles", lambda extra=None: fixed)
+    assert snap_compare(DdpApp(), terminal_size=SIZE, press=["down", "down"])
+
+
+@pytest.mark.timeout(60)
+def test_snapshot_running_run(snap_compare):
+    assert snap_compare(replay_app("cpu-ddp", until=9.70), terminal_size=SIZE, run_before=replayed)
+
+
+@pytest.mark.timeout(60)
+def test_snapshot_stall_view(snap_compare):
+    assert snap_compare(replay_app("hang"), terminal_size=SIZE, run_before=replayed)
+
+
+@pytest.mark.timeout(60)
+def test_snapshot_final_verdict(snap_compare):
+    assert snap_compare(replay_app("cpu-ddp"), terminal_size=SIZE, run_before=replayed)
+
+
+@pytest.mark.timeout(60)
+def test_snapshot_crash_panel(snap_compare):
+    assert snap_compare(replay_app("crash"), terminal_size=SIZE, run_before=replayed)
