@@ -27,7 +27,8 @@ TOP_KEYS = ("name", "description", "runner", "nproc", "nnodes", "workload", "env
             "master_port", "replica_check", "fault", "mirage", "xla")
 WORKLOAD_KEYS = WORKLOAD_KINDS + ("args", "python", "venv")
 FAULT_KEYS = ("kind", "rank", "step", "seconds")
-MIRAGE_KEYS = ("command", "workspace", "profile", "gpus_per_node", "num_nodes", "in_process", "env", "inner")
+MIRAGE_KEYS = ("command", "workspace", "profile", "gpus_per_node", "num_nodes", "in_process", "env", "inner",
+               "require_rocm")
 XLA_KEYS = ("pjrt_device", "num_devices", "async_client", "thread_pool_size", "cache_dir")
 
 WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
@@ -90,6 +91,7 @@ class MirageOptions:
     gpus_per_node: int = 2
     num_nodes: int = 1
     in_process: bool = False
+    require_rocm: bool = True  # preflight checks the venv for the ROCm SDK (stand-ins for tests set false)
     env: dict[str, str] = field(default_factory=dict)
     inner: str = "torchrun"
 
@@ -624,6 +626,7 @@ def _mirage(node: _Node | None, where: _Loc, base: Path, nproc: int, nnodes: int
         in_process=f.get("in_process", False, _bool),
         env=f.get("env", {}, _env_map),
         inner=f.get("inner", "torchrun", _enum(MIRAGE_INNER)),
+        require_rocm=f.get("require_rocm", True, _bool),
     )
 
 

@@ -17,7 +17,7 @@ from runners import events as ev
 from runners import mirage, parse
 from runners.profile import load_profile
 
-from .test_preflight import View, standin
+from .test_preflight import standin
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"

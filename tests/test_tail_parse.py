@@ -79,6 +79,8 @@ def test_prefixes_and_tags():
     assert parse.split_prefix("[rank12]: Traceback") == (12, "Traceback")
     assert parse.split_prefix("@ddptui:2 text") == (2, "text")
     assert parse.split_prefix("[rank 0] plain") == (None, "[rank 0] plain")
+    assert parse.split_prefix("[1] mirage label") == (1, "mirage label")
+    assert parse.split_prefix("[0]:") == (None, "[0]:")  # a header of torchrun's failure table
     assert parse.report('@ddptui {"k":"step","r":1,"step":4}') == {"k": "step", "r": 1, "step": 4}
     assert parse.report('@ddptui {"k":"step","r":1,"st') is None  # a torn report is just a line
 

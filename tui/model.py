@@ -198,6 +198,8 @@ class RunModel:
                 rv.cpu = c
                 rv.version += 1
             for r, m in e.rss.items():
+                if not m:  # a process already gone reads as 0: keep its last real size
+                    continue
                 rv = self.rank(r)
                 rv.rss = m
                 rv.version += 1

@@ -35,7 +35,15 @@ _state = {"counts": {}, "emitted": {}, "last_t": {}}
 _ddp_modules = []  # weakref.finalize objects of DDP-wrapped modules
 
 
+def _is_launcher() -> bool:
+    """A launcher agent can inherit RANK too (mirage exports it per node): it is not a rank."""
+    argv = getattr(sys, "orig_argv", sys.argv)
+    return os.path.basename(sys.argv[0] if sys.argv else "") == "torchrun" or "torch.distributed.run" in argv
+
+
 def _is_rank() -> bool:
+    if _is_launcher():
+        return False
     if os.environ.get("RANK") is not None:
         return True
     if os.environ.get("DDPTUI_XLA") == "1":
