@@ -25,6 +25,17 @@ def rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
+def vm_hwm_mb() -> float:
+    """Peak RSS of this process image (VmHWM). ru_maxrss would inherit the parent's RSS at fork+exec."""
+    try:
+        for ln in open("/proc/self/status"):
+            if ln.startswith("VmHWM:"):
+                return int(ln.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def prewrite(work: Path, ranks: int, per_rank: int, mix: bool) -> list[Path]:
     out = []
     for r in range(ranks):
@@ -125,7 +136,7 @@ def main() -> int:
         peak_tm = tracemalloc.get_traced_memory()[1] / 2**20
         tracemalloc.stop()
     rss1 = rss_mb()
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    maxrss = vm_hwm_mb()
     tailer.close()
     s.record.close()
     got_lines = {r: count_lines(s.run_dir / f"rank{r}.log", f"L r{r} ".encode()) for r in range(a.ranks)}

@@ -121,4 +121,4 @@ def slowed_down(tracks, baseline: float | None) -> float | None:
     if not recent:
         return None
     r = statistics.median(recent) / baseline
-    return r if r >= 5.0 else None
+    return r if r >= 4.0 else None

@@ -567,7 +567,8 @@ class Session:
             self.crash = None  # the ranks only exited non-zero because their own replica check failed
         if self.crash:
             self._emit(self.crash)
-        dead_launchers = [pr for pr in self.procs if pr.spec.stdout_rank is None and pr.returncode]
+        all_done = all(t.completed for t in self.tracks.values())  # a launcher failing over exit-time aborts only
+        dead_launchers = [pr for pr in self.procs if pr.spec.stdout_rank is None and pr.returncode and not all_done]
         for pr in dead_launchers:
             self._launcher_line(f"ddptui: launcher {pr.spec.name} exited with "
                                 f"{procs.signal_name(pr.returncode) or pr.returncode}")

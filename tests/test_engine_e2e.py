@@ -127,3 +127,21 @@ def test_slow_rank_is_not_a_hang(runs_dir):
     assert not rec.of(ev.StallDetected)
     slow = [v for v in rec.of(ev.HangVerdict) if v.text.startswith("the run slowed down")]
     assert slow and slow[0].culprits == (1,), [v.text for v in rec.of(ev.HangVerdict)]
+
+
+@pytest.mark.timeout(60)
+def test_exit_time_abort_after_completed_work_is_called_what_it_is(runs_dir, tmp_path):
+    from runners.profile import adhoc_profile
+    from runners.session import Session
+    from tests.engine_helpers import Recorder
+    script = tmp_path / "abort_at_exit.py"
+    script.write_text("import os, ddptui_report\nprint('step 1 loss 0.5')\n"
+                      "ddptui_report.verdict(True, 'work done')\nos.abort()\n")
+    import sys
+    rec = Recorder()
+    code = Session(adhoc_profile([sys.executable, str(script)], ["nnodes=2"]), runs_dir, emit=rec).run()
+    assert code == EXIT_OK
+    outcomes = {e.rank: e.detail for e in rec.of(ev.RankState) if e.status == "exited"}
+    assert outcomes == {0: "completed, then died at exit (SIGABRT)", 1: "completed, then died at exit (SIGABRT)"}
+    assert "exit-abort-no-barrier" in {h.code for h in rec.of(ev.HintRaised)}
+    assert not rec.of(ev.CrashVerdict)

@@ -22,7 +22,11 @@ class Term:
 
     def __init__(self, command: str, width: int = 160, height: int = 50) -> None:
         self.sock = f"ddptui-test-{uuid.uuid4().hex[:8]}"
-        self.tmux([ "new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height), command])
+        # A fresh server without clients sizes windows 80x24: fix the size first, then start the app in it.
+        self.tmux(["-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height), "sleep 600"])
+        self.tmux(["set-option", "-g", "window-size", "manual"])
+        self.tmux(["resize-window", "-t", "t", "-x", str(width), "-y", str(height)])
+        self.tmux(["respawn-pane", "-k", "-t", "t", command])
 
     def tmux(self, args: list[str]) -> str:
         return subprocess.run([TMUX, "-L", self.sock, *args], capture_output=True, text=True, timeout=10).stdout
@@ -49,7 +53,8 @@ class Term:
 @pytest.mark.timeout(150)
 def test_pick_a_profile_with_keys_and_watch_it_finish(tmp_path):
     runs = tmp_path / "runs"
-    cmd = (f"cd {shlex.quote(str(ROOT))} && {shlex.quote(sys.executable)} -m tui.cli --runs-dir {shlex.quote(str(runs))};"
+    # Textual believes COLUMNS/LINES over the terminal; a client-less tmux server may hand the pane 80x24 ones.
+    cmd = (f"unset COLUMNS LINES; cd {shlex.quote(str(ROOT))} && {shlex.quote(sys.executable)} -m tui.cli --runs-dir {shlex.quote(str(runs))};"
            " echo DDPTUI-EXITED $?; sleep 30")
     term = Term(cmd)
     try:
@@ -67,8 +72,8 @@ def test_pick_a_profile_with_keys_and_watch_it_finish(tmp_path):
         assert "20 steps" in s and "identical" in s
         assert "per-rank summary" in s  # the verdict tab came forward
         term.keys("Escape")
-        s = term.wait_for("rank 1", 10)
-        assert s.count("exited ok") >= 2 and "step 20/20" in s
+        s = term.wait_for("rank 1 · pid", 10)  # the pane titles: back on the grid
+        assert s.count("exited ok") >= 2 and "step 20/20" in s, s
         term.keys("q")
         s = term.wait_for("DDPTUI-EXITED", 20)
         assert "DDPTUI-EXITED 0" in s

@@ -115,20 +115,23 @@ class SyntheticSource:
                   + [ev.RankState(r, "running", "", t0) for r in range(self.ranks)])
         pool = [f"iteration {i:06d} forward/backward done, grad norm {i % 97 / 10:.2f}, lr 1e-3, tokens/s 12345"
                 for i in range(997)]
+        pool2 = pool + pool
         owed = 0.0
         k = step = 0
-        last_progress = last_res = t0
+        last_progress = last_res = last = t0
         while not self._stop.wait(self.period):
             now = time.time()
             if now - t0 > self.seconds:
                 break
-            owed += self.rate * self.period
+            owed += self.rate * (now - last)  # by the clock: a starved thread still offers the full rate
+            last = now
             n = int(owed)
             owed -= n
             mono = time.monotonic()
             batch: list = []
+            start = k % len(pool)
+            lines = tuple((pool2[start:start + n] if n <= len(pool) else pool * (n // len(pool) + 1))[:n])
             for r in range(self.ranks):
-                lines = tuple(pool[(k + j) % len(pool)] for j in range(n))
                 batch.append(ev.LogLines(r, "out", now, mono, lines))
             k += n
             self.lines_sent += n * self.ranks

@@ -1,6 +1,7 @@
 """Shared by the XLA pattern workloads: the reference model, ordered syncs for PJRT CPU thread replicas, faults, reports."""
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -107,10 +108,21 @@ def start(index: int) -> "Replica":
 
 
 def make_model(index: int) -> nn.Module:
-    """The reference model, initialised identically on every replica (the CPU RNG is shared by thread replicas)."""
-    with _INIT:
-        torch.manual_seed(seed())
-        model = SimpleModel()
+    """The reference model, initialised identically on every replica, then moved to the replica's device.
+
+    Thread replicas share the global CPU RNG, and not only with each other: a DataLoader iterator draws
+    its base seed from it in a loader thread. Seeding it and then initialising let that draw land inside
+    another replica's init (its last bias came out different), so the init uses a private generator, with
+    nn.Linear's default distribution (kaiming_uniform(a=sqrt(5)) and its bias: U(-1/sqrt(fan_in), +)).
+    """
+    model = SimpleModel()
+    g = torch.Generator().manual_seed(seed())
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                bound = 1.0 / math.sqrt(m.in_features)
+                m.weight.uniform_(-bound, bound, generator=g)
+                m.bias.uniform_(-bound, bound, generator=g)
     torch_xla.manual_seed(seed() + 1 + index)  # each replica draws different data
     return model.to("xla")
 

@@ -9,8 +9,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Input, Label, OptionList, Static
+from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
+
+from tui.widgets.keybar import KeyBar
 
 OVERRIDE_FIELDS = ("nproc", "steps", "stall_after")
 
@@ -90,7 +92,7 @@ class PickerScreen(Screen):
                             yield Input(placeholder="(profile)", id=f"ov-{f}")
                 yield Static("", id="profile-error")
                 yield Button("Launch", variant="success", id="launch")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         ol = self.query_one(OptionList)

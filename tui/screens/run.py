@@ -1,18 +1,21 @@
 """The run screen: rank grid + loss chart, timeline, stacks, crash, hints and verdict tabs, refreshed at 10 Hz."""
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from tui.model import RunModel, grid_columns
 from tui.widgets.banner import Banner
 from tui.widgets.crash_view import CrashView
 from tui.widgets.hints_view import HintsView
+from tui.widgets.keybar import KeyBar
 from tui.widgets.loss_chart import LossChart
 from tui.widgets.rank_pane import RankPane
 from tui.widgets.stacks_view import StacksView
@@ -20,7 +23,7 @@ from tui.widgets.timeline import TimelineView
 from tui.widgets.verdict_view import VerdictView
 
 TICK = 0.1  # widget refresh period: the model absorbs events in between
-CHART_EVERY = 5  # ticks between loss chart redraws (plotext is the costly part)
+CHART_PERIOD = 1.0  # seconds between loss chart redraws while losses stream in (plotext is the costly part)
 TAB_FOCUS = {"timeline": "#timeline-log", "stacks": "#stacks-view", "crash": "#crash-view", "hints": "#hints-view",
              "verdict": "#summary-table"}
 
@@ -70,6 +73,8 @@ class RunScreen(Screen):
         self._auto_switched: set[str] = set()
         self._hints_seen = 0
         self._last_rank: int | None = None
+        self._loss_prev = -1
+        self._chart_at = 0.0
 
     def compose(self) -> ComposeResult:
         yield Static(head_text(self.model, self.source_kind), id="run-head")
@@ -91,7 +96,7 @@ class RunScreen(Screen):
                 yield HintsView(id="hints-view")
             with TabPane("Verdict", id="verdict"):
                 yield VerdictView(id="verdict-view")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one(Banner).display = False
@@ -103,7 +108,7 @@ class RunScreen(Screen):
         """Draw what changed in the model since the last tick; only the visible tab's widgets."""
         m = self.model
         self._ticks += 1
-        self.query_one("#run-head", Static).update(head_text(m, self.source_kind))
+        self.query_one("#run-head", Static).update(head_text(m, self.source_kind), layout=False)
         self.query_one(Banner).update_from(m)
         self._ensure_panes()
         self._auto_switch()
@@ -112,8 +117,7 @@ class RunScreen(Screen):
         if tab == "ranks":
             for pane in self.query(RankPane):
                 pane.update_from(m, self.needle)
-            if self._ticks % CHART_EVERY == 1 or m.finished is not None:
-                self.query_one(LossChart).update_from(m)
+            self._maybe_chart()
         elif tab == "timeline":
             self.query_one(TimelineView).update_from(m, self.needle)
         elif tab == "stacks":
@@ -124,6 +128,16 @@ class RunScreen(Screen):
             self.query_one(HintsView).update_from(m)
         elif tab == "verdict":
             self.query_one(VerdictView).update_from(m)
+
+    def _maybe_chart(self) -> None:
+        """Redraw the chart at most once a second while losses stream in, and always once they settle."""
+        v = self.model.loss_version
+        chart = self.query_one(LossChart)
+        now = time.monotonic()
+        if v != chart.drawn and (v == self._loss_prev or now - self._chart_at >= CHART_PERIOD):
+            chart.update_from(self.model)
+            self._chart_at = now
+        self._loss_prev = v
 
     def _ensure_panes(self) -> None:
         grid = self.query_one("#rank-grid", Grid)

@@ -5,9 +5,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Log, ProgressBar, Static
+from textual.widgets import Log, ProgressBar, Static
 
 from tui.model import RunModel
+from tui.widgets.keybar import KeyBar
 from tui.widgets.rank_pane import status_line
 
 
@@ -29,7 +30,7 @@ class ZoomScreen(Screen):
         yield Static("", id="zoom-head")
         yield ProgressBar(total=None, show_eta=False, id="zoom-progress")
         yield Log(max_lines=4000, auto_scroll=True, id="zoom-log")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one(ProgressBar).display = bool(self.model.steps)

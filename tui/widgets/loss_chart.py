@@ -5,10 +5,10 @@ from textual_plotext import PlotextPlot
 
 from tui.model import RunModel
 
-MAX_POINTS = 200
+POINT_BUDGET = 1000  # points over all series: plotext's braille drawing is the cost
 
 
-def thin(points: list, n: int = MAX_POINTS) -> list:
+def thin(points: list, n: int) -> list:
     """Every k-th point plus the last, so long runs stay cheap to draw."""
     if len(points) <= n:
         return points
@@ -30,19 +30,20 @@ def spread(model: RunModel) -> tuple[float, float, int] | None:
 class LossChart(PlotextPlot):
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
-        self._drawn = -1
+        self.drawn = -1
 
     def update_from(self, model: RunModel) -> None:
-        if model.loss_version == self._drawn:
+        if model.loss_version == self.drawn:
             return
-        self._drawn = model.loss_version
+        self.drawn = model.loss_version
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
         plt.xlabel("step")
         any_series = False
+        per_series = max(30, POINT_BUDGET // max(1, len(model.ranks)))
         for r in sorted(model.ranks):
-            pts = thin(list(model.ranks[r].losses))
+            pts = thin(list(model.ranks[r].losses), per_series)
             if pts:
                 plt.plot([p[0] for p in pts], [p[1] for p in pts], label=f"r{r}" if len(model.ranks) <= 8 else None,
                          marker="braille")

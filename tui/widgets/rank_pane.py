@@ -1,13 +1,12 @@
 """One rank's pane: status badge, progress bar, CPU/RSS and the newest log lines."""
 from __future__ import annotations
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import ProgressBar, Static
+from textual.widgets import ProgressBar
 
 from tui.model import RankView, RunModel, human_bytes
-from tui.widgets.tail import TailView
+from tui.widgets.tail import LineView, TailView
 
 BADGE_CLASSES = ("-running", "-slow", "-stalled", "-ok", "-failed", "-starting", "-killed")
 
@@ -42,9 +41,10 @@ class RankPane(Vertical, can_focus=True):
         self.rank = rank
         self._drawn: tuple = ()
         self._ready = False  # children exist only after mount; ticks may come first
+        self._bar_q = -1
 
     def compose(self) -> ComposeResult:
-        yield Static("", classes="rank-status")
+        yield LineView(classes="rank-status")
         yield ProgressBar(total=None, show_eta=False, show_percentage=True, classes="rank-progress")
         yield TailView(classes="rank-tail")
 
@@ -62,15 +62,22 @@ class RankPane(Vertical, can_focus=True):
             return
         self._drawn = key
         title = f"rank {self.rank}" + (f" · pid {rv.pid}" if rv.pid else "") + (f" · {rv.host}" if rv.host else "")
-        self.border_title = title
-        self.border_subtitle = rv.badge()
+        if title != self.border_title:
+            self.border_title = title
+        if rv.badge() != self.border_subtitle:
+            self.border_subtitle = rv.badge()
         cls = badge_class(rv)
         if not self.has_class(cls):
             self.remove_class(*BADGE_CLASSES)
             self.add_class(cls)
-        self.query_one(".rank-status", Static).update(Text(status_line(rv, model.steps), no_wrap=True, overflow="ellipsis"))
+        self.query_one(".rank-status", LineView).set(status_line(rv, model.steps))
         bar = self.query_one(ProgressBar)
         if model.steps:
-            bar.display = True
-            bar.update(total=model.steps, progress=min(rv.step or 0, model.steps))
+            if not bar.display:
+                bar.display = True
+            done = min(rv.step or 0, model.steps)
+            q = done * 200 // model.steps  # redraw the bar only when it can look different
+            if q != self._bar_q:
+                self._bar_q = q
+                bar.update(total=model.steps, progress=done)
         self.query_one(TailView).show(rv.lines, model.start_wall, needle)

@@ -1,12 +1,25 @@
-"""A cheap log tail: renders only the last lines that fit (optionally filtered) straight from a bounded buffer."""
+"""A cheap log tail: draws only the last lines that fit (optionally filtered) straight from a bounded buffer."""
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
+from textual.strip import Strip
 from textual.widget import Widget
 
-STREAM_STYLE = {"err": "red"}
+# Terminal control sequences and characters a rank may print: never sent to our own terminal.
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+STAMP = Style(dim=True)
+ERR = Style(color="red")
+
+
+def clean(text: str) -> str:
+    if "\t" in text:
+        text = text.expandtabs(4)
+    return _CONTROL.sub("", text) if not text.isprintable() else text
 
 
 def format_line(rel: float, stream: str, text: str, prefix: str = "") -> Text:
@@ -14,13 +27,13 @@ def format_line(rel: float, stream: str, text: str, prefix: str = "") -> Text:
     t.append(f"{rel:8.3f} ", style="dim")
     if prefix:
         t.append(prefix, style="bold cyan")
-    t.append(text, style=STREAM_STYLE.get(stream, ""))
+    t.append(clean(text), style="red" if stream == "err" else "")
     return t
 
 
 def matching_tail(lines: Sequence, needle: str, n: int, text_at: int = 2) -> list:
     """The last n entries whose text contains needle (case-insensitive), oldest first."""
-    out = []
+    out: list = []
     if n <= 0:
         return out
     needle = needle.lower()
@@ -34,7 +47,7 @@ def matching_tail(lines: Sequence, needle: str, n: int, text_at: int = 2) -> lis
 
 
 class TailView(Widget):
-    """The newest lines of one rank; refreshed by its pane when the rank's line count moves."""
+    """The newest lines of one rank (Line API: one Strip per row, no Rich layout pass)."""
 
     DEFAULT_CSS = "TailView { height: 1fr; overflow: hidden; }"
 
@@ -43,13 +56,71 @@ class TailView(Widget):
         self.lines: Sequence = ()
         self.start_wall = 0.0
         self.needle = ""
+        self._rows: list | None = None
+        self._base: Style | None = None  # rich_style walks the ancestors: once per refresh, not per row
 
     def show(self, lines: Sequence, start_wall: float | None, needle: str) -> None:
         self.lines, self.start_wall, self.needle = lines, start_wall or 0.0, needle
+        self._rows = None
+        self._base = None
         self.refresh()
 
-    def render(self) -> Text:
-        rows = matching_tail(self.lines, self.needle, self.size.height)
+    def rows(self) -> list:
+        if self._rows is None or len(self._rows) < min(self.size.height, len(self.lines)):
+            self._rows = matching_tail(self.lines, self.needle, self.size.height)
+        return self._rows
+
+    def on_resize(self) -> None:
+        self._rows = None
+        self._base = None
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if self._base is None:
+            self._base = self.rich_style
+        base = self._base
+        rows = self.rows()
+        if not rows and y == 0:
+            msg = "(no output yet)" if not self.needle else f"(no line matches {self.needle!r})"
+            return Strip([Segment(msg, base + STAMP)]).crop_extend(0, width, base)
+        if y >= len(rows):
+            return Strip.blank(width, base)
+        w, s, t = rows[y]
+        segs = [Segment(f"{w - self.start_wall:8.3f} ", base + STAMP),
+                Segment(clean(t), base + ERR if s == "err" else base)]
+        return Strip(segs).crop_extend(0, width, base)
+
+    def render(self) -> Text:  # for tests and exports: the same rows as text
+        rows = self.rows()
         if not rows:
             return Text("(no output yet)" if not self.needle else f"(no line matches {self.needle!r})", style="dim")
-        return Text("\n", no_wrap=True, overflow="ellipsis", end="").join(format_line(w - self.start_wall, s, t) for w, s, t in rows)
+        return Text("\n", no_wrap=True, overflow="ellipsis", end="").join(
+            format_line(w - self.start_wall, s, t) for w, s, t in rows)
+
+
+class LineView(Widget):
+    """One line of text, redrawn without a layout pass (status lines that change every tick)."""
+
+    DEFAULT_CSS = "LineView { height: 1; }"
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.text = ""
+        self._base: Style | None = None
+
+    def set(self, text: str) -> None:
+        if text != self.text:
+            self.text = text
+            self._base = None
+            self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        if self._base is None:
+            self._base = self.rich_style
+        base = self._base
+        if y:
+            return Strip.blank(self.size.width, base)
+        return Strip([Segment(self.text, base)]).crop_extend(0, self.size.width, base)
+
+    def render(self) -> Text:
+        return Text(self.text)

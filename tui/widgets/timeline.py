@@ -5,7 +5,8 @@ from textual.widgets import Log
 
 from tui.model import RunModel
 
-SHOWN = 2000  # lines written on a full redraw; the model keeps more
+SHOWN = 2000  # lines kept in the widget; the model keeps more
+PER_TICK = 400  # at most this many new lines drawn per tick: beyond that nobody reads them, a marker says so
 
 
 def timeline_text(model: RunModel, item) -> str:
@@ -31,10 +32,15 @@ class TimelineView(Log):
         new = model.timeline_seq - self._seq
         if new <= 0:
             return
-        items = list(model.timeline)[-min(new, len(model.timeline), SHOWN):]
         self._seq = model.timeline_seq
-        lines = [timeline_text(model, it) for it in items]
         if needle:
-            lines = [x for x in lines if needle in x.lower()]
+            items = [it for it in list(model.timeline)[-min(new, len(model.timeline)):] if needle in it[3].lower()
+                     or needle in (f"rank {it[1]}" if it[1] is not None else "launcher")]
+        else:
+            items = list(model.timeline)[-min(new, len(model.timeline), PER_TICK + 1):]
+        lines = [timeline_text(model, it) for it in items[-PER_TICK:]]
+        if len(items) > PER_TICK or (not needle and new > PER_TICK):
+            skipped = (new if not needle else len(items)) - PER_TICK
+            lines.insert(0, f"{'':9} {'':>8}   … {skipped} lines skipped (filter with / or zoom a rank to read them)")
         if lines:
             self.write_lines(lines)

@@ -1,0 +1,683 @@
+"""`make bench`: ddptui's overhead, ingest throughput, stall latency, memory, start-up and UI latency,
+measured side by side with what users would run instead (bare torchrun, torchrun --tee, a plain pipe).
+
+  .venv/bin/python bench/run.py [--quick] [--repeats N] [--only overhead,ingest,engine,stall,memory,startup,ui]
+
+Writes bench/results.md (the README's performance section is made from it) and bench/results.json.
+Every figure is min / median / max over the repeats; ratios are taken pair by pair within one repeat
+(the machine is shared and noisy), and the order of the pair alternates between repeats.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+PY = sys.executable
+PRINTER = BENCH / "workloads" / "printer.py"
+DDP_MLP = ROOT / "runners" / "workloads" / "ddp_mlp.py"
+DEVNULL = subprocess.DEVNULL
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def mmm(xs):
+    """{'min', 'median', 'max', 'n'} of the numbers in xs (None where empty)."""
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return {"min": None, "median": None, "max": None, "n": 0}
+    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs), "n": len(xs)}
+
+
+def fmt(v, digits=2, unit=""):
+    if v is None:
+        return "-"
+    if isinstance(v, float) and abs(v) >= 10_000:
+        return f"{v:,.0f}{unit}"
+    return f"{v:.{digits}f}{unit}"
+
+
+def fmt3(d, digits=2, unit=""):
+    if not d or d.get("n", 0) == 0:
+        return "-"
+    if d["n"] == 1:
+        return fmt(d["median"], digits, unit)
+    return f"{fmt(d['min'], digits)} / {fmt(d['median'], digits)} / {fmt(d['max'], digits)}{unit}"
+
+
+def env_with(**kw) -> dict:
+    env = dict(os.environ)
+    env.update({k: str(v) for k, v in kw.items()})
+    return env
+
+
+class Timed:
+    """A process whose exit wall time is taken by a waiting thread (no polling granularity)."""
+
+    def __init__(self, argv, **kw) -> None:
+        self.t_start = time.time()
+        self.p = subprocess.Popen(argv, **kw)
+        self.t_end = None
+        self.th = threading.Thread(target=self._wait, daemon=True)
+        self.th.start()
+
+    def _wait(self) -> None:
+        self.p.wait()
+        self.t_end = time.time()
+
+    def wait(self, timeout=None) -> int:
+        self.th.join(timeout)
+        if self.t_end is None:
+            self.p.kill()
+            self.th.join()
+            raise TimeoutError(f"{self.p.args!r} ran past {timeout} s")
+        return self.p.returncode
+
+    @property
+    def wall(self) -> float:
+        return self.t_end - self.t_start
+
+
+def only_run_dir(runs: Path) -> Path:
+    dirs = [d for d in runs.iterdir() if d.is_dir()]
+    if len(dirs) != 1:
+        raise RuntimeError(f"expected one run record under {runs}, found {len(dirs)}")
+    return dirs[0]
+
+
+def read_events(run_dir: Path) -> list[dict]:
+    out = []
+    p = run_dir / "events.jsonl"
+    if p.exists():
+        for raw in p.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                out.append(json.loads(raw))
+            except ValueError:
+                pass
+    return out
+
+
+def log_ts(line: bytes) -> float | None:
+    """Wall time of a run-record log line ('2026-12-02T13:26:01.048 out text')."""
+    try:
+        return datetime.fromisoformat(line[:23].decode()).timestamp()
+    except ValueError:
+        return None
+
+
+def count_and_last(path: Path, marker: bytes) -> tuple[int, float | None]:
+    """Lines containing marker in a run-record log, and the read time of the last of them."""
+    n = 0
+    last_ts = None
+    with open(path, "rb") as f:
+        while True:
+            buf = f.read(1 << 24)
+            if not buf:
+                break
+            n += buf.count(marker)
+        size = f.tell()
+        f.seek(max(0, size - (1 << 16)))
+        tail = f.read().split(b"\n")
+    for ln in reversed(tail):
+        if marker in ln:
+            last_ts = log_ts(ln)
+            break
+    return n, last_ts
+
+
+def count_marker(path: Path, marker: bytes) -> int:
+    n = 0
+    with open(path, "rb") as f:
+        while True:
+            buf = f.read(1 << 24)
+            if not buf:
+                return n
+            n += buf.count(marker)
+
+
+def load_stamps(d: Path, ranks: int) -> list[dict]:
+    out = []
+    for r in range(ranks):
+        p = d / f"rank{r}.json"
+        if p.exists():
+            out.append(json.loads(p.read_text()))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- 1. overhead
+
+def bench_overhead(cfg, work: Path, res: dict) -> None:
+    steps = cfg.steps
+    log(f"overhead: ddp_mlp {steps} steps, 2 gloo ranks, bare torchrun vs ddptui --no-ui, {cfg.repeats} repeats")
+    bare_t, tui_t, ratios, spawn_lat, hello_lat, fails = [], [], [], [], [], []
+    for i in range(cfg.repeats):
+        order = ("bare", "ddptui") if i % 2 == 0 else ("ddptui", "bare")
+        got = {}
+        for which in order:
+            if which == "bare":
+                env = env_with(DDP_STEPS=steps, DDP_BACKEND="gloo", DDP_DEVICE="cpu", OMP_NUM_THREADS=1)
+                t = Timed([PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(DDP_MLP)],
+                          env=env, stdout=DEVNULL, stderr=DEVNULL, cwd=ROOT)
+                rc = t.wait(600)
+            else:
+                runs = work / f"overhead-{i}"
+                t = Timed([PY, "-m", "tui.cli", "profiles/cpu-ddp.yaml", "--no-ui", "--runs-dir", str(runs),
+                           "--set", f"steps={steps}"], stdout=DEVNULL, stderr=DEVNULL, cwd=ROOT)
+                rc = t.wait(600)
+                evs = read_events(only_run_dir(runs))
+                ps = [e["wall"] for e in evs if e.get("kind") == "process_started"]
+                hi = [e["wall"] for e in evs if e.get("kind") == "rank_hello"]
+                if ps:
+                    spawn_lat.append(min(ps) - t.t_start)
+                if hi:
+                    hello_lat.append(min(hi) - t.t_start)
+                shutil.rmtree(runs, ignore_errors=True)
+            if rc != 0:
+                fails.append(f"{which} repeat {i}: exit {rc}")
+            got[which] = t.wall
+            log(f"  repeat {i} {which}: {t.wall:.2f} s (exit {rc})")
+        bare_t.append(got["bare"])
+        tui_t.append(got["ddptui"])
+        ratios.append(got["ddptui"] / got["bare"])
+    r = mmm(ratios)
+    res["overhead"] = {"steps": steps, "bare_s": mmm(bare_t), "ddptui_s": mmm(tui_t), "ratio": r,
+                       "ratios": ratios, "target": 1.02, "met": r["median"] is not None and r["median"] <= 1.02,
+                       "failures": fails}
+    res.setdefault("startup", {})["spawn_s"] = mmm(spawn_lat)
+    res["startup"]["first_hello_s"] = mmm(hello_lat)
+    log(f"overhead ratio ddptui/bare: {fmt3(r, 3)} (target <= 1.02)")
+
+
+# ---------------------------------------------------------------------------------------------- 2. ingest
+
+def _ingest_profile(d: Path, n: int, mix: str, stamps: Path) -> Path:
+    p = d / "bench-ingest.yaml"
+    p.write_text(
+        "name: bench-ingest\n"
+        "description: bench printer, 2 ranks printing as fast as they can\n"
+        "runner: torchrun\nnproc: 2\n"
+        f"workload:\n  script: {json.dumps(str(PRINTER))}\n"
+        "replica_check: false\ntimeout: 300\n"
+        f"env:\n  PRINT_LINES: \"{n}\"\n  PRINT_MIX: {mix}\n  PRINT_STAMP_DIR: {json.dumps(str(stamps))}\n",
+        encoding="utf-8")
+    return p
+
+
+def ingest_once(mode: str, mix: str, n: int, d: Path) -> dict:
+    """One 2-rank printing run through `mode`; lines/s from the first rank's first write to the last line delivered."""
+    if d.exists():
+        shutil.rmtree(d)
+    stamps = d / "stamps"
+    stamps.mkdir(parents=True)
+    total = 2 * n
+    pr_env = dict(PRINT_LINES=n, PRINT_MIX=mix, PRINT_STAMP_DIR=stamps)
+    arrived, rc, t_delivered = None, 0, None
+    if mode == "ddptui":
+        prof = _ingest_profile(d, n, mix, stamps)
+        runs = d / "runs"
+        t = Timed([PY, "-m", "tui.cli", str(prof), "--no-ui", "--runs-dir", str(runs)],
+                  stdout=DEVNULL, stderr=DEVNULL, cwd=ROOT)
+        rc = t.wait(600)
+        rd = only_run_dir(runs)
+        arrived, lasts = 0, []
+        for r in range(2):
+            c, last = count_and_last(rd / f"rank{r}.log", f"L r{r} ".encode())
+            arrived += c
+            lasts.append(last)
+        t_delivered = max(x for x in lasts if x is not None) if any(lasts) else t.t_end
+    elif mode == "tee":
+        out = d / "console.txt"
+        with open(out, "wb") as f:
+            t = Timed([PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                       "--log-dir", str(d / "tr-logs"), "--tee", "3", str(PRINTER)],
+                      env=env_with(**pr_env), stdout=f, stderr=DEVNULL, cwd=ROOT)
+            rc = t.wait(600)
+        arrived = sum(count_marker(out, f"L r{r} ".encode()) for r in range(2))
+        t_delivered = t.t_end
+    elif mode == "pipe":
+        cats = []
+        t_start = time.time()
+        for r in range(2):
+            p = subprocess.Popen([PY, str(PRINTER)], env=env_with(RANK=r, **pr_env), stdout=subprocess.PIPE,
+                                 stderr=DEVNULL)
+            c = Timed(["cat"], stdin=p.stdout, stdout=DEVNULL)
+            p.stdout.close()
+            cats.append((p, c))
+        for p, c in cats:
+            rc = rc or p.wait(600) or c.wait(600)
+        t_delivered = max(c.t_end for _, c in cats)
+        t = None
+    else:
+        raise ValueError(mode)
+    st = load_stamps(stamps, 2)
+    if len(st) != 2:
+        return {"mode": mode, "mix": mix, "error": f"printer stamps missing ({len(st)}/2), exit {rc}"}
+    t0 = min(s["t0"] for s in st)
+    t1 = max(s["t1"] for s in st)
+    nbytes = sum(s["bytes"] for s in st)
+    out = {"mode": mode, "mix": mix, "lines": total, "bytes": nbytes, "exit": rc,
+           "producer_lines_per_s": total / max(1e-9, t1 - t0),
+           "delivered_lines_per_s": total / max(1e-9, t_delivered - t0),
+           "delivered_MB_per_s": nbytes / 2**20 / max(1e-9, t_delivered - t0),
+           "arrived": arrived, "lost": None if arrived is None else total - arrived,
+           "wall_s": t.wall if t is not None else t_delivered - t_start}
+    shutil.rmtree(d, ignore_errors=True)
+    return out
+
+
+def bench_ingest(cfg, work: Path, res: dict) -> None:
+    n = cfg.ingest_lines
+    log(f"ingest: 2 ranks x {n:,} lines, modes ddptui / torchrun --tee 3 > file / pipe | cat, {cfg.repeats} repeats")
+    rows = {}
+    modes = ["ddptui", "tee", "pipe"]
+    for i in range(cfg.repeats):
+        for mix in ("short", "mix"):
+            order = modes if i % 2 == 0 else list(reversed(modes))
+            per = {}
+            for mode in order:
+                r = ingest_once(mode, mix, n, work / f"ingest-{mode}")
+                rows.setdefault((mode, mix), []).append(r)
+                per[mode] = r
+                log(f"  repeat {i} {mix:5s} {mode:6s}: delivered {r.get('delivered_lines_per_s', 0):>12,.0f} lines/s, "
+                    f"producer {r.get('producer_lines_per_s', 0):>12,.0f} lines/s, lost {r.get('lost')}, "
+                    f"wall {r.get('wall_s', 0):.2f} s {r.get('error', '')}")
+            for other in ("tee", "pipe"):
+                a, b = per["ddptui"].get("delivered_lines_per_s"), per[other].get("delivered_lines_per_s")
+                if a and b:
+                    rows.setdefault(("ratio", mix, other), []).append(a / b)
+    out = {"lines_per_rank": n, "ranks": 2, "target_lines_per_s": 1_000_000, "runs": {}, "ratios": {}}
+    for key, rs in rows.items():
+        if key[0] == "ratio":
+            out["ratios"][f"{key[1]}: ddptui/{key[2]}"] = mmm(rs)
+            continue
+        mode, mix = key
+        ok = [r for r in rs if "error" not in r]
+        out["runs"][f"{mode}/{mix}"] = {
+            "mode": mode, "mix": mix,
+            "delivered_lines_per_s": mmm([r["delivered_lines_per_s"] for r in ok]),
+            "delivered_MB_per_s": mmm([r["delivered_MB_per_s"] for r in ok]),
+            "producer_lines_per_s": mmm([r["producer_lines_per_s"] for r in ok]),
+            "wall_s": mmm([r["wall_s"] for r in ok]),
+            "lost": [r.get("lost") for r in ok], "errors": [r["error"] for r in rs if "error" in r],
+            "exit": [r.get("exit") for r in ok]}
+    dd = out["runs"].get("ddptui/short", {}).get("delivered_lines_per_s", {})
+    lost = [x for k, v in out["runs"].items() if k.startswith("ddptui") for x in v["lost"]]
+    out["met"] = bool(dd.get("median") and dd["median"] >= 1_000_000 and all(x == 0 for x in lost))
+    res["ingest"] = out
+
+
+# ---------------------------------------------------------------------------------------------- 2b/4. engine-only
+
+def engine_run(lines: int, mix: bool, work: Path, extra=()) -> dict:
+    argv = [PY, str(BENCH / "ingest_engine.py"), "--lines", str(lines), "--work", str(work), *extra]
+    if mix:
+        argv.append("--mix")
+    p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    if p.returncode != 0:
+        return {"error": p.stderr[-2000:]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def bench_engine(cfg, work: Path, res: dict) -> None:
+    n = cfg.engine_lines
+    log(f"engine-only ingest: {n:,} pre-written lines (2 rank files) through Tailer + Session._lines, {cfg.repeats} repeats")
+    out = {"lines": n}
+    for mix in (False, True):
+        rs = []
+        for i in range(cfg.repeats):
+            r = engine_run(n // 2 if mix else n, mix, work / "engine")
+            rs.append(r)
+            log(f"  {'mix' if mix else 'short'} repeat {i}: {r.get('lines_per_s', 0):,.0f} lines/s "
+                f"(cpu {r.get('cpu_seconds', 0):.2f} s of {r.get('seconds', 0):.2f} s), lost {r.get('lost')}, "
+                f"rss {r.get('rss_after_mb', 0):.1f} MB {r.get('error', '')}")
+        ok = [r for r in rs if "error" not in r]
+        out["mix" if mix else "short"] = {
+            "lines_per_s": mmm([r["lines_per_s"] for r in ok]),
+            "cpu_lines_per_s": mmm([r["lines"] / r["cpu_seconds"] for r in ok if r["cpu_seconds"]]),
+            "us_per_line_cpu": mmm([r["cpu_seconds"] / r["lines"] * 1e6 for r in ok]),
+            "lost": [r["lost"] for r in ok], "rss_after_mb": mmm([r["rss_after_mb"] for r in ok]),
+            "maxrss_mb": mmm([r["maxrss_mb"] for r in ok]), "errors": [r["error"] for r in rs if "error" in r]}
+    # where the time goes: one cProfile'd run (the figures above are without the profiler)
+    r = engine_run(min(n, 500_000), False, work / "engine", ["--cprofile", "14"])
+    out["cprofile_top"] = r.get("cprofile", r.get("error", ""))
+    res["engine"] = out
+
+
+def bench_memory(cfg, work: Path, res: dict) -> None:
+    log(f"memory: engine RSS after {cfg.mem_small:,} and {cfg.mem_big:,} lines through Tailer + Session + console")
+    out = {"target_mb": 150}
+    for n in (cfg.mem_small, cfg.mem_big):
+        r = engine_run(n, False, work / "memory")
+        out[str(n)] = {k: r.get(k) for k in ("rss_before_mb", "rss_after_mb", "maxrss_mb", "lines_per_s", "lost",
+                                             "error")}
+        log(f"  {n:,} lines: rss {r.get('rss_after_mb', 0):.1f} MB, peak {r.get('maxrss_mb', 0):.1f} MB, "
+            f"{r.get('lines_per_s', 0):,.0f} lines/s, lost {r.get('lost')}")
+        shutil.rmtree(work / "memory", ignore_errors=True)
+    r = engine_run(cfg.mem_small, False, work / "memory", ["--tracemalloc"])
+    out["tracemalloc_peak_mb"] = r.get("tracemalloc_peak_mb")
+    log(f"  tracemalloc peak over {cfg.mem_small:,} lines: {fmt(r.get('tracemalloc_peak_mb'))} MB")
+    shutil.rmtree(work / "memory", ignore_errors=True)
+    peaks = [out[str(n)].get("maxrss_mb") for n in (cfg.mem_small, cfg.mem_big)]
+    out["met"] = all(p is not None and p <= 150 for p in peaks)
+    res["memory"] = out
+
+
+# ---------------------------------------------------------------------------------------------- 3. stall
+
+def stall_once(nproc: int, stall_after: float, d: Path) -> dict:
+    if d.exists():
+        shutil.rmtree(d)
+    t = Timed([PY, "-m", "tui.cli", "profiles/hang.yaml", "--no-ui", "--runs-dir", str(d),
+               "--set", f"nproc={nproc}", "--set", f"stall_after={stall_after}", "--set", "timeout=240"],
+              stdout=DEVNULL, stderr=DEVNULL, cwd=ROOT)
+    rc = t.wait(300)
+    rd = only_run_dir(d)
+    evs = read_events(rd)
+    hang_wall = None
+    log1 = rd / "rank1.log"
+    if log1.exists():
+        for ln in log1.read_bytes().split(b"\n"):
+            if b"injecting hang at step" in ln:
+                hang_wall = log_ts(ln)
+                break
+    stall = next((e for e in evs if e.get("kind") == "stall"), None)
+    stacks = next((e for e in evs if e.get("kind") == "stacks"), None)
+    verdict = next((e for e in evs if e.get("kind") == "hang_verdict"), None)
+    out = {"nproc": nproc, "exit": rc, "wall_s": t.wall}
+    if hang_wall is None or stall is None:
+        out["error"] = f"no {'hang line' if hang_wall is None else 'StallDetected'} (exit {rc})"
+        return out
+    out.update({
+        "detect_s": stall["wall"] - hang_wall,
+        "above_stall_after_s": stall["wall"] - hang_wall - stall_after,
+        "since_lag_s": stall["since"] - hang_wall,  # engine's last-progress time vs the hang line's read time
+        "stacks_s": stacks["seconds"] if stacks else None,
+        "stacks_done_s": (stacks["wall"] - hang_wall) if stacks else None,
+        "verdict_s": (verdict["wall"] - hang_wall) if verdict else None,
+        "stack_methods": sorted(set(stacks["method"].values())) if stacks else [],
+        "stack_ranks": len(stacks["threads"]) if stacks else 0,
+        "culprits": verdict["culprits"] if verdict else None,
+    })
+    shutil.rmtree(d, ignore_errors=True)
+    return out
+
+
+def bench_stall(cfg, work: Path, res: dict) -> None:
+    sa = cfg.stall_after
+    log(f"stall: hang.yaml, stall_after={sa} s, ranks {cfg.stall_ranks}, repeats {cfg.stall_repeats}")
+    out = {"stall_after": sa, "target_above_s": 1.0, "target_stacks8_s": 2.0, "by_ranks": {}}
+    for n in cfg.stall_ranks:
+        rs = []
+        for i in range(cfg.stall_repeats.get(n, 1)):
+            r = stall_once(n, sa, work / f"stall-{n}")
+            rs.append(r)
+            log(f"  {n} ranks repeat {i}: stall +{fmt(r.get('above_stall_after_s'))} s above stall_after, "
+                f"stacks {fmt(r.get('stacks_s'))} s ({','.join(r.get('stack_methods', []))}), "
+                f"verdict at {fmt(r.get('verdict_s'))} s, culprits {r.get('culprits')}, wall {r['wall_s']:.1f} s "
+                f"{r.get('error', '')}")
+        ok = [r for r in rs if "error" not in r]
+        out["by_ranks"][str(n)] = {
+            "detect_s": mmm([r["detect_s"] for r in ok]),
+            "above_stall_after_s": mmm([r["above_stall_after_s"] for r in ok]),
+            "stacks_s": mmm([r["stacks_s"] for r in ok]),
+            "stacks_done_s": mmm([r["stacks_done_s"] for r in ok]),
+            "verdict_s": mmm([r["verdict_s"] for r in ok]),
+            "wall_s": mmm([r["wall_s"] for r in rs]),
+            "methods": sorted({m for r in ok for m in r["stack_methods"]}),
+            "culprits": [r.get("culprits") for r in ok], "errors": [r["error"] for r in rs if "error" in r]}
+    above = [out["by_ranks"][k]["above_stall_after_s"]["max"] for k in out["by_ranks"]]
+    s8 = out["by_ranks"].get("8", {}).get("stacks_s", {}).get("max")
+    out["met_detect"] = all(a is not None and a <= 1.0 for a in above)
+    out["met_stacks8"] = s8 is not None and s8 <= 2.0
+    res["stall"] = out
+
+
+# ---------------------------------------------------------------------------------------------- 5. start-up
+
+def bench_startup(cfg, work: Path, res: dict) -> None:
+    reps = max(3, cfg.repeats + 2)
+    log(f"start-up: ddptui --help and python -c pass, {reps} repeats each, interleaved")
+    helps, passes = [], []
+    for _ in range(reps):
+        for which in ("help", "pass"):
+            argv = [PY, "-m", "tui.cli", "--help"] if which == "help" else [PY, "-c", "pass"]
+            t = Timed(argv, stdout=DEVNULL, stderr=DEVNULL, cwd=ROOT)
+            t.wait(60)
+            (helps if which == "help" else passes).append(t.wall)
+    p = subprocess.run([PY, "-X", "importtime", "-m", "tui.cli", "--help"], capture_output=True, text=True, cwd=ROOT)
+    imports = []
+    for ln in p.stderr.splitlines():
+        parts = ln.split("|")
+        if len(parts) == 3 and parts[1].strip().isdigit():
+            imports.append((int(parts[1]), parts[2].rstrip()))
+    imports.sort(reverse=True)
+    out = res.setdefault("startup", {})
+    out.update({"help_s": mmm(helps), "python_pass_s": mmm(passes), "target_help_s": 0.2,
+                "help_minus_pass_s": mmm([h - q for h, q in zip(helps, passes)]),
+                "top_imports_us": [{"us": us, "module": m} for us, m in imports[:8]]})
+    out["met_help"] = out["help_s"]["median"] is not None and out["help_s"]["median"] <= 0.2
+    log(f"  --help {fmt3(out['help_s'], 3, ' s')}, python -c pass {fmt3(out['python_pass_s'], 3, ' s')}")
+
+
+# ---------------------------------------------------------------------------------------------- 6. UI
+
+def bench_ui(cfg, work: Path, res: dict) -> None:
+    code = ("import json, sys\n"
+            "try:\n    from tui.app import measure_latency\n"
+            "except ImportError as e:\n    print(json.dumps({'no_hook': str(e)})); sys.exit(0)\n"
+            f"print(json.dumps(measure_latency(ranks=16, rate=1000, seconds={cfg.ui_seconds}, presses={cfg.ui_presses})))\n")
+    log(f"ui: tui.app.measure_latency (16 ranks x 1000 lines/s, {cfg.ui_presses} presses)")
+    try:
+        p = subprocess.run([PY, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=180)
+        last = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
+        d = json.loads(last) if last.startswith("{") else {"error": (p.stderr or p.stdout)[-1500:]}
+    except subprocess.TimeoutExpired:
+        d = {"error": "measure_latency ran past 180 s"}
+    if "no_hook" in d:
+        d = {"not_measured": "no hook yet"}
+    res["ui"] = d
+    log(f"  {d}")
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+def write_report(res: dict, cfg) -> str:
+    L = []
+    m = res["meta"]
+    L.append("# ddptui performance (`make bench`)\n")
+    L.append(f"Measured {m['date']} on {m['machine']} ({m['cpus']} CPUs, load average at start {m['load_start']}, "
+             f"at end {m.get('load_end')}), torch {m.get('torch')}, Python {m['python']}; "
+             f"{'QUICK smoke run, ' if cfg.quick else ''}{cfg.repeats} repeat(s); cells are min / median / max. "
+             f"The machine is shared with other work: compare figures side by side within one table, "
+             f"not across runs. Whole bench: {m.get('total_s', 0):.0f} s.\n")
+    tick = lambda ok: "met" if ok else "**missed**"
+    if "overhead" in res:
+        o = res["overhead"]
+        L.append("## 1. Overhead: one 2-rank gloo training run\n")
+        L.append(f"ddp_mlp, {o['steps']} steps, bare `python -m torch.distributed.run --standalone --nproc_per_node 2` "
+                 "vs `ddptui PROFILE --no-ui > /dev/null` (order alternates between repeats).\n")
+        L.append("| | wall s |\n|---|---|")
+        L.append(f"| bare torchrun | {fmt3(o['bare_s'])} |")
+        L.append(f"| ddptui --no-ui | {fmt3(o['ddptui_s'])} |")
+        L.append(f"| **ratio ddptui / bare** (per pair) | **{fmt3(o['ratio'], 3)}** |\n")
+        L.append(f"Target ≤ 1.02 (median): {tick(o['met'])}." + (f" Failures: {o['failures']}" if o['failures'] else "") + "\n")
+    if "ingest" in res:
+        g = res["ingest"]
+        L.append("## 2. Ingest: ranks printing as fast as they can\n")
+        L.append(f"2 ranks × {g['lines_per_rank']:,} lines each (`bench/workloads/printer.py`, ~64 KB writes; short = "
+                 "~50-byte lines, mix = every 10th line ~1 KB). *Delivered* = all lines / (first rank's first write → "
+                 "last line at the consumer: ddptui's read time in rank<N>.log, torchrun's exit for --tee, cat's exit "
+                 "for the pipe). *Producer* = how fast the ranks themselves got their lines out. *Lost* = expected − "
+                 "lines found in the record (ddptui) or the tee'd file; a pipe cannot lose lines (n/a).\n")
+        L.append("| mode | lines | delivered lines/s | delivered MB/s | producer lines/s | wall s | lost |")
+        L.append("|---|---|---|---|---|---|---|")
+        names = {"ddptui": "ddptui --no-ui (torchrun -r 3 files → engine → record + console > /dev/null)",
+                 "tee": "torchrun --tee 3 > file", "pipe": "rank | cat > /dev/null (no torchrun)"}
+        for key, r in g["runs"].items():
+            lost = "n/a" if r["mode"] == "pipe" else ",".join(str(x) for x in r["lost"])
+            L.append(f"| {names[r['mode']]} | {r['mix']} | {fmt3(r['delivered_lines_per_s'], 0)} | "
+                     f"{fmt3(r['delivered_MB_per_s'], 0)} | {fmt3(r['producer_lines_per_s'], 0)} | {fmt3(r['wall_s'])} | "
+                     f"{lost}{(' errors: ' + '; '.join(r['errors'])) if r['errors'] else ''} |")
+        L.append("")
+        for k, v in g["ratios"].items():
+            L.append(f"- delivered-rate ratio {k}: {fmt3(v, 2)}")
+        L.append(f"\nTarget ≥ 1,000,000 lines/s aggregate with nothing lost: {tick(g['met'])}.\n")
+    if "engine" in res:
+        e = res["engine"]
+        L.append("### 2b. The engine alone: read, split, parse, hint-match, record, console\n")
+        L.append(f"{e['lines']:,} lines (mix: half as many) pre-written in 2 rank files, read by `runners.tail.Tailer` and fed through "
+                 "`Session._lines` / `_flush` (record + console to /dev/null), one process, no ranks running.\n")
+        L.append("| lines | lines/s (wall) | lines/s (engine CPU) | µs CPU per line | lost |\n|---|---|---|---|---|")
+        for k in ("short", "mix"):
+            if k in e:
+                r = e[k]
+                L.append(f"| {k} | {fmt3(r['lines_per_s'], 0)} | {fmt3(r['cpu_lines_per_s'], 0)} | "
+                         f"{fmt3(r['us_per_line_cpu'], 2)} | {','.join(map(str, r['lost']))} |")
+        L.append("\nWhere the time goes (cProfile, short lines, by own time):\n")
+        L.append("```\n" + _trim_profile(e.get("cprofile_top", "")) + "\n```\n")
+    if "stall" in res:
+        s = res["stall"]
+        L.append("## 3. Stall: from a rank's hang to the verdict\n")
+        L.append(f"`profiles/hang.yaml` (rank 1 sleeps before its backward at step 10), `--set nproc=N "
+                 f"stall_after={s['stall_after']:g}`, on_stall stop. Times from the read time of rank 1's "
+                 "`injecting hang` line (in the record).\n")
+        L.append("| ranks | StallDetected s | above stall_after s | StacksCollected.seconds | stacks done s | "
+                 "HangVerdict s | method | culprits | run wall s |")
+        L.append("|---|---|---|---|---|---|---|---|---|")
+        for n, r in s["by_ranks"].items():
+            L.append(f"| {n} | {fmt3(r['detect_s'])} | {fmt3(r['above_stall_after_s'])} | {fmt3(r['stacks_s'])} | "
+                     f"{fmt3(r['stacks_done_s'])} | {fmt3(r['verdict_s'])} | {','.join(r['methods'])} | "
+                     f"{r['culprits']} | {fmt3(r['wall_s'], 1)}"
+                     f"{(' errors: ' + '; '.join(r['errors'])) if r['errors'] else ''} |")
+        L.append(f"\nTarget verdict ≤ stall_after + 1 s (detection, max): {tick(s['met_detect'])}; "
+                 f"stacks of 8 ranks ≤ 2 s: {tick(s['met_stacks8'])}.\n")
+    if "memory" in res:
+        mm = res["memory"]
+        L.append("## 4. Memory: the engine process\n")
+        L.append("Pre-written rank files through Tailer + Session + console (to /dev/null); RSS by psutil after "
+                 "the last line, peak = VmHWM of the engine process.\n")
+        L.append("| lines ingested | RSS before MB | RSS after MB | peak RSS MB | lines/s | lost |\n|---|---|---|---|---|---|")
+        for k, v in mm.items():
+            if isinstance(v, dict):
+                L.append(f"| {int(k):,} | {fmt(v.get('rss_before_mb'), 1)} | {fmt(v.get('rss_after_mb'), 1)} | "
+                         f"{fmt(v.get('maxrss_mb'), 1)} | {fmt(v.get('lines_per_s'), 0)} | {v.get('lost')} |")
+        L.append(f"\ntracemalloc peak (Python allocations while ingesting {cfg.mem_small:,} lines): "
+                 f"{fmt(mm.get('tracemalloc_peak_mb'), 1)} MB. Target ≤ 150 MB: {tick(mm['met'])}.\n")
+    if "startup" in res:
+        st = res["startup"]
+        L.append("## 5. Start-up\n")
+        L.append("| | s |\n|---|---|")
+        if "help_s" in st:
+            L.append(f"| `python -m tui.cli --help` (ddptui --help) | {fmt3(st['help_s'], 3)} |")
+            L.append(f"| `python -c pass` | {fmt3(st['python_pass_s'], 3)} |")
+            L.append(f"| difference (per pair) | {fmt3(st['help_minus_pass_s'], 3)} |")
+        if "spawn_s" in st:
+            L.append(f"| `ddptui --no-ui` start → ProcessStarted (torchrun spawned) | {fmt3(st['spawn_s'], 3)} |")
+            L.append(f"| `ddptui --no-ui` start → first RankHello | {fmt3(st['first_hello_s'], 3)} |")
+        if "help_s" in st:
+            L.append(f"\nTarget `--help` ≤ 0.2 s (median): {tick(st['met_help'])}. Slowest imports (-X importtime, "
+                     "cumulative µs): " + ", ".join(f"{x['module'].strip()} {x['us']:,}" for x in st["top_imports_us"][:6]) + "\n")
+    if "ui" in res:
+        u = res["ui"]
+        L.append("## 6. Dashboard: keypress → repaint\n")
+        if "not_measured" in u:
+            L.append("not measured: no hook yet\n")
+        elif "error" in u:
+            L.append(f"not measured: the hook failed: `{u['error'][-300:]}`\n")
+        else:
+            L.append(f"`tui.app.measure_latency`: {u.get('ranks')} ranks × {u.get('lines_per_s_per_rank')} lines/s "
+                     f"streaming, {u.get('presses')} presses of `t`: p50 {u.get('p50_ms')} ms, p95 {u.get('p95_ms')} ms, "
+                     f"max {u.get('max_ms')} ms; lines absorbed {u.get('lines_per_s_absorbed'):,}/s of "
+                     f"{u.get('lines_per_s_offered'):,}/s offered.\n")
+    return "\n".join(L) + "\n"
+
+
+def _trim_profile(text: str) -> str:
+    keep, on = [], False
+    for ln in text.splitlines():
+        if "ncalls" in ln:
+            on = True
+        if on and ln.strip():
+            keep.append(ln.replace(str(ROOT) + "/", ""))
+    return "\n".join(keep[:16])
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="1 repeat, smaller sizes (smoke run)")
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--only", default="overhead,ingest,engine,stall,memory,startup,ui")
+    ap.add_argument("--out", default=str(BENCH / "results.md"))
+    cfg = ap.parse_args()
+    q = cfg.quick
+    cfg.repeats = cfg.repeats or (1 if q else 3)
+    cfg.steps = 300 if q else 1200
+    cfg.ingest_lines = 100_000 if q else 250_000
+    cfg.engine_lines = 200_000 if q else 1_000_000
+    cfg.mem_small, cfg.mem_big = (200_000, 1_000_000) if q else (1_000_000, 10_000_000)
+    cfg.stall_after = 2
+    cfg.stall_ranks = (2, 4, 8)
+    cfg.stall_repeats = {2: 1, 4: 1, 8: 1} if q else {2: cfg.repeats, 4: 2, 8: 2}
+    cfg.ui_seconds, cfg.ui_presses = (3.0, 10) if q else (6.0, 30)
+    only = set(cfg.only.split(","))
+
+    work = Path(tempfile.mkdtemp(prefix="ddptui-bench-"))
+    try:
+        import torch  # noqa: F401  (version only)
+        tv = torch.__version__
+    except Exception:
+        tv = "?"
+    res = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": platform.platform(),
+                    "cpus": os.cpu_count(), "python": platform.python_version(), "torch": tv,
+                    "load_start": ", ".join(f"{x:.1f}" for x in os.getloadavg()), "quick": q,
+                    "repeats": cfg.repeats}}
+    t0 = time.monotonic()
+    steps = [("startup", bench_startup), ("overhead", bench_overhead), ("ingest", bench_ingest),
+             ("engine", bench_engine), ("memory", bench_memory), ("stall", bench_stall), ("ui", bench_ui)]
+    try:
+        for name, fn in steps:
+            if name in only:
+                ts = time.monotonic()
+                try:
+                    fn(cfg, work, res)
+                except Exception as e:  # one broken section must not lose the others
+                    import traceback
+                    traceback.print_exc()
+                    res.setdefault("errors", {})[name] = f"{type(e).__name__}: {e}"
+                res["meta"].setdefault("section_s", {})[name] = round(time.monotonic() - ts, 1)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    res["meta"]["total_s"] = time.monotonic() - t0
+    res["meta"]["load_end"] = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    md = write_report(res, cfg)
+    if res.get("errors"):
+        md += "## Sections that failed\n\n" + "\n".join(f"- {k}: {v}" for k, v in res["errors"].items()) + "\n"
+    out = Path(cfg.out)
+    out.write_text(md, encoding="utf-8")
+    out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str), encoding="utf-8")
+    print(md)
+    log(f"wrote {out} and {out.with_suffix('.json')} in {res['meta']['total_s']:.0f} s "
+        f"(sections: {res['meta'].get('section_s')})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
