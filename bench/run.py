@@ -68,18 +68,40 @@ def env_with(**kw) -> dict:
 
 
 class Timed:
-    """A process whose exit wall time is taken by a waiting thread (no polling granularity)."""
+    """A process whose exit wall time is taken by a waiting thread (no polling granularity), with the CPU
+    seconds of its whole tree (wait4 rusage: itself and every descendant it waited for) and, on request,
+    the peak RSS of the process itself (sampled every 50 ms)."""
 
-    def __init__(self, argv, **kw) -> None:
+    def __init__(self, argv, sample_rss: bool = False, **kw) -> None:
         self.t_start = time.time()
         self.p = subprocess.Popen(argv, **kw)
         self.t_end = None
+        self.rc = None
+        self.cpu_s = None
+        self.peak_rss_mb = None
         self.th = threading.Thread(target=self._wait, daemon=True)
         self.th.start()
+        if sample_rss:
+            threading.Thread(target=self._sample, daemon=True).start()
 
     def _wait(self) -> None:
-        self.p.wait()
+        _, status, ru = os.wait4(self.p.pid, 0)
         self.t_end = time.time()
+        self.rc = os.waitstatus_to_exitcode(status)
+        self.p.returncode = self.rc
+        self.cpu_s = ru.ru_utime + ru.ru_stime
+
+    def _sample(self) -> None:
+        import psutil
+        try:
+            pr = psutil.Process(self.p.pid)
+            peak = 0
+            while self.t_end is None:
+                peak = max(peak, pr.memory_info().rss)
+                self.peak_rss_mb = peak / 2**20
+                time.sleep(0.05)
+        except psutil.Error:
+            pass
 
     def wait(self, timeout=None) -> int:
         self.th.join(timeout)
@@ -87,7 +109,7 @@ class Timed:
             self.p.kill()
             self.th.join()
             raise TimeoutError(f"{self.p.args!r} ran past {timeout} s")
-        return self.p.returncode
+        return self.rc
 
     @property
     def wall(self) -> float:
@@ -166,6 +188,7 @@ def bench_overhead(cfg, work: Path, res: dict) -> None:
     steps = cfg.steps
     log(f"overhead: ddp_mlp {steps} steps, 2 gloo ranks, bare torchrun vs ddptui --no-ui, {cfg.repeats} repeats")
     bare_t, tui_t, ratios, spawn_lat, hello_lat, fails = [], [], [], [], [], []
+    bare_cpu, tui_cpu, cpu_ratios = [], [], []
     for i in range(cfg.repeats):
         order = ("bare", "ddptui") if i % 2 == 0 else ("ddptui", "bare")
         got = {}
@@ -191,17 +214,22 @@ def bench_overhead(cfg, work: Path, res: dict) -> None:
             if rc != 0:
                 fails.append(f"{which} repeat {i}: exit {rc}")
             got[which] = t.wall
-            log(f"  repeat {i} {which}: {t.wall:.2f} s (exit {rc})")
+            got[which + "_cpu"] = t.cpu_s
+            log(f"  repeat {i} {which}: {t.wall:.2f} s wall, {t.cpu_s:.2f} s CPU (all processes) (exit {rc})")
         bare_t.append(got["bare"])
         tui_t.append(got["ddptui"])
         ratios.append(got["ddptui"] / got["bare"])
+        bare_cpu.append(got["bare_cpu"])
+        tui_cpu.append(got["ddptui_cpu"])
+        cpu_ratios.append(got["ddptui_cpu"] / got["bare_cpu"])
     r = mmm(ratios)
     res["overhead"] = {"steps": steps, "bare_s": mmm(bare_t), "ddptui_s": mmm(tui_t), "ratio": r,
-                       "ratios": ratios, "target": 1.02, "met": r["median"] is not None and r["median"] <= 1.02,
+                       "ratios": ratios, "bare_cpu_s": mmm(bare_cpu), "ddptui_cpu_s": mmm(tui_cpu),
+                       "cpu_ratio": mmm(cpu_ratios), "cpu_ratios": cpu_ratios, "target": 1.02, "met": r["median"] is not None and r["median"] <= 1.02,
                        "failures": fails}
     res.setdefault("startup", {})["spawn_s"] = mmm(spawn_lat)
     res["startup"]["first_hello_s"] = mmm(hello_lat)
-    log(f"overhead ratio ddptui/bare: {fmt3(r, 3)} (target <= 1.02)")
+    log(f"overhead ratio ddptui/bare: wall {fmt3(r, 3)}, CPU {fmt3(mmm(cpu_ratios), 3)} (target <= 1.02)")
 
 
 # ---------------------------------------------------------------------------------------------- 2. ingest
@@ -227,11 +255,11 @@ def ingest_once(mode: str, mix: str, n: int, d: Path) -> dict:
     stamps.mkdir(parents=True)
     total = 2 * n
     pr_env = dict(PRINT_LINES=n, PRINT_MIX=mix, PRINT_STAMP_DIR=stamps)
-    arrived, rc, t_delivered = None, 0, None
+    arrived, rc, t_delivered, extra = None, 0, None, {}
     if mode == "ddptui":
         prof = _ingest_profile(d, n, mix, stamps)
         runs = d / "runs"
-        t = Timed([PY, "-m", "tui.cli", str(prof), "--no-ui", "--runs-dir", str(runs)],
+        t = Timed([PY, "-m", "tui.cli", str(prof), "--no-ui", "--runs-dir", str(runs)], sample_rss=True,
                   stdout=DEVNULL, stderr=DEVNULL, cwd=ROOT)
         rc = t.wait(600)
         rd = only_run_dir(runs)
@@ -240,7 +268,15 @@ def ingest_once(mode: str, mix: str, n: int, d: Path) -> dict:
             c, last = count_and_last(rd / f"rank{r}.log", f"L r{r} ".encode())
             arrived += c
             lasts.append(last)
-        t_delivered = max(x for x in lasts if x is not None) if any(lasts) else t.t_end
+        evs = read_events(rd)
+        # Lines left unread when torchrun exits are drained in one go and all stamped with the drain's start
+        # time, so the record's last timestamp is too early: the run is ingested when RunFinished is emitted.
+        fin = [e["wall"] for e in evs if e.get("kind") == "run_finished"]
+        exited = [e["wall"] for e in evs if e.get("kind") == "process_exited"]
+        t_delivered = fin[0] if fin else t.t_end
+        extra = {"engine_peak_rss_mb": t.peak_rss_mb, "engine_cpu_s": None,
+                 "backlog_at_exit_s": (t_delivered - exited[0]) if exited else None,
+                 "last_stamp_lag_s": (t_delivered - max(x for x in lasts if x is not None)) if any(lasts) else None}
     elif mode == "tee":
         out = d / "console.txt"
         with open(out, "wb") as f:
@@ -276,7 +312,8 @@ def ingest_once(mode: str, mix: str, n: int, d: Path) -> dict:
            "delivered_lines_per_s": total / max(1e-9, t_delivered - t0),
            "delivered_MB_per_s": nbytes / 2**20 / max(1e-9, t_delivered - t0),
            "arrived": arrived, "lost": None if arrived is None else total - arrived,
-           "wall_s": t.wall if t is not None else t_delivered - t_start}
+           "wall_s": t.wall if t is not None else t_delivered - t_start,
+           "cpu_s": t.cpu_s if t is not None else None, **extra}
     shutil.rmtree(d, ignore_errors=True)
     return out
 
@@ -296,7 +333,9 @@ def bench_ingest(cfg, work: Path, res: dict) -> None:
                 per[mode] = r
                 log(f"  repeat {i} {mix:5s} {mode:6s}: delivered {r.get('delivered_lines_per_s', 0):>12,.0f} lines/s, "
                     f"producer {r.get('producer_lines_per_s', 0):>12,.0f} lines/s, lost {r.get('lost')}, "
-                    f"wall {r.get('wall_s', 0):.2f} s {r.get('error', '')}")
+                    f"wall {r.get('wall_s', 0):.2f} s"
+                    + (f", engine peak RSS {r['engine_peak_rss_mb']:.0f} MB, drained {r['backlog_at_exit_s']:.2f} s "
+                       f"after torchrun exited" if r.get("engine_peak_rss_mb") else "") + f" {r.get('error', '')}")
             for other in ("tee", "pipe"):
                 a, b = per["ddptui"].get("delivered_lines_per_s"), per[other].get("delivered_lines_per_s")
                 if a and b:
@@ -314,6 +353,9 @@ def bench_ingest(cfg, work: Path, res: dict) -> None:
             "delivered_MB_per_s": mmm([r["delivered_MB_per_s"] for r in ok]),
             "producer_lines_per_s": mmm([r["producer_lines_per_s"] for r in ok]),
             "wall_s": mmm([r["wall_s"] for r in ok]),
+            "cpu_s": mmm([r.get("cpu_s") for r in ok]),
+            "engine_peak_rss_mb": mmm([r.get("engine_peak_rss_mb") for r in ok]),
+            "backlog_at_exit_s": mmm([r.get("backlog_at_exit_s") for r in ok]),
             "lost": [r.get("lost") for r in ok], "errors": [r["error"] for r in rs if "error" in r],
             "exit": [r.get("exit") for r in ok]}
     dd = out["runs"].get("ddptui/short", {}).get("delivered_lines_per_s", {})
@@ -440,6 +482,7 @@ def bench_stall(cfg, work: Path, res: dict) -> None:
             "verdict_s": mmm([r["verdict_s"] for r in ok]),
             "wall_s": mmm([r["wall_s"] for r in rs]),
             "methods": sorted({m for r in ok for m in r["stack_methods"]}),
+            "stack_ranks": [r.get("stack_ranks") for r in ok],
             "culprits": [r.get("culprits") for r in ok], "errors": [r["error"] for r in rs if "error" in r]}
     above = [out["by_ranks"][k]["above_stall_after_s"]["max"] for k in out["by_ranks"]]
     s8 = out["by_ranks"].get("8", {}).get("stacks_s", {}).get("max")
@@ -515,7 +558,10 @@ def write_report(res: dict, cfg) -> str:
         L.append("| | wall s |\n|---|---|")
         L.append(f"| bare torchrun | {fmt3(o['bare_s'])} |")
         L.append(f"| ddptui --no-ui | {fmt3(o['ddptui_s'])} |")
-        L.append(f"| **ratio ddptui / bare** (per pair) | **{fmt3(o['ratio'], 3)}** |\n")
+        L.append(f"| **ratio ddptui / bare** (per pair) | **{fmt3(o['ratio'], 3)}** |")
+        L.append(f"| CPU s, all processes: bare | {fmt3(o['bare_cpu_s'])} |")
+        L.append(f"| CPU s, all processes: ddptui (engine + torchrun + ranks) | {fmt3(o['ddptui_cpu_s'])} |")
+        L.append(f"| **CPU ratio ddptui / bare** (per pair) | **{fmt3(o['cpu_ratio'], 3)}** |\n")
         L.append(f"Target ≤ 1.02 (median): {tick(o['met'])}." + (f" Failures: {o['failures']}" if o['failures'] else "") + "\n")
     if "ingest" in res:
         g = res["ingest"]
@@ -523,18 +569,23 @@ def write_report(res: dict, cfg) -> str:
         L.append(f"2 ranks × {g['lines_per_rank']:,} lines each (`bench/workloads/printer.py`, ~64 KB writes; short = "
                  "~50-byte lines, mix = every 10th line ~1 KB). *Delivered* = all lines / (first rank's first write → "
                  "last line at the consumer: ddptui's read time in rank<N>.log, torchrun's exit for --tee, cat's exit "
-                 "for the pipe). *Producer* = how fast the ranks themselves got their lines out. *Lost* = expected − "
+                 "for the pipe; for ddptui RunFinished, because lines still unread when torchrun exits are drained at the end "
+                 "and all stamped with the drain's start time). *Producer* = how fast the ranks themselves got their lines out. *Lost* = expected − "
                  "lines found in the record (ddptui) or the tee'd file; a pipe cannot lose lines (n/a).\n")
-        L.append("| mode | lines | delivered lines/s | delivered MB/s | producer lines/s | wall s | lost |")
-        L.append("|---|---|---|---|---|---|---|")
+        L.append("| mode | lines | delivered lines/s | delivered MB/s | producer lines/s | wall s | CPU s (tree) | lost |")
+        L.append("|---|---|---|---|---|---|---|---|")
         names = {"ddptui": "ddptui --no-ui (torchrun -r 3 files → engine → record + console > /dev/null)",
                  "tee": "torchrun --tee 3 > file", "pipe": "rank | cat > /dev/null (no torchrun)"}
         for key, r in g["runs"].items():
             lost = "n/a" if r["mode"] == "pipe" else ",".join(str(x) for x in r["lost"])
             L.append(f"| {names[r['mode']]} | {r['mix']} | {fmt3(r['delivered_lines_per_s'], 0)} | "
-                     f"{fmt3(r['delivered_MB_per_s'], 0)} | {fmt3(r['producer_lines_per_s'], 0)} | {fmt3(r['wall_s'])} | "
+                     f"{fmt3(r['delivered_MB_per_s'], 0)} | {fmt3(r['producer_lines_per_s'], 0)} | {fmt3(r['wall_s'])} | {fmt3(r['cpu_s'])} | "
                      f"{lost}{(' errors: ' + '; '.join(r['errors'])) if r['errors'] else ''} |")
         L.append("")
+        for key, r in g["runs"].items():
+            if r["mode"] == "ddptui":
+                L.append(f"- ddptui {r['mix']}: engine process peak RSS {fmt3(r['engine_peak_rss_mb'], 0, ' MB')}; "
+                         f"still draining {fmt3(r['backlog_at_exit_s'], 2, ' s')} after torchrun exited")
         for k, v in g["ratios"].items():
             L.append(f"- delivered-rate ratio {k}: {fmt3(v, 2)}")
         L.append(f"\nTarget ≥ 1,000,000 lines/s aggregate with nothing lost: {tick(g['met'])}.\n")
@@ -558,11 +609,11 @@ def write_report(res: dict, cfg) -> str:
                  f"stall_after={s['stall_after']:g}`, on_stall stop. Times from the read time of rank 1's "
                  "`injecting hang` line (in the record).\n")
         L.append("| ranks | StallDetected s | above stall_after s | StacksCollected.seconds | stacks done s | "
-                 "HangVerdict s | method | culprits | run wall s |")
-        L.append("|---|---|---|---|---|---|---|---|---|")
+                 "HangVerdict s | method | ranks with stacks | culprits | run wall s |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|")
         for n, r in s["by_ranks"].items():
             L.append(f"| {n} | {fmt3(r['detect_s'])} | {fmt3(r['above_stall_after_s'])} | {fmt3(r['stacks_s'])} | "
-                     f"{fmt3(r['stacks_done_s'])} | {fmt3(r['verdict_s'])} | {','.join(r['methods'])} | "
+                     f"{fmt3(r['stacks_done_s'])} | {fmt3(r['verdict_s'])} | {','.join(r['methods'])} | {r['stack_ranks']} | "
                      f"{r['culprits']} | {fmt3(r['wall_s'], 1)}"
                      f"{(' errors: ' + '; '.join(r['errors'])) if r['errors'] else ''} |")
         L.append(f"\nTarget verdict ≤ stall_after + 1 s (detection, max): {tick(s['met_detect'])}; "

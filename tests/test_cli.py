@@ -179,3 +179,31 @@ def test_help_and_usage_errors(runs_dir):
     assert p.returncode == 2 and "needs a PROFILE" in p.stderr
     p = ddptui("no-such-profile", "--no-ui", runs_dir=runs_dir)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(120)
+def test_dump_command_collects_stacks_of_a_live_run(runs_dir):
+    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "--runs-dir", str(runs_dir), "profiles/hang.yaml",
+                             "--no-ui", "--set", "on_stall=wait", "--set", "stall_after=300"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            runs = list(runs_dir.iterdir())
+            if runs and (runs[0] / "rank1.log").exists() and "injecting hang" in (runs[0] / "rank1.log").read_text():
+                break
+            time.sleep(0.2)
+        run = only_run(runs_dir)
+        p = ddptui("dump", str(run), runs_dir=runs_dir)
+        assert p.returncode == 0, p.stderr
+        while time.monotonic() < deadline and not list(run.glob("stacks/*/verdict.txt")):
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    (verdict,) = run.glob("stacks/*-on-request/verdict.txt")
+    assert "rank 1 is stuck in time.sleep" in verdict.read_text()
+    assert proc.returncode == 1 and ddptui("dump", str(run), runs_dir=runs_dir).returncode == 2

@@ -145,3 +145,19 @@ def test_exit_time_abort_after_completed_work_is_called_what_it_is(runs_dir, tmp
     assert outcomes == {0: "completed, then died at exit (SIGABRT)", 1: "completed, then died at exit (SIGABRT)"}
     assert "exit-abort-no-barrier" in {h.code for h in rec.of(ev.HintRaised)}
     assert not rec.of(ev.CrashVerdict)
+
+
+@pytest.mark.timeout(120)
+def test_on_stall_dump_collects_and_keeps_running(runs_dir):
+    code, rec, session = run_profile("hang", runs_dir, ["on_stall=dump", "timeout=20", "stall_after=3"])
+    assert code == EXIT_FAILED  # it kept running until the run's timeout
+    assert len(rec.of(ev.StacksCollected)) == 1 and rec.of(ev.HangVerdict)[0].culprits == (1,)
+    assert json.loads((session.run_dir / "summary.json").read_text())["status"] == "timeout"
+
+
+@pytest.mark.timeout(120)
+def test_on_stall_wait_gives_a_verdict_without_touching_ranks(runs_dir):
+    code, rec, session = run_profile("hang", runs_dir, ["on_stall=wait", "timeout=15", "stall_after=3"])
+    assert code == EXIT_FAILED and not rec.of(ev.StacksCollected)
+    verdict = rec.one(ev.HangVerdict)
+    assert "made no progress since" in verdict.text and set(verdict.waiting) == {0, 1}

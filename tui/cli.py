@@ -40,6 +40,21 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+_VALUED = ("--runs-dir", "--set", "--summary", "--py-spy", "--stacks")
+
+
+def _first_positional(argv: list[str]) -> int | None:
+    i = 0
+    while i < len(argv):
+        if argv[i] in _VALUED:
+            i += 2
+        elif argv[i].startswith("-"):
+            i += 1
+        else:
+            return i
+    return None
+
+
 def _fail(msg: str) -> int:
     print(f"ddptui: {msg}", file=sys.stderr)
     return 2
@@ -53,8 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         argv, command = argv[:i], argv[i + 1:]
         if not command:
             return _fail("nothing after '--': give the launch command to wrap")
-    if argv and argv[0] in ("replay", "dump", "profiles"):
-        return _subcommand(argv[0], argv[1:])
+    sub = _first_positional(argv)
+    if sub is not None and argv[sub] in ("replay", "dump", "profiles"):
+        return _subcommand(argv[sub], argv[sub + 1:])
     args = _parser().parse_args(argv)
     if args.profile and command:
         return _fail("give either a PROFILE or a command after '--', not both")
