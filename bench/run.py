@@ -274,7 +274,7 @@ def ingest_once(mode: str, mix: str, n: int, d: Path) -> dict:
         fin = [e["wall"] for e in evs if e.get("kind") == "run_finished"]
         exited = [e["wall"] for e in evs if e.get("kind") == "process_exited"]
         t_delivered = fin[0] if fin else t.t_end
-        extra = {"engine_peak_rss_mb": t.peak_rss_mb, "engine_cpu_s": None,
+        extra = {"engine_peak_rss_mb": t.peak_rss_mb,
                  "backlog_at_exit_s": (t_delivered - exited[0]) if exited else None,
                  "last_stamp_lag_s": (t_delivered - max(x for x in lasts if x is not None)) if any(lasts) else None}
     elif mode == "tee":
@@ -416,7 +416,10 @@ def bench_memory(cfg, work: Path, res: dict) -> None:
     log(f"  tracemalloc peak over {cfg.mem_small:,} lines: {fmt(r.get('tracemalloc_peak_mb'))} MB")
     shutil.rmtree(work / "memory", ignore_errors=True)
     peaks = [out[str(n)].get("maxrss_mb") for n in (cfg.mem_small, cfg.mem_big)]
-    out["met"] = all(p is not None and p <= 150 for p in peaks)
+    live = [v["engine_peak_rss_mb"]["max"] for k, v in res.get("ingest", {}).get("runs", {}).items()
+            if k.startswith("ddptui") and v["engine_peak_rss_mb"]["n"]]
+    out["live_ingest_peak_mb"] = max(live) if live else None
+    out["met"] = all(p is not None and p <= 150 for p in peaks + live)
     res["memory"] = out
 
 
@@ -629,7 +632,9 @@ def write_report(res: dict, cfg) -> str:
                 L.append(f"| {int(k):,} | {fmt(v.get('rss_before_mb'), 1)} | {fmt(v.get('rss_after_mb'), 1)} | "
                          f"{fmt(v.get('maxrss_mb'), 1)} | {fmt(v.get('lines_per_s'), 0)} | {v.get('lost')} |")
         L.append(f"\ntracemalloc peak (Python allocations while ingesting {cfg.mem_small:,} lines): "
-                 f"{fmt(mm.get('tracemalloc_peak_mb'), 1)} MB. Target ≤ 150 MB: {tick(mm['met'])}.\n")
+                 f"{fmt(mm.get('tracemalloc_peak_mb'), 1)} MB. The live ddptui process in the ingest runs (section 2, "
+                 f"psutil every 50 ms) peaked at {fmt(mm.get('live_ingest_peak_mb'), 0)} MB. "
+                 f"Target ≤ 150 MB (both): {tick(mm['met'])}.\n")
     if "startup" in res:
         st = res["startup"]
         L.append("## 5. Start-up\n")
@@ -681,7 +686,7 @@ def main() -> int:
     q = cfg.quick
     cfg.repeats = cfg.repeats or (1 if q else 3)
     cfg.steps = 300 if q else 1200
-    cfg.ingest_lines = 100_000 if q else 250_000
+    cfg.ingest_lines = 100_000 if q else 1_000_000
     cfg.engine_lines = 200_000 if q else 1_000_000
     cfg.mem_small, cfg.mem_big = (200_000, 1_000_000) if q else (1_000_000, 10_000_000)
     cfg.stall_after = 2
