@@ -88,7 +88,7 @@ def stall_threshold(profile, tracks) -> float:
 
 def find_stall(profile, tracks, now: float) -> tuple[list[int], list[int], float] | None:
     """(stalled ranks, still progressing ranks, threshold) when some live rank exceeded the threshold."""
-    live = [t for t in tracks if t.alive]
+    live = [t for t in tracks if t.alive and not t.completed]  # a finished rank may take seconds to exit
     if not live:
         return None
     base = stall_threshold(profile, tracks)

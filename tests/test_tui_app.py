@@ -220,3 +220,33 @@ async def test_sixteen_ranks_flood_stays_bounded_and_responsive():
         src.request_stop()
     app.shutdown(5)
     assert not app.thread.is_alive()
+
+
+@pytest.mark.timeout(30)
+@aio
+async def test_picker_lists_profiles_validates_overrides_and_escape_returns_to_it(tmp_path, monkeypatch):
+    from runners.profile import load_profile
+    from tui.screens.picker import PickerScreen
+
+    prof = tmp_path / "tiny.yaml"
+    prof.write_text("name: tiny\ndescription: a tiny test profile\nnproc: 2\nworkload:\n  builtin: ddp_mlp\nsteps: 5\n")
+    started = []
+    app = DdpApp(picker_extra=prof)
+    monkeypatch.setattr(app, "start_run", lambda p: (started.append(p), app.start_source(ScriptSource(crash_scenario()))))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        screen = app.screen
+        assert isinstance(screen, PickerScreen) and screen.paths[0] == prof
+        assert "a tiny test profile" in str(screen.query_one("#profile-desc").render())
+        assert "2 × 1 node(s) = 2" in str(screen.query_one("#profile-settings").render())
+        await pilot.press("tab", "0")  # nproc=0 is refused by load_profile: its one line shows
+        await pilot.pause(0.1)
+        assert "nproc" in str(screen.query_one("#profile-error").render())
+        assert screen.query_one("#launch").disabled
+        await pilot.press("backspace", "4", "enter")
+        await settle(pilot, app)
+        assert started and started[0].nproc == 4 and started[0].name == "tiny"
+        assert started[0] == load_profile(prof, ["nproc=4"])
+        assert isinstance(app.screen, RunScreen)
+        await pilot.press("escape", "escape")  # crash tab → grid → picker (the run has ended)
+        assert app.screen is screen

@@ -66,6 +66,10 @@ async def test_hang_run_shows_stall_banner_and_stacks(runs_dir):
         assert screen.query_one(TabbedContent).active == "stacks"
         text = str(screen.query_one("#stacks-view .stacks-text").render())
         assert "rank 1 (culprit)" in text and "rank 0 (waiting)" in text and "thread MainThread" in text
+        from tui.widgets.stacks_view import render_stacks
+        rich = render_stacks(m.stacks, m.hang)
+        marked = [rich.plain[s.start:s.end] for s in rich.spans if str(s.style) == "bold magenta"]
+        assert "  ▶ " in marked  # rank 0's frame in the collective is highlighted
 
 
 @pytest.mark.timeout(120)

@@ -67,3 +67,42 @@ def test_snapshot_final_verdict(snap_compare):
 @pytest.mark.timeout(60)
 def test_snapshot_crash_panel(snap_compare):
     assert snap_compare(replay_app("crash"), terminal_size=SIZE, run_before=replayed)
+
+
+async def _export(app: DdpApp, path: Path, keys: tuple[str, ...] = ()) -> None:
+    async with app.run_test(size=SIZE) as pilot:
+        if app.source is not None:
+            await replayed(pilot)
+        else:
+            await pilot.pause(0.5)
+        for k in keys:
+            await pilot.press(k)
+            await pilot.pause(0.3)
+        app.save_screenshot(path.name, str(path.parent))
+
+
+def export_screenshots(out: Path) -> None:
+    """The docs' SVGs of every main screen, from the same records: `python -m tests.test_tui_snapshots`."""
+    import asyncio
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    picker.find_profiles = lambda extra=None: [PROFILES / f"{n}.yaml" for n in ("cpu-ddp", "crash", "hang")]
+    shots = {
+        "picker.svg": (DdpApp(), ()),
+        "running.svg": (replay_app("cpu-ddp", until=9.70), ()),
+        "stall.svg": (replay_app("hang"), ("escape",)),
+        "stacks.svg": (replay_app("hang"), ()),
+        "crash.svg": (replay_app("crash"), ()),
+        "verdict.svg": (replay_app("cpu-ddp"), ()),
+        "timeline.svg": (replay_app("crash"), ("escape", "t")),
+        "zoom.svg": (replay_app("crash"), ("escape", "1", "z")),
+        "help.svg": (replay_app("cpu-ddp"), ("question_mark",)),
+    }
+    for name, (app, keys) in shots.items():
+        asyncio.run(_export(app, out / name, keys))
+        print("wrote", out / name)
+
+
+if __name__ == "__main__":
+    export_screenshots(Path(__file__).resolve().parent.parent / "docs" / "screenshots")

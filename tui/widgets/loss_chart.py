@@ -19,12 +19,18 @@ def thin(points: list, n: int) -> list:
 
 
 def spread(model: RunModel) -> tuple[float, float, int] | None:
-    """(min, max, step) of the latest loss that every reporting rank has reached."""
-    last = [rv.losses[-1] for rv in model.ranks.values() if rv.losses]
-    if not last:
+    """(min, max, step) of the losses at the latest step every reporting rank has reached."""
+    series = [rv.losses for rv in model.ranks.values() if rv.losses]
+    if not series:
         return None
-    vals = [v for _, v in last]
-    return min(vals), max(vals), min(s for s, _ in last)
+    step = min(s[-1][0] for s in series)
+    vals = []
+    for s in series:
+        for st, v in reversed(s):
+            if st <= step:
+                vals.append(v)
+                break
+    return (min(vals), max(vals), step) if vals else None
 
 
 class LossChart(PlotextPlot):
@@ -51,7 +57,7 @@ class LossChart(PlotextPlot):
         sp = spread(model)
         if sp:
             lo, hi, step = sp
-            plt.title(f"loss · {len(model.ranks)} ranks · spread {hi - lo:.3g} (min {lo:.4g}, max {hi:.4g})")
+            plt.title(f"loss · {len(model.ranks)} ranks · spread at step {step}: {hi - lo:.3g} (min {lo:.4g}, max {hi:.4g})")
         else:
             plt.title("loss (no loss reported yet)")
         if not any_series:
