@@ -117,7 +117,9 @@ def slowed_down(tracks, baseline: float | None) -> float | None:
     """How many times slower the recent steps are than the early baseline (None when not notably)."""
     if not baseline:
         return None
-    recent = [t.intervals[-1] for t in tracks if t.alive and t.intervals]
+    # three slow steps in a row on every rank still training: one hiccup of a loaded machine is not a slow-down
+    recent = [statistics.median(list(t.intervals)[-3:]) for t in tracks
+              if t.alive and not t.completed and len(t.intervals) >= 3]
     if not recent:
         return None
     r = statistics.median(recent) / baseline

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Iterator
@@ -27,7 +26,7 @@ def new_run_dir(runs_root: Path, profile_name: str) -> Path:
 
 
 def _stamp(wall: float) -> str:
-    return datetime.fromtimestamp(wall).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(wall).astimezone().isoformat(timespec="milliseconds")  # with its UTC offset
 
 
 class RunRecord:
@@ -71,7 +70,7 @@ class RunRecord:
         self._logs.clear()
 
 
-_LOG_LINE = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}) (out|err) (.*)\Z", re.S)
+_LOG_LINE = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(?:[+-]\d\d:\d\d)?) (out|err) (.*)\Z", re.S)
 
 
 def read_log(path: Path) -> Iterator[tuple[float, str, str]]:
@@ -125,6 +124,3 @@ def load_summary(run_dir: Path) -> dict | None:
     except (OSError, ValueError):
         return None
 
-
-def now() -> float:
-    return time.time()

@@ -250,3 +250,26 @@ async def test_picker_lists_profiles_validates_overrides_and_escape_returns_to_i
         assert isinstance(app.screen, RunScreen)
         await pilot.press("escape", "escape")  # crash tab → grid → picker (the run has ended)
         assert app.screen is screen
+
+
+@pytest.mark.timeout(60)
+def test_the_dashboard_process_never_imports_torch():
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    code = (
+        "import asyncio, sys\n"
+        "from tui.app import DdpApp, ReplaySource\n"
+        "import tui.screens.picker, tui.screens.zoom, tui.screens.help, tui.screens.confirm\n"
+        "async def main():\n"
+        "    app = DdpApp(source=ReplaySource('tests/fixtures/records/hang'))\n"
+        "    async with app.run_test(size=(120, 40)) as pilot:\n"
+        "        await pilot.pause(0.5)\n"
+        "        assert app.model.hang is not None\n"
+        "asyncio.run(main())\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=50)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False"

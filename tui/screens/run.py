@@ -152,6 +152,7 @@ class RunScreen(Screen):
             n = len(want)
             grid.set_class(n > 4, "-many")
             grid.set_class(n > 9, "-lots")
+            self.query_one(LossChart).styles.height = 8 if n > 16 else 12  # rows go to the panes
 
     def _auto_switch(self) -> None:
         """Bring the troubleshooting view forward once, when its verdict arrives and the user is on the grid."""
