@@ -193,6 +193,7 @@ class Session:
         wall = time.time()
         for rank, stream, lines in tailer.drain():
             self._lines(rank, stream, lines, wall, time.monotonic())
+            self._flush()  # one chunk at a time: what is left after the ranks exit can be large
         return self._conclude(status, exit_code)
 
     # ---- reading lines -------------------------------------------------------------------------------

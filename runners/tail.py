@@ -4,6 +4,7 @@ from __future__ import annotations
 import glob
 import os
 from dataclasses import dataclass, field
+from typing import Iterator
 
 CHUNK = 1 << 20  # bytes read per file per turn: one syscall serves thousands of lines
 MAX_LINE = 64 * 1024  # longer lines are cut here (the raw file keeps them whole)
@@ -51,21 +52,20 @@ class FileTail:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
         return text.split("\n")
 
-    def drain(self) -> list[str]:
-        """Everything left, the last partial line included (called once the writer has exited)."""
-        out = []
+    def drain(self) -> Iterator[list[str]]:
+        """Everything left, chunk by chunk, the last partial line included (once the writer has exited)."""
         while True:
             got = self.read()
-            if not got and (self.fd is None or not self._more()):
+            if got:
+                yield got
+            elif self.fd is None or not self._more():
                 break
-            out += got
         if self.partial or self.dropped:
             last = self.partial.decode("utf-8", "replace").rstrip("\r")
             if self.dropped:
                 last += f" …[{self.dropped} more bytes]"
-            out.append(last)
             self.partial, self.dropped = b"", 0
-        return out
+            yield [last]
 
     def _more(self) -> bool:
         try:
@@ -122,14 +122,12 @@ class Tailer:
                 out.append((t.rank, t.stream, lines))
         return out
 
-    def drain(self) -> list[tuple[int | None, str, list[str]]]:
+    def drain(self) -> Iterator[tuple[int | None, str, list[str]]]:
+        """What is left in every file, one chunk at a time (memory stays bounded by CHUNK)."""
         self.discover()
-        out = []
         for t in self._all():
-            lines = t.drain()
-            if lines:
-                out.append((t.rank, t.stream, lines))
-        return out
+            for lines in t.drain():
+                yield t.rank, t.stream, lines
 
     def close(self) -> None:
         for t in self._all():

@@ -21,7 +21,7 @@ def test_partial_last_line_waits_then_survives(tmp_path):
     with open(f, "ab") as w:
         w.write(b"o\nthr")
     assert t.read() == ["two"]
-    assert t.drain() == ["thr"]  # the writer exited without a newline: the line is kept
+    assert list(t.drain()) == [["thr"]]  # the writer exited without a newline: the line is kept
 
 
 def test_invalid_utf8_and_crlf(tmp_path):
