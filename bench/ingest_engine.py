@@ -53,12 +53,14 @@ def prewrite(work: Path, ranks: int, per_rank: int, mix: bool) -> list[Path]:
 
 def count_lines(path: Path, marker: bytes) -> int:
     n = 0
+    carry = b""
     with open(path, "rb") as f:
         while True:
-            buf = f.read(1 << 24)
-            if not buf:
+            chunk = f.read(1 << 24)
+            if not chunk:
                 return n
-            n += buf.count(marker)
+            n += (carry + chunk).count(marker)  # carry: a marker cut by the chunk boundary
+            carry = chunk[-(len(marker) - 1):]
 
 
 def main() -> int:

@@ -73,6 +73,7 @@ def expected(d: dict, source: Path) -> dict:
         "mirage": {"command": m.get("command", ["mirage"]), "workspace": str(source.parent),
                    "profile": m.get("profile", "mi350x"), "gpus_per_node": m.get("gpus_per_node", nproc),
                    "num_nodes": m.get("num_nodes", nnodes), "in_process": m.get("in_process", False),
+                   "require_rocm": m.get("require_rocm", True),
                    "env": m.get("env", {}), "inner": m.get("inner", "torchrun")},
         "xla": {"pjrt_device": x.get("pjrt_device", "CPU"), "num_devices": x.get("num_devices", nproc),
                 "async_client": x.get("async_client", False), "thread_pool_size": x.get("thread_pool_size"),

@@ -94,7 +94,8 @@ async def test_quit_mid_run_stops_every_rank(runs_dir):
     pids: set[int] = set()
     async with app.run_test(size=SIZE) as pilot:
         end = time.monotonic() + 60
-        while time.monotonic() < end and not all((rv.step or 0) > 2 for rv in app.model.ranks.values()):
+        while time.monotonic() < end and not (
+                app.model.ranks and all((rv.step or 0) > 2 for rv in app.model.ranks.values())):
             await pilot.pause(0.2)
         assert app.running and app.model.ranks and all(rv.step for rv in app.model.ranks.values())
         pids = {rv.pid for rv in app.model.ranks.values() if rv.pid} | {p["pid"] for p in app.model.processes.values()}

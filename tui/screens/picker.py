@@ -118,7 +118,7 @@ class PickerScreen(Screen):
         self.current = None
         if path is None:
             return None
-        self.query_one("#profile-path", Static).update(Text(str(path), style="dim"))
+        self.query_one("#profile-path", Static).update(Text(_shown(path), style="dim"))
         try:
             prof = load_profile(path, self.overrides())
         except ProfileError as e:
@@ -156,3 +156,13 @@ class PickerScreen(Screen):
         prof = self.validate()
         if prof is not None:
             self.app.start_run(prof)
+
+
+def _shown(path) -> str:
+    """The profile's path relative to the working folder when it is below it (shorter, and stable)."""
+    import os
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return str(path) if rel.startswith("..") else rel
