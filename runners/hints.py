@@ -163,6 +163,7 @@ class HintMatcher:
         self._flat = [(n, r) for r in rules for n in r.needles]
         self.seen: set[str] = set()
         self._xla0: set[int] = set()
+        self._scanner_for: int | None = None
 
     def _give(self, hint: Hint) -> Hint | None:
         if hint.code in self.seen:
@@ -182,6 +183,27 @@ class HintMatcher:
             if needle in low and (rule.pattern is None or rule.pattern.search(line)):
                 return self._give(rule.hint)
         return None
+
+    def feed_many(self, rank: int | None, lines: list[str], blob: str | None = None) -> list[tuple[str, Hint]]:
+        """(line, hint) for a batch: one multi-pattern scan of the whole batch, lines looked at only on a hit."""
+        if not self._flat and "xla-device-zero" in self.seen:
+            return []
+        text = ("\n".join(lines) if blob is None else blob).lower()
+        if not self._batch_hit(text):
+            return []
+        out = []
+        for ln in lines:
+            h = self.feed(rank, ln)
+            if h is not None:
+                out.append((ln, h))
+        return out
+
+    def _batch_hit(self, text: str) -> bool:
+        if self._scanner_for is not len(self._flat):
+            needles = sorted({n for n, _ in self._flat} | {"xla:0"})
+            self._scanner = _scanner(needles)
+            self._scanner_for = len(self._flat)
+        return self._scanner(text)
 
     def for_exit(self, rank: int | None, returncode: int, completed: bool = False, in_process: bool = False,
                  env: Mapping[str, str] | None = None) -> Hint | None:
@@ -205,3 +227,13 @@ class HintMatcher:
     def raise_code(self, code: str) -> Hint | None:
         """A hint the engine decided on itself (e.g. ``mirage-multigpu-hang`` on a stall under mirage)."""
         return self._give(by_code(code))
+
+
+def _scanner(needles: list[str]):
+    """A test "does any needle occur in this text": Aho-Corasick in Rust (one pass), else one scan per needle."""
+    try:
+        from ahocorasick_rs import BytesAhoCorasick
+    except ImportError:
+        return lambda text: any(n in text for n in needles)
+    ac = BytesAhoCorasick([n.encode() for n in needles])
+    return lambda text: bool(ac.find_matches_as_indexes(text.encode("utf-8", "replace"), overlapping=False))

@@ -51,6 +51,11 @@ def report(line: str) -> dict | None:
     return d if isinstance(d, dict) and "k" in d else None
 
 
+def may_have_step_or_loss(text: str) -> bool:
+    """Cheap test over a whole batch before any line is parsed."""
+    return "oss" in text or "OSS" in text or "tep" in text or "ter" in text
+
+
 def step_loss(line: str) -> tuple[int | None, float | None, dict | None]:
     """(step, loss, summary) parsed from a plain log line; summary = {"first", "last", "steps"}."""
     low_hit = "oss" in line or "OSS" in line

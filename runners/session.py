@@ -190,9 +190,8 @@ class Session:
             for proc in self.procs:
                 if proc.returncode is not None and proc.exited:
                     self._proc_exited(proc, torn_down=True)
-        wall = time.time()
         for rank, stream, lines in tailer.drain():
-            self._lines(rank, stream, lines, wall, time.monotonic())
+            self._lines(rank, stream, lines, time.time(), time.monotonic())
             self._flush()  # one chunk at a time: what is left after the ranks exit can be large
         return self._conclude(status, exit_code)
 
@@ -204,7 +203,7 @@ class Session:
 
     def _lines(self, rank: int | None, stream: str, lines: list[str], wall: float, mono: float) -> None:
         groups: dict[int | None, list[str]] = {}
-        tagged = rank is None or any(ln.startswith("@ddptui:") for ln in lines)
+        tagged = rank is None or (parse.TAG in "\n".join(lines) and any(ln.startswith(parse.TAG) for ln in lines))
         if tagged:
             split = parse.split_prefix if rank is None else parse.untag
             for ln in lines:
@@ -225,7 +224,8 @@ class Session:
         """Reports are taken out of the shown log; steps, losses and hints are read from the rest."""
         t = self.tracks.get(rank) if rank is not None else None
         shown = lines
-        if any(ln.startswith(parse.REPORT) for ln in lines):
+        blob = "\n".join(lines)  # one C-speed pass answers "is there anything to look at?" for the batch
+        if parse.REPORT in blob:
             shown = []
             for ln in lines:
                 rep = parse.report(ln)
@@ -233,6 +233,7 @@ class Session:
                     shown.append(ln)
                 else:
                     self._report(rep, rank, wall, mono)
+            blob = "\n".join(shown)
         if t is not None:
             t.saw_output(mono, wall)
             t.tail.extend(shown[-40:])
@@ -240,14 +241,18 @@ class Session:
                 t.err_tail.extend(shown[-80:])
             if t.status == "starting":
                 self._set_status(t, "running", "", wall)
-            for ln in shown:
-                step, loss, summary = parse.step_loss(ln)
-                if summary:
-                    t.summary_loss = summary
-                elif (step is not None or loss is not None) and t.saw_step(step, loss, mono, wall):
-                    self._emit(ev.Progress(rank, t.step, loss, wall, "parsed"))
+            if parse.may_have_step_or_loss(blob):
+                news = False
+                for ln in shown:
+                    step, loss, summary = parse.step_loss(ln)
+                    if summary:
+                        t.summary_loss = summary
+                    elif step is not None or loss is not None:
+                        news = t.saw_step(step, loss, mono, wall) or news
+                if news:  # one progress event per batch, not per line: the UI samples, the record keeps every line
+                    self._emit(ev.Progress(rank, t.step, t.loss, wall, "parsed"))
         if self._matcher is not None and shown:
-            for ln, hint in self._matcher.feed_many(rank, shown):
+            for ln, hint in self._matcher.feed_many(rank, shown, blob):
                 self._hint(hint, rank, ln, wall)
         return shown
 
@@ -662,32 +667,5 @@ def _stack_file(t: RankTrack, res, stacks_mod) -> str:
 
 
 def _hint_matcher():
-    try:
-        from .hints import HintMatcher
-    except ImportError:
-        return None
-    return _BatchMatcher(HintMatcher())
-
-
-class _BatchMatcher:
-    """Runs the hint catalogue over a batch of lines, testing each hint's keywords once per batch, not per line."""
-
-    def __init__(self, matcher) -> None:
-        self.m = matcher
-
-    def feed_many(self, rank, lines):
-        blob = "\n".join(lines).lower()
-        if not any(needle in blob for needle, _ in self.m._flat) and "xla:0" not in blob:
-            return []
-        out = []
-        for ln in lines:
-            h = self.m.feed(rank, ln)
-            if h is not None:
-                out.append((ln, h))
-        return out
-
-    def for_exit(self, rank, returncode, **kw):
-        return self.m.for_exit(rank, returncode, **kw)
-
-    def raise_code(self, code):
-        return self.m.raise_code(code)
+    from .hints import HintMatcher
+    return HintMatcher()
