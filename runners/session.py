@@ -494,7 +494,7 @@ class Session:
         for rank, res in sorted(results.items()):
             (folder / f"rank{rank}.txt").write_text(_stack_file(self.tracks[rank], res, stacks), encoding="utf-8")
             threads[rank] = stacks.to_json(res)
-            method[rank] = res.method if not res.error else f"unavailable: {res.error}"
+            method[rank] = res.method if res.threads else f"unavailable: {res.error}"
         self.record.write_json(str(folder.relative_to(self.run_dir) / "stacks.json"),
                                {"why": why, "seconds": secs, "method": method, "threads": threads})
         self.stack_collections.append(str(folder))

@@ -165,3 +165,14 @@ def test_on_stall_wait_gives_a_verdict_without_touching_ranks(runs_dir):
     assert code == EXIT_FAILED and not rec.of(ev.StacksCollected)
     verdict = rec.one(ev.HangVerdict)
     assert "made no progress since" in verdict.text and set(verdict.waiting) == {0, 1}
+
+
+@pytest.mark.timeout(120)
+def test_hang_stacks_fall_back_to_faulthandler_when_pyspy_fails(runs_dir):
+    code, rec, session = run_profile("hang", runs_dir, pyspy="/nonexistent/py-spy")
+    assert code == EXIT_STALLED
+    stacks = rec.of(ev.StacksCollected)[0]
+    assert set(stacks.method.values()) == {"faulthandler"}, stacks.method
+    verdict = rec.of(ev.HangVerdict)[0]
+    assert verdict.culprits == (1,) and verdict.where[1]["category"] == "sleep"
+    assert "faulthandler" in (session.run_dir / "stacks" / "01-stall" / "rank1.txt").read_text()

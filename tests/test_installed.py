@@ -1,0 +1,32 @@
+"""Profiles, workloads and injected code are found from an installed package, not only from a checkout."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.timeout(240)
+def test_installed_package_finds_its_profiles_and_workloads(tmp_path):
+    target = tmp_path / "site"
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                          "--target", str(target), str(ROOT)], capture_output=True, text=True, timeout=200)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    listing = subprocess.run([sys.executable, "-m", "tui.cli", "profiles"], cwd=elsewhere, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert listing.returncode == 0, listing.stderr
+    assert "cpu-ddp" in listing.stdout and "(invalid)" not in listing.stdout.replace("xla", "")
+    plan = subprocess.run([sys.executable, "-m", "tui.cli", "cpu-ddp", "--dry-run"], cwd=elsewhere, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    assert str(target / "runners" / "workloads" / "ddp_mlp.py") in plan.stdout
+    assert f"PYTHONPATH={target / 'runners' / 'inject'}" in plan.stdout
+    assert (target / "runners" / "inject" / "sitecustomize.py").exists()
