@@ -7,35 +7,13 @@ import sys
 from collections import Counter
 
 import _faults
+from _rankio import env_int, fail, log
 
 try:
     import ddptui_report
 except ImportError:
     ddptui_report = None
 
-RANK = os.environ.get("RANK", "?")
-
-
-def log(msg: str, err: bool = False) -> None:
-    # One write per line (print() is two under -u): ranks sharing a stdout must not tear each other's lines.
-    stream = sys.stderr if err else sys.stdout
-    stream.write(f"[rank {RANK}] {msg}\n")
-    stream.flush()
-
-
-def fail(code: int, msg: str) -> None:
-    log(msg, err=True)
-    sys.exit(code)
-
-
-def env_int(name: str, default: int | None) -> int:
-    raw = os.environ.get(name, "")
-    if raw.strip() == "" and default is not None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        fail(4, f"{name}={raw!r} is not an integer" if raw else f"{name} is not set (launch with torchrun)")
 
 
 def pick_device(torch) -> str:

@@ -3,34 +3,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import _faults
+import _rankio
+from _rankio import env_int, fail, log
 
-RANK = os.environ.get("RANK", "?")
-
-
-def log(msg: str, err: bool = False) -> None:
-    t = time.time()
-    stamp = time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t * 1000) % 1000:03d}"
-    stream = sys.stderr if err else sys.stdout
-    stream.write(f"[{stamp}] [rank {RANK}] {msg}\n")  # one write per line: no torn lines on a shared stdout
-    stream.flush()
-
-
-def fail(code: int, msg: str) -> None:
-    log(msg, err=True)
-    sys.exit(code)
-
-
-def env_int(name: str, default: int | None) -> int:
-    raw = os.environ.get(name, "")
-    if raw.strip() == "" and default is not None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        fail(4, f"{name}={raw!r} is not an integer" if raw else f"{name} is not set (launch with torchrun)")
+_rankio.STAMP = True
 
 
 def main() -> int:

@@ -1,0 +1,35 @@
+"""What every built-in rank program needs: whole-line logging, failing with an exit code, integer knobs."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+RANK = os.environ.get("RANK", "?")
+STAMP = False  # dist_smoke stamps every line with the time, to localise a stall
+
+
+def log(msg: str, err: bool = False) -> None:
+    # One write per line (print() is two under -u): ranks sharing a stdout must not tear each other's lines.
+    stamp = ""
+    if STAMP:
+        t = time.time()
+        stamp = "[" + time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t * 1000) % 1000:03d}] "
+    stream = sys.stderr if err else sys.stdout
+    stream.write(f"{stamp}[rank {RANK}] {msg}\n")
+    stream.flush()
+
+
+def fail(code: int, msg: str) -> None:
+    log(msg, err=True)
+    sys.exit(code)
+
+
+def env_int(name: str, default: int | None) -> int:
+    raw = os.environ.get(name, "")
+    if raw.strip() == "" and default is not None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        fail(4, f"{name}={raw!r} is not an integer" if raw else f"{name} is not set (launch with torchrun)")
