@@ -23,6 +23,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from ingest_engine import count_lines  # bench/ is this script's folder, first on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 PY = sys.executable
@@ -165,18 +167,6 @@ def count_and_last(path: Path, marker: bytes) -> tuple[int, float | None]:
     return n, last_ts
 
 
-def count_marker(path: Path, marker: bytes) -> int:
-    n = 0
-    carry = b""
-    with open(path, "rb") as f:
-        while True:
-            chunk = f.read(1 << 24)
-            if not chunk:
-                return n
-            n += (carry + chunk).count(marker)  # carry: a marker cut by the chunk boundary
-            carry = chunk[-(len(marker) - 1):]
-
-
 def load_stamps(d: Path, ranks: int) -> list[dict]:
     out = []
     for r in range(ranks):
@@ -288,7 +278,7 @@ def ingest_once(mode: str, mix: str, n: int, d: Path) -> dict:
                        "--log-dir", str(d / "tr-logs"), "--tee", "3", str(PRINTER)],
                       env=env_with(**pr_env), stdout=f, stderr=DEVNULL, cwd=ROOT)
             rc = t.wait(600)
-        arrived = sum(count_marker(out, f"L r{r} ".encode()) for r in range(2))
+        arrived = sum(count_lines(out, f"L r{r} ".encode()) for r in range(2))
         t_delivered = t.t_end
     elif mode == "pipe":
         cats = []

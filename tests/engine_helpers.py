@@ -37,3 +37,13 @@ def run_profile(name_or_path, runs_dir: Path, overrides=(), **kw):
     session = Session(profile, runs_dir, emit=rec, **kw)
     code = session.run()
     return code, rec, session
+
+
+def strict_reports(text: str) -> list[dict]:
+    """Every `@ddptui` report line of a rank's output as strict JSON (a NaN or a torn line fails the test)."""
+    import json
+
+    def no_nan(c):
+        raise ValueError(f"non-JSON constant {c}")
+    return [json.loads(line[len("@ddptui "):], parse_constant=no_nan)
+            for line in text.splitlines() if line.startswith("@ddptui ")]

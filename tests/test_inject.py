@@ -14,6 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.engine_helpers import strict_reports as reports
+
 REPO = Path(__file__).resolve().parents[1]
 INJECT = REPO / "runners" / "inject"
 sys.path.insert(0, str(INJECT))
@@ -28,13 +30,6 @@ def env_with(pythonpath: str = str(INJECT), **extra: str) -> dict[str, str]:
     env.update(PYTHONPATH=pythonpath, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     env.update(extra)
     return env
-
-
-def reports(text: str) -> list[dict]:
-    def no_nan(c):
-        raise ValueError(f"non-JSON constant {c}")
-    return [json.loads(line[len("@ddptui "):], parse_constant=no_nan)
-            for line in text.splitlines() if line.startswith("@ddptui ")]
 
 
 def run_py(tmp: Path, code: str, timeout: float = 60, **env) -> subprocess.CompletedProcess:

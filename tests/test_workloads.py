@@ -13,6 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.engine_helpers import strict_reports as reports
+
 REPO = Path(__file__).resolve().parents[1]
 INJECT = REPO / "runners" / "inject"
 WORKLOADS = REPO / "runners" / "workloads"
@@ -28,14 +30,6 @@ def rank_env(**extra: str) -> dict[str, str]:
     env.update(PYTHONPATH=str(INJECT), DDPTUI="1", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     env.update(extra)
     return env
-
-
-def reports(text: str) -> list[dict]:
-    """Every `@ddptui` line as strict JSON (a NaN or a torn line fails the test)."""
-    def no_nan(c):
-        raise ValueError(f"non-JSON constant {c}")
-    return [json.loads(line[len("@ddptui "):], parse_constant=no_nan)
-            for line in text.splitlines() if line.startswith("@ddptui ")]
 
 
 class Torchrun:
