@@ -42,6 +42,17 @@ def ddptui(*args, runs_dir, timeout=120, **kw):
                           capture_output=True, text=True, timeout=timeout, env=env, **kw)
 
 
+def wait_for_rank1(runs_dir: Path, text: str, timeout: float = 60) -> float:
+    """Wait until the live run's rank 1 log shows `text`; returns the deadline for further waiting."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = list(runs_dir.iterdir())
+        if runs and (runs[0] / "rank1.log").exists() and text in (runs[0] / "rank1.log").read_text():
+            break
+        time.sleep(0.2)
+    return deadline
+
+
 def only_run(runs_dir: Path) -> Path:
     (d,) = list(runs_dir.iterdir())
     return d
@@ -125,12 +136,7 @@ def test_sigint_stops_every_rank_and_keeps_the_logs(runs_dir):
                              "steps=100000", "--runs-dir", str(runs_dir)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            runs = list(runs_dir.iterdir())
-            if runs and (runs[0] / "rank1.log").exists() and "step" in (runs[0] / "rank1.log").read_text():
-                break
-            time.sleep(0.2)
+        wait_for_rank1(runs_dir, "step")
         ranks = [c for c in psutil.Process(proc.pid).children(recursive=True)]
         assert len(ranks) >= 3  # torchrun + 2 ranks
         proc.send_signal(signal.SIGINT)
@@ -187,12 +193,7 @@ def test_dump_command_collects_stacks_of_a_live_run(runs_dir):
                              "--no-ui", "--set", "on_stall=wait", "--set", "stall_after=300"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            runs = list(runs_dir.iterdir())
-            if runs and (runs[0] / "rank1.log").exists() and "injecting hang" in (runs[0] / "rank1.log").read_text():
-                break
-            time.sleep(0.2)
+        deadline = wait_for_rank1(runs_dir, "injecting hang")
         run = only_run(runs_dir)
         p = ddptui("dump", str(run), runs_dir=runs_dir)
         assert p.returncode == 0, p.stderr
