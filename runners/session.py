@@ -568,7 +568,10 @@ class Session:
         if self.profile.replica_check:
             res = replica.compare({r: t.digests for r, t in self.tracks.items() if t.digests is not None},
                                   self.world)
-            rep = ev.ReplicaVerdict(res.status, res.text, res.param, res.ranks, res.params, res.table, time.time())
+            text = res.text
+            if status is not None or any(t.status == "failed" and not t.completed for t in self.tracks.values()):
+                text += " (digests taken when the ranks exited, not after a completed run)"
+            rep = ev.ReplicaVerdict(res.status, text, res.param, res.ranks, res.params, res.table, time.time())
             self._emit(rep)
         self.crash = self._crash_verdict() if status in (None, "failed") else None
         if self.crash and rep is not None and rep.status == "differ" and not any(
