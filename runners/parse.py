@@ -51,9 +51,22 @@ def report(line: str) -> dict | None:
     return d if isinstance(d, dict) and "k" in d else None
 
 
+_KEYWORDS = ("oss", "OSS", "tep", "ter")  # loss/LOSS, step, iter: nothing else can carry a step or a loss
+try:
+    from ahocorasick_rs import BytesAhoCorasick
+    _KEYWORD_SCAN = BytesAhoCorasick([k.encode() for k in _KEYWORDS])
+except ImportError:  # the plain scans below still answer, four passes instead of one
+    _KEYWORD_SCAN = None
+
+
 def may_have_step_or_loss(text: str) -> bool:
     """Cheap test over a whole batch before any line is parsed."""
-    return "oss" in text or "OSS" in text or "tep" in text or "ter" in text
+    head = text[:512]  # training logs say it in their first line: answer without scanning the batch
+    if any(k in head for k in _KEYWORDS):
+        return True
+    if _KEYWORD_SCAN is not None:
+        return bool(_KEYWORD_SCAN.find_matches_as_indexes(text.encode("utf-8", "replace"), overlapping=False))
+    return any(k in text for k in _KEYWORDS)
 
 
 def step_loss(line: str) -> tuple[int | None, float | None, dict | None]:

@@ -111,3 +111,12 @@ def test_generated_step_loss_lines_round_trip(s, l, fmt):
 def test_reports_round_trip(extra, rank):
     body = {"k": "step", "r": rank, **extra}
     assert parse.report("@ddptui " + json.dumps(body)) == body
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=40), max_size=30), st.integers(0, 29), st.sampled_from(["loss", "LOSS", "step", "iter"]))
+def test_batch_keyword_test_never_misses_a_line(lines, at, word):
+    lines = [ln.replace("\n", " ") for ln in lines] or [""]
+    assert parse.may_have_step_or_loss("\n".join(lines)) == any(k in "\n".join(lines) for k in parse._KEYWORDS)
+    lines[min(at, len(lines) - 1)] += f" {word} 3"
+    assert parse.may_have_step_or_loss("\n".join(["x" * 600] + lines))
