@@ -203,7 +203,8 @@ class Session:
 
     def _lines(self, rank: int | None, stream: str, lines: list[str], wall: float, mono: float) -> None:
         groups: dict[int | None, list[str]] = {}
-        tagged = rank is None or (parse.TAG in "\n".join(lines) and any(ln.startswith(parse.TAG) for ln in lines))
+        blob = "\n".join(lines)
+        tagged = rank is None or (parse.TAG in blob and any(ln.startswith(parse.TAG) for ln in lines))
         if tagged:
             split = parse.split_prefix if rank is None else parse.untag
             for ln in lines:
@@ -215,16 +216,18 @@ class Session:
         else:
             groups[rank] = lines
         for r, group in groups.items():
-            shown = self._interpret(r, stream, group, wall, mono)
+            shown = self._interpret(r, stream, group, wall, mono, blob if group is lines else None)
             if shown:
                 self.record.lines(r, stream, wall, shown)
                 self._emit(ev.LogLines(r, stream, wall, mono, tuple(shown)))
 
-    def _interpret(self, rank: int | None, stream: str, lines: list[str], wall: float, mono: float) -> list[str]:
+    def _interpret(self, rank: int | None, stream: str, lines: list[str], wall: float, mono: float,
+                   blob: str | None = None) -> list[str]:
         """Reports are taken out of the shown log; steps, losses and hints are read from the rest."""
         t = self.tracks.get(rank) if rank is not None else None
         shown = lines
-        blob = "\n".join(lines)  # one C-speed pass answers "is there anything to look at?" for the batch
+        if blob is None:
+            blob = "\n".join(lines)  # one C-speed pass answers "is there anything to look at?" for the batch
         if parse.REPORT in blob:
             shown = []
             for ln in lines:

@@ -33,24 +33,27 @@ class FileTail:
 
     def _split(self, data: bytes) -> list[str]:
         buf = self.partial + data if self.partial else data
-        parts = buf.split(b"\n")
-        tail = parts.pop()
-        if self.dropped and parts:  # the over-long line finally ended
-            parts[0] += f" …[{self.dropped} more bytes]".encode()
+        nl = buf.rfind(b"\n")
+        complete, tail = (None, buf) if nl < 0 else (buf[:nl], buf[nl + 1:])
+        ended_long = self.dropped if complete is not None else 0  # the over-long line finally ended
+        if ended_long:
             self.dropped = 0
         if len(tail) > MAX_LINE:
             self.dropped += len(tail) - MAX_LINE
             tail = tail[:MAX_LINE]
         self.partial = tail
-        if not parts:
+        if complete is None:
             return []
-        if max(map(len, parts)) > MAX_LINE:
-            parts = [p if len(p) <= MAX_LINE else p[:MAX_LINE] + f" …[{len(p) - MAX_LINE} more bytes]".encode()
-                     for p in parts]
-        text = b"\n".join(parts).decode("utf-8", "replace")
+        text = complete.decode("utf-8", "replace")
         if "\r" in text:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
-        return text.split("\n")
+        lines = text.split("\n")
+        if len(text) > MAX_LINE and max(map(len, lines)) > MAX_LINE:
+            lines = [ln if len(ln) <= MAX_LINE else ln[:MAX_LINE] + f" …[{len(ln) - MAX_LINE} more chars]"
+                     for ln in lines]
+        if ended_long:
+            lines[0] += f" …[{ended_long} more bytes]"
+        return lines
 
     def drain(self) -> Iterator[list[str]]:
         """Everything left, chunk by chunk, the last partial line included (once the writer has exited)."""
