@@ -7,7 +7,7 @@ Every event serialises with ``to_json()`` into the run record's ``events.jsonl``
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 
@@ -16,7 +16,8 @@ class Event:
     kind: ClassVar[str] = "event"
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
+        # shallow on purpose: fields hold JSON-able values already, and asdict's deep copy is the cost
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["kind"] = self.kind
         return d
 

@@ -74,6 +74,7 @@ class Session:
         self._baseline: float | None = None
         self._slow_reported = False
         self._tearing_down = False
+        self._pending_progress: dict[int, tuple[float, str]] = {}  # rank -> (wall, source), one event per turn
         self._started_mono = time.monotonic()
         self.plan = None
 
@@ -91,6 +92,11 @@ class Session:
             self.record.event(e)
 
     def _flush(self) -> None:
+        if self._pending_progress:  # progress coalesced to one event per rank per turn: the UI samples it
+            for rank, (wall, source) in sorted(self._pending_progress.items()):
+                t = self.tracks[rank]
+                self._emit(ev.Progress(rank, t.step, t.loss, wall, source))
+            self._pending_progress.clear()
         if self.batch:
             batch, self.batch = self.batch, []
             self.record.flush()
@@ -253,7 +259,7 @@ class Session:
                     elif step is not None or loss is not None:
                         news = t.saw_step(step, loss, mono, wall) or news
                 if news:  # one progress event per batch, not per line: the UI samples, the record keeps every line
-                    self._emit(ev.Progress(rank, t.step, t.loss, wall, "parsed"))
+                    self._pending_progress[rank] = (wall, "parsed")
         if self._matcher is not None and shown:
             for ln, hint in self._matcher.feed_many(rank, shown, blob):
                 self._hint(hint, rank, ln, wall)
@@ -275,7 +281,7 @@ class Session:
             step = rep.get("step") if isinstance(rep.get("step"), int) else None
             loss = rep.get("loss") if isinstance(rep.get("loss"), (int, float)) else None
             if t.saw_step(step, loss, mono, wall):
-                self._emit(ev.Progress(rank, t.step, loss, wall, "hook" if kind == "step" else "report"))
+                self._pending_progress[rank] = (wall, "hook" if kind == "step" else "report")
         elif kind == "digest":
             if t.digests is None or rep.get("source") == "explicit":
                 t.digests = rep.get("params") or []

@@ -40,7 +40,8 @@ def test_cpu_ddp_clean_run(runs_dir):
         assert info["steps"] == 50 and info["returncode"] == 0
         assert info["first_loss"] > info["last_loss"]
         losses = [e.loss for e in rec.of(ev.Progress) if e.rank == r and e.loss is not None]
-        assert len(losses) >= 10 and all(math.isfinite(x) for x in losses)
+        assert len(losses) >= 2 and all(math.isfinite(x) for x in losses)  # one event per rank per turn
+        assert [e.step for e in rec.of(ev.Progress) if e.rank == r][-1] == 50
     assert summary["ranks"]["0"]["workload_loss"]["steps"] == 50
 
 
