@@ -56,3 +56,18 @@ def runs_dir(tmp_path) -> Path:
     d = tmp_path / "runs"
     d.mkdir()
     return d
+
+
+STANDIN_MIRAGE = Path(__file__).resolve().parent / "standin_mirage.py"
+
+
+@pytest.fixture
+def mirage_on_path(tmp_path, monkeypatch):
+    """The stand-in mirage on PATH as `mirage`, as a user's installed one would be."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "mirage"
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {STANDIN_MIRAGE} \"$@\"\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    return exe

@@ -25,17 +25,6 @@ STANDIN = Path(__file__).resolve().parent / "standin_mirage.py"
 CPU = ("device=cpu", "backend=gloo", "steps=5")
 
 
-@pytest.fixture
-def mirage_on_path(tmp_path, monkeypatch):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    exe = bindir / "mirage"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {STANDIN} \"$@\"\n")
-    exe.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    return exe
-
-
 class Launched:
     """The plan's one process started like procs.spawn does (own session, files), and the whole tree torn down."""
 

@@ -15,7 +15,6 @@ from runners.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"
-STANDIN = Path(__file__).resolve().parent / "standin_mirage.py"
 
 
 class View:
@@ -39,17 +38,6 @@ def load(name: str, *overrides: str):
 
 def codes(problems) -> dict[str, str]:
     return {p.code: p.severity for p in problems}
-
-
-@pytest.fixture
-def mirage_on_path(tmp_path, monkeypatch):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    exe = bindir / "mirage"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {STANDIN} \"$@\"\n")
-    exe.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    return exe
 
 
 @pytest.fixture
