@@ -1,6 +1,7 @@
 """The `ddptui` command line for real: headless output format, exit codes, ad-hoc commands, signals, dry runs."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -40,6 +41,19 @@ def ddptui(*args, runs_dir, timeout=120, **kw):
     env.pop("NO_COLOR", None)
     return subprocess.run([sys.executable, "-m", "tui.cli", "--runs-dir", str(runs_dir), *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout, env=env, **kw)
+
+
+@contextlib.contextmanager
+def live_ddptui(runs_dir: Path, *args: str):
+    """A headless ddptui running in the background; killed on the way out if the test left it running."""
+    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "--runs-dir", str(runs_dir), *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def wait_for_rank1(runs_dir: Path, text: str, timeout: float = 60) -> float:
@@ -131,20 +145,12 @@ def test_wraps_an_env_rank_program_per_emulated_node(runs_dir, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_sigint_stops_every_rank_and_keeps_the_logs(runs_dir):
-    env = {**os.environ}
-    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "profiles/cpu-ddp.yaml", "--no-ui", "--set",
-                             "steps=100000", "--runs-dir", str(runs_dir)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    with live_ddptui(runs_dir, "profiles/cpu-ddp.yaml", "--no-ui", "--set", "steps=100000") as proc:
         wait_for_rank1(runs_dir, "step")
         ranks = [c for c in psutil.Process(proc.pid).children(recursive=True)]
         assert len(ranks) >= 3  # torchrun + 2 ranks
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 1
     assert "status: stopped (exit 1)" in out
     assert not [p for p in ranks if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
@@ -154,10 +160,7 @@ def test_sigint_stops_every_rank_and_keeps_the_logs(runs_dir):
 
 @pytest.mark.timeout(120)
 def test_sigkill_of_torchrun_does_not_orphan_ranks(runs_dir):
-    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "profiles/cpu-ddp.yaml", "--no-ui", "--set",
-                             "steps=100000", "--runs-dir", str(runs_dir)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    with live_ddptui(runs_dir, "profiles/cpu-ddp.yaml", "--no-ui", "--set", "steps=100000") as proc:
         deadline = time.monotonic() + 60
         ranks = []
         while time.monotonic() < deadline and len(ranks) < 2:
@@ -169,10 +172,6 @@ def test_sigkill_of_torchrun_does_not_orphan_ranks(runs_dir):
         time.sleep(2)
         launcher[0].kill()
         out, _ = proc.communicate(timeout=40)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 1, out[-1500:]
     assert not [p for p in ranks if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
@@ -189,10 +188,8 @@ def test_help_and_usage_errors(runs_dir):
 
 @pytest.mark.timeout(120)
 def test_dump_command_collects_stacks_of_a_live_run(runs_dir):
-    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "--runs-dir", str(runs_dir), "profiles/hang.yaml",
-                             "--no-ui", "--set", "on_stall=wait", "--set", "stall_after=300"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    with live_ddptui(runs_dir, "profiles/hang.yaml", "--no-ui", "--set", "on_stall=wait",
+                     "--set", "stall_after=300") as proc:
         deadline = wait_for_rank1(runs_dir, "injecting hang")
         run = only_run(runs_dir)
         p = ddptui("dump", str(run), runs_dir=runs_dir)
@@ -201,10 +198,6 @@ def test_dump_command_collects_stacks_of_a_live_run(runs_dir):
             time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     (verdict,) = run.glob("stacks/*-on-request/verdict.txt")
     assert "rank 1 is stuck in time.sleep" in verdict.read_text()
     assert proc.returncode == 1 and ddptui("dump", str(run), runs_dir=runs_dir).returncode == 2
