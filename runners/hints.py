@@ -6,6 +6,8 @@ import signal
 from dataclasses import dataclass
 from typing import Mapping
 
+from .parse import any_of
+
 
 @dataclass(frozen=True)
 class Hint:
@@ -188,7 +190,7 @@ class HintMatcher:
         """(line, hint) for a batch: one multi-pattern scan of the whole batch, lines looked at only on a hit."""
         if not self._flat and "xla-device-zero" in self.seen:
             return []
-        text = ("\n".join(lines) if blob is None else blob).lower()
+        text = ("\n".join(lines) if blob is None else blob).encode("utf-8", "replace").lower()
         if not self._batch_hit(text):
             return []
         out = []
@@ -198,12 +200,11 @@ class HintMatcher:
                 out.append((ln, h))
         return out
 
-    def _batch_hit(self, text: str) -> bool:
-        if self._scanner_for is not len(self._flat):
-            needles = sorted({n for n, _ in self._flat} | {"xla:0"})
-            self._scanner = _scanner(needles)
+    def _batch_hit(self, data: bytes) -> bool:
+        if self._scanner_for != len(self._flat):
+            self._scanner = any_of(sorted({n for n, _ in self._flat} | {"xla:0"}))
             self._scanner_for = len(self._flat)
-        return self._scanner(text)
+        return self._scanner(data)
 
     def for_exit(self, rank: int | None, returncode: int, completed: bool = False, in_process: bool = False,
                  env: Mapping[str, str] | None = None) -> Hint | None:
@@ -229,11 +230,4 @@ class HintMatcher:
         return self._give(by_code(code))
 
 
-def _scanner(needles: list[str]):
-    """A test "does any needle occur in this text": Aho-Corasick in Rust (one pass), else one scan per needle."""
-    try:
-        from ahocorasick_rs import BytesAhoCorasick
-    except ImportError:
-        return lambda text: any(n in text for n in needles)
-    ac = BytesAhoCorasick([n.encode() for n in needles])
-    return lambda text: bool(ac.find_matches_as_indexes(text.encode("utf-8", "replace"), overlapping=False))
+

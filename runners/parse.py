@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Callable
 
 REPORT = "@ddptui "
 TAG = "@ddptui:"
@@ -51,12 +52,28 @@ def report(line: str) -> dict | None:
     return d if isinstance(d, dict) and "k" in d else None
 
 
+def has_marker(text: str) -> bool:
+    """Whether a batch may hold a report or a tag: a memchr for '@' answers for almost every batch."""
+    return "@" in text and "@ddptui" in text
+
+
+def any_of(needles) -> Callable[[bytes], bool]:
+    """A test "does any of these byte strings occur": one Aho-Corasick pass in Rust, else one scan per needle.
+
+    Leftmost-first matching lets the automaton use its SIMD prefilter (about 10x faster than standard
+    matching when nothing matches), and whether anything matches is the same under either semantics.
+    """
+    needles = [n if isinstance(n, bytes) else n.encode() for n in needles]
+    try:
+        from ahocorasick_rs import MATCHKIND_LEFTMOST_FIRST, BytesAhoCorasick
+    except ImportError:
+        return lambda data: any(n in data for n in needles)
+    ac = BytesAhoCorasick(needles, matchkind=MATCHKIND_LEFTMOST_FIRST)
+    return lambda data: bool(ac.find_matches_as_indexes(data))
+
+
 _KEYWORDS = ("oss", "OSS", "tep", "ter")  # loss/LOSS, step, iter: nothing else can carry a step or a loss
-try:
-    from ahocorasick_rs import BytesAhoCorasick
-    _KEYWORD_SCAN = BytesAhoCorasick([k.encode() for k in _KEYWORDS])
-except ImportError:  # the plain scans below still answer, four passes instead of one
-    _KEYWORD_SCAN = None
+_KEYWORD_SCAN = any_of(_KEYWORDS)
 
 
 def may_have_step_or_loss(text: str) -> bool:
@@ -64,9 +81,7 @@ def may_have_step_or_loss(text: str) -> bool:
     head = text[:512]  # training logs say it in their first line: answer without scanning the batch
     if any(k in head for k in _KEYWORDS):
         return True
-    if _KEYWORD_SCAN is not None:
-        return bool(_KEYWORD_SCAN.find_matches_as_indexes(text.encode("utf-8", "replace"), overlapping=False))
-    return any(k in text for k in _KEYWORDS)
+    return _KEYWORD_SCAN(text.encode("utf-8", "replace"))
 
 
 def step_loss(line: str) -> tuple[int | None, float | None, dict | None]:

@@ -209,8 +209,10 @@ class Session:
 
     def _lines(self, rank: int | None, stream: str, lines: list[str], wall: float, mono: float) -> None:
         groups: dict[int | None, list[str]] = {}
-        blob = "\n".join(lines)
-        tagged = rank is None or (parse.TAG in blob and any(ln.startswith(parse.TAG) for ln in lines))
+        blob = getattr(lines, "text", None)
+        if blob is None:
+            blob = "\n".join(lines)
+        tagged = rank is None or (parse.has_marker(blob) and any(ln.startswith(parse.TAG) for ln in lines))
         if tagged:
             split = parse.split_prefix if rank is None else parse.untag
             for ln in lines:
@@ -234,7 +236,7 @@ class Session:
         shown = lines
         if blob is None:
             blob = "\n".join(lines)  # one C-speed pass answers "is there anything to look at?" for the batch
-        if parse.REPORT in blob:
+        if parse.has_marker(blob) and parse.REPORT in blob:
             shown = []
             for ln in lines:
                 rep = parse.report(ln)

@@ -10,6 +10,27 @@ CHUNK = 1 << 20  # bytes read per file per turn: one syscall serves thousands of
 MAX_LINE = 64 * 1024  # longer lines are cut here (the raw file keeps them whole)
 
 
+class Lines(list):
+    """A batch of lines that also carries its newline-joined text, so batch-wide scans need no join."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, lines, text: str | None = None) -> None:
+        super().__init__(lines)
+        self.text = "\n".join(self) if text is None else text
+
+
+def _has_long_line(text: str, limit: int) -> bool:
+    """Whether any line of `text` is longer than `limit`: jumps window by window instead of measuring every line."""
+    start, n = 0, len(text)
+    while n - start > limit:
+        nl = text.rfind("\n", start, start + limit + 1)
+        if nl < 0:
+            return True
+        start = nl + 1
+    return False
+
+
 @dataclass
 class FileTail:
     path: str
@@ -19,7 +40,7 @@ class FileTail:
     partial: bytes = b""
     dropped: int = 0  # bytes of the current over-long line not kept
 
-    def read(self) -> list[str]:
+    def read(self) -> Lines | list[str]:
         """Complete lines that arrived since the last call (possibly none)."""
         if self.fd is None:
             try:
@@ -31,7 +52,7 @@ class FileTail:
             return []
         return self._split(data)
 
-    def _split(self, data: bytes) -> list[str]:
+    def _split(self, data: bytes) -> Lines | list[str]:
         buf = self.partial + data if self.partial else data
         nl = buf.rfind(b"\n")
         complete, tail = (None, buf) if nl < 0 else (buf[:nl], buf[nl + 1:])
@@ -48,12 +69,14 @@ class FileTail:
         if "\r" in text:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
         lines = text.split("\n")
-        if len(text) > MAX_LINE and max(map(len, lines)) > MAX_LINE:
+        if len(text) > MAX_LINE and _has_long_line(text, MAX_LINE):
             lines = [ln if len(ln) <= MAX_LINE else ln[:MAX_LINE] + f" …[{len(ln) - MAX_LINE} more chars]"
                      for ln in lines]
+            text = None
         if ended_long:
             lines[0] += f" …[{ended_long} more bytes]"
-        return lines
+            text = None
+        return Lines(lines, text)
 
     def drain(self) -> Iterator[list[str]]:
         """Everything left, chunk by chunk, the last partial line included (once the writer has exited)."""

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runners import parse
-from runners.tail import MAX_LINE, FileTail, Tailer
+from runners.tail import MAX_LINE, FileTail, Lines, Tailer, _has_long_line
 
 
 def test_partial_last_line_waits_then_survives(tmp_path):
@@ -120,3 +120,36 @@ def test_batch_keyword_test_never_misses_a_line(lines, at, word):
     assert parse.may_have_step_or_loss("\n".join(lines)) == any(k in "\n".join(lines) for k in parse._KEYWORDS)
     lines[min(at, len(lines) - 1)] += f" {word} 3"
     assert parse.may_have_step_or_loss("\n".join(["x" * 600] + lines))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 40), max_size=30), st.integers(1, 12))
+def test_long_line_test_agrees_with_measuring_every_line(lengths, limit):
+    text = "\n".join("x" * n for n in lengths)
+    assert _has_long_line(text, limit) == (max(map(len, text.split("\n"))) > limit)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=300), min_size=1, max_size=8))
+def test_batches_carry_their_joined_text(tmp_path_factory, chunks):
+    # whatever arrives (CR, bad UTF-8, over-long lines cut), a batch's text is exactly its lines joined
+    f = tmp_path_factory.mktemp("t") / "out"
+    f.write_bytes(b"")
+    t = FileTail(str(f), 0, "out")
+    for chunk in chunks:
+        with open(f, "ab") as w:
+            w.write(chunk + b"\n" + b"y" * (MAX_LINE + 5) * (chunk[:1] == b"!") + b"\n")
+        got = t.read()
+        assert isinstance(got, Lines) and got.text == "\n".join(got)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=4), min_size=1, max_size=6), st.binary(max_size=200))
+def test_one_pass_needle_test_agrees_with_a_scan_per_needle(needles, data):
+    assert parse.any_of(needles)(data) == any(n in data for n in needles)
+    assert parse.any_of(needles)(data + needles[-1] + data)
+
+
+def test_marker_test():
+    assert parse.has_marker('x\n@ddptui {"k":"step"}') and parse.has_marker("@ddptui:3 y")
+    assert not parse.has_marker("mail me @ home\nstep 3") and not parse.has_marker("no reports here")
