@@ -52,6 +52,14 @@ def report(line: str) -> dict | None:
     return d if isinstance(d, dict) and "k" in d else None
 
 
+def unglue_report(line: str) -> tuple[str, dict | None]:
+    """(text, report) of a report written by another thread of the rank while it was half-way through printing
+    a line ("text@ddptui {...}"); (line, None) when the line holds no such report."""
+    i = line.find(REPORT, 1)
+    rep = report(line[i:]) if i > 0 else None
+    return (line[:i], rep) if rep is not None else (line, None)
+
+
 def has_marker(text: str) -> bool:
     """Whether a batch may hold a report or a tag: a memchr for '@' answers for almost every batch."""
     return "@" in text and "@ddptui" in text

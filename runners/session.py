@@ -240,6 +240,10 @@ class Session:
             shown = []
             for ln in lines:
                 rep = parse.report(ln)
+                if rep is None and parse.REPORT in ln:
+                    ln, rep = parse.unglue_report(ln)
+                    if rep is not None and ln:
+                        shown.append(ln)
                 if rep is None:
                     shown.append(ln)
                 else:
@@ -280,9 +284,16 @@ class Session:
             t.host = str(rep.get("host", ""))
             self._emit(ev.RankHello(rank, t.pid or 0, t.host, int(rep.get("world") or self.world), wall))
         elif kind in ("step", "loss"):
-            step = rep.get("step") if isinstance(rep.get("step"), int) else None
-            loss = rep.get("loss") if isinstance(rep.get("loss"), (int, float)) else None
-            if t.saw_step(step, loss, mono, wall):
+            pairs = rep.get("steps")  # a rank's batched [[step, loss], ...] since its last report
+            if not isinstance(pairs, list):
+                pairs = [(rep.get("step"), rep.get("loss"))]
+            news = False
+            for pair in pairs:
+                step, loss = pair if isinstance(pair, (list, tuple)) and len(pair) == 2 else (None, None)
+                step = step if isinstance(step, int) else None
+                loss = loss if isinstance(loss, (int, float)) else None
+                news = t.saw_step(step, loss, mono, wall) or news
+            if news:
                 self._pending_progress[rank] = (wall, "hook" if kind == "step" else "report")
         elif kind == "digest":
             if t.digests is None or rep.get("source") == "explicit":

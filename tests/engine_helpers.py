@@ -47,3 +47,13 @@ def strict_reports(text: str) -> list[dict]:
         raise ValueError(f"non-JSON constant {c}")
     return [json.loads(line[len("@ddptui "):], parse_constant=no_nan)
             for line in text.splitlines() if line.startswith("@ddptui ")]
+
+
+def loss_steps(reps: list[dict]) -> list[int]:
+    """Steps of every loss a rank reported, in order, from its batched `loss` reports."""
+    return [pair[0] for x in reps if x["k"] == "loss" for pair in x["steps"]]
+
+
+def reported_steps(reps: list[dict]) -> list[int]:
+    """Every step a rank reported, by the step hook or with a loss."""
+    return [x["step"] for x in reps if x["k"] == "step"] + loss_steps(reps)

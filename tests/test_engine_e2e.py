@@ -177,3 +177,40 @@ def test_hang_stacks_fall_back_to_faulthandler_when_pyspy_fails(runs_dir):
     verdict = rec.of(ev.HangVerdict)[0]
     assert verdict.culprits == (1,) and verdict.where[1]["category"] == "sleep"
     assert "faulthandler" in (session.run_dir / "stacks" / "01-stall" / "rank1.txt").read_text()
+
+
+BATCHED = """
+import sys, time, ddptui_report
+for s in range(1, 1008):  # far faster than one report line per step
+    ddptui_report.loss(s, 1.0 / s)
+time.sleep(1.5)  # quiet: the report thread must write step 1007 meanwhile, not the next call
+print("woke", flush=True)
+sys.stdout.write("half a line")  # print() under -u is two writes; a report landing between them glues on
+sys.stdout.flush()
+ddptui_report.verdict(True, "done")
+sys.stdout.write("\\n")
+"""
+
+
+@pytest.mark.timeout(60)
+def test_batched_progress_arrives_whole_and_on_time(runs_dir, tmp_path):
+    from runners.profile import adhoc_profile
+    from runners.session import Session
+    from tests.engine_helpers import Recorder
+    import sys
+    script = tmp_path / "batched.py"
+    script.write_text(BATCHED)
+    rec = Recorder()
+    session = Session(adhoc_profile([sys.executable, str(script)], ["nnodes=2"]), runs_dir, emit=rec)
+    assert session.run() == EXIT_OK
+    raw = (session.run_dir / "raw" / "rank0.out").read_text()
+    assert raw.count("@ddptui") < 20  # a handful of lines for 1007 losses
+    for r in (0, 1):
+        t = session.tracks[r]
+        assert [p[0] for p in t.losses] == list(range(1, 1008)) and t.first_loss == 1.0  # every loss, in order
+        assert t.verdict == {"ok": True, "text": "done"}  # the glued report was still read
+        lines = rec.lines(r)
+        assert "half a line" in lines and not any("@ddptui" in ln for ln in lines)
+        woke = next(e.wall for e in rec.of(ev.LogLines) if e.rank == r and "woke" in e.lines)
+        reached = min(e.wall for e in rec.of(ev.Progress) if e.rank == r and e.step == 1007)
+        assert reached < woke - 1.0, woke - reached  # reported while the rank slept

@@ -152,9 +152,8 @@ def test_step_hook_counts_and_throttles(tmp_path):
     assert p.returncode == 0, p.stderr
     elapsed = float(p.stdout.split("elapsed ")[1].split()[0])
     steps = [x["step"] for x in reports(p.stdout) if x["k"] == "step"]
-    assert steps[:3] == [1, 2, 3] and steps[-1] == 300
-    assert steps == sorted(set(steps))
-    assert len(steps) <= 3 + 10 * elapsed + 2, (len(steps), elapsed)
+    assert steps[-1] == 300 and steps == sorted(set(steps))
+    assert 2 <= len(steps) <= 10 * elapsed + 2, (len(steps), elapsed)  # about one line per 0.1 s, not per step
     assert not [x for x in reports(p.stdout) if x["k"] == "digest"]  # no DDP model, nothing to digest
 
 
@@ -240,7 +239,7 @@ def test_report_helpers_in_process(capfd, monkeypatch):
     assert ddptui_report.was_reported(inner) and ddptui_report.was_reported(wrapped)
     ddptui_report.loss(5, torch.tensor(0.25))
     ddptui_report.step(6)
-    ddptui_report.verdict(False, "nope")
+    ddptui_report.verdict(False, "nope")  # the progress still pending goes out first
     ddptui_report.set_rank_resolver(lambda: 9)
     try:
         ddptui_report.emit("hello", world=1)
@@ -261,7 +260,7 @@ def test_report_helpers_in_process(capfd, monkeypatch):
                  list(p.shape), "torch.float64"] for n, p in inner.named_parameters()]
     assert dig == {"k": "digest", "r": 2, "source": "explicit", "params": expected}
     assert [p[0] for p in dig["params"]] == ["0.weight", "0.bias", "1.weight"]
-    assert loss == {"k": "loss", "r": 2, "step": 5, "loss": 0.25}
+    assert loss == {"k": "loss", "r": 2, "steps": [[5, 0.25]]}
     assert step == {"k": "step", "r": 2, "step": 6}
     assert verdict == {"k": "verdict", "r": 2, "ok": False, "text": "nope"}
     assert h9["r"] == 9 and h2["r"] == 2
@@ -269,4 +268,30 @@ def test_report_helpers_in_process(capfd, monkeypatch):
     assert exc["where"].endswith(f"test_inject.py:{inner_fn.__code__.co_firstlineno + 1}")
     monkeypatch.delenv("RANK")
     ddptui_report.step(1)
+    ddptui_report.flush_progress()
     assert reports(capfd.readouterr().out) == [{"k": "step", "r": None, "step": 1}]
+
+
+@pytest.mark.timeout(60)
+def test_hook_steps_defer_to_the_ranks_own_reports_only_for_the_step_in_flight(tmp_path):
+    p = run_py(tmp_path, """
+        import os, ddptui_report
+        ddptui_report.FLUSH_EVERY = 1e9  # one flush, where this program asks for it
+        os.environ["RANK"] = "0"
+        for n in range(1, 6):  # dense: the rank reports every step after the optimizer's (the hook's) count
+            ddptui_report.count_step()
+            ddptui_report.loss(n, 1.0 / n)
+        ddptui_report.count_step()  # step 6 traced (XLA) or in flight, not reported by the rank yet
+        os.environ["RANK"] = "1"
+        for n in range(1, 26):  # sparse: the rank reports every 10th step only
+            ddptui_report.count_step()
+            if n % 10 == 0:
+                ddptui_report.loss(n, 1.0 / n)
+        ddptui_report.flush_progress()
+        """)
+    assert p.returncode == 0, p.stderr
+    reps = reports(p.stdout)
+    steps = {r: [x["step"] for x in reps if x["k"] == "step" and x["r"] == r] for r in (0, 1)}
+    losses = {r: [s for x in reps if x["k"] == "loss" and x["r"] == r for s, _ in x["steps"]] for r in (0, 1)}
+    assert losses == {0: [1, 2, 3, 4, 5], 1: [10, 20]}
+    assert steps == {0: [], 1: [25]}  # rank 0 stays at its own step 5; rank 1's hook fills in past step 20

@@ -16,6 +16,7 @@ import pytest
 from runners import events as ev
 from runners import mirage, parse
 from runners.profile import load_profile
+from tests.engine_helpers import reported_steps
 
 from .test_preflight import standin
 
@@ -133,7 +134,7 @@ def test_ddp_under_torchrun_two_emulated_gpus(tmp_path, mirage_on_path, launch):
     for rank, text in ((0, r0), (1, r1)):
         reps = reports(text)
         assert reps and {r["r"] for r in reps} == {rank}  # each file holds exactly its own rank's reports
-        assert max(r["step"] for r in reps if r["k"] == "step") == 5
+        assert max(reported_steps(reps)) == 5
         assert any(r["k"] == "verdict" and r["ok"] for r in reps)
     assert "mirage: session" in run.err()
     assert_no_leftovers(run)
@@ -151,7 +152,7 @@ def test_multinode_without_launcher_labels_every_rank(tmp_path, mirage_on_path, 
         assert {r["r"] for r in reps} == {rank}  # the label and the report agree: attribution is sound
         hello = next(r for r in reps if r["k"] == "hello")
         assert hello["world"] == 2 and hello["local"] == 0
-        assert any(r["k"] == "step" and r["step"] == 5 for r in reps)
+        assert max(reported_steps(reps)) == 5
         assert any(ln.startswith(f"[rank {rank}] ") for ln in lines)
     rec = json.loads((tmp_path / "r.json").read_text())
     assert rec["env"] == {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo"}
@@ -200,10 +201,13 @@ def test_sigterm_reaches_every_rank_of_a_hung_run(tmp_path, mirage_on_path, laun
     run = launch(plan_for("mi350x-multinode", tmp_path, "fault.kind=hang", "fault.rank=1", "fault.step=2",
                           "steps=50"))
     deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and '"step":2' not in run.out():
+    def reached_step_2() -> bool:  # the labelled lines of both nodes; either rank's report will do
+        return 2 in reported_steps(reports("\n".join(parse.split_prefix(ln)[1] for ln in run.out().splitlines())))
+
+    while time.monotonic() < deadline and not reached_step_2():
         run.remember_tree()
         time.sleep(0.2)
-    assert '"step":2' in run.out(), run.err()
+    assert reached_step_2(), run.err()
     run.remember_tree()
     ranks = [p for p in run.tree if "ddp_mlp" in " ".join(psutil.Process(p).cmdline())]
     assert len(ranks) == 2

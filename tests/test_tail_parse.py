@@ -153,3 +153,11 @@ def test_one_pass_needle_test_agrees_with_a_scan_per_needle(needles, data):
 def test_marker_test():
     assert parse.has_marker('x\n@ddptui {"k":"step"}') and parse.has_marker("@ddptui:3 y")
     assert not parse.has_marker("mail me @ home\nstep 3") and not parse.has_marker("no reports here")
+
+
+def test_a_report_glued_to_half_a_printed_line_is_still_a_report():
+    # print() under -u is two writes; the ranks' report thread can land between them
+    assert parse.unglue_report('epoch 3 done@ddptui {"k":"step","r":1,"step":9}') == (
+        "epoch 3 done", {"k": "step", "r": 1, "step": 9})
+    assert parse.unglue_report("mail me@ddptui {not json") == ("mail me@ddptui {not json", None)
+    assert parse.unglue_report('@ddptui {"k":"step"') == ('@ddptui {"k":"step"', None)

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.engine_helpers import strict_reports as reports
+from tests.engine_helpers import loss_steps, reported_steps, strict_reports as reports
 
 REPO = Path(__file__).resolve().parents[1]
 INJECT = REPO / "runners" / "inject"
@@ -123,8 +123,8 @@ def test_ddp_mlp_ok_with_reports(launch):
         assert all(rep["r"] == r for rep in reps)
         hello = [x for x in reps if x["k"] == "hello"]
         assert len(hello) == 1 and hello[0]["world"] == 2 and hello[0]["local"] == r
-        assert [x["step"] for x in reps if x["k"] == "step"][-1] == 6
-        assert [x["step"] for x in reps if x["k"] == "loss"] == [1, 2, 3, 4, 5, 6]
+        assert max(reported_steps(reps)) == 6
+        assert loss_steps(reps) == [1, 2, 3, 4, 5, 6]
         dig = [x for x in reps if x["k"] == "digest"]
         assert [d["source"] for d in dig] == ["explicit"]  # no second automatic "ddp" digest at exit
         digests[r] = dig[0]["params"]
@@ -152,6 +152,10 @@ def test_dist_smoke_ok(launch):
 def test_hang_blocks_the_other_rank(launch):
     run = launch("ddp_mlp", DDP_STEPS="20", DDP_FAULT="hang:1:2")
     assert run.wait_for(1, "[rank 1] injecting hang at step 2", 100), run.out(1) + run.err(1) + run.launcher()
+    deadline = time.monotonic() + 10  # both ranks went quiet: their report threads write steps 1-2 within ~0.2 s
+    while time.monotonic() < deadline and not all(2 in loss_steps(reports(run.out(r))) for r in (0, 1)):
+        time.sleep(0.05)
+    time.sleep(0.3)
     before = run.out(0)
     time.sleep(4)
     assert run.proc.poll() is None
@@ -160,7 +164,7 @@ def test_hang_blocks_the_other_rank(launch):
         p = psutil.Process(pids[r])
         assert p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     assert run.out(0) == before  # rank 0 is blocked in the all-reduce of step 3, saying nothing
-    assert [x["step"] for x in reports(before) if x["k"] == "loss"][-1] == 2
+    assert loss_steps(reports(before))[-1] == 2 and loss_steps(reports(run.out(1)))[-1] == 2
     assert "step 3 loss" not in before
 
 

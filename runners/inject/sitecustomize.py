@@ -31,7 +31,6 @@ def _chain() -> None:
 
 _chain()
 
-_state = {"counts": {}, "emitted": {}, "last_t": {}}
 _ddp_modules = []  # weakref.finalize objects of DDP-wrapped modules
 
 
@@ -81,36 +80,6 @@ def _faults_and_ptrace() -> None:
             pass
 
 
-def _on_step(optimizer, args, kwargs) -> None:
-    try:
-        import time
-
-        import ddptui_report
-
-        r = ddptui_report.rank()
-        n = _state["counts"].get(r, 0) + 1
-        _state["counts"][r] = n
-        now = time.monotonic()
-        if n <= 3 or now - _state["last_t"].get(r, 0.0) >= 0.1:
-            _state["last_t"][r] = now
-            _state["emitted"][r] = n
-            ddptui_report.emit("step", r=r, step=n)
-    except Exception:
-        pass
-
-
-def _final_steps() -> None:
-    try:
-        import ddptui_report
-
-        for r, n in list(_state["counts"].items()):
-            if _state["emitted"].get(r) != n:
-                _state["emitted"][r] = n
-                ddptui_report.emit("step", r=r, step=n)
-    except Exception:
-        pass
-
-
 def _ddp_digest(module, r) -> None:
     try:
         import ddptui_report
@@ -122,6 +91,16 @@ def _ddp_digest(module, r) -> None:
 
 
 def _patch_optimizer(mod) -> None:
+    import ddptui_report
+
+    count = ddptui_report.count_step  # counts in memory; ddptui_report's thread writes at most 10 lines a second
+
+    def _on_step(optimizer, args, kwargs) -> None:
+        try:
+            count()
+        except Exception:
+            pass
+
     mod.register_optimizer_step_post_hook(_on_step)
 
 
@@ -228,8 +207,6 @@ def _excepthooks() -> None:
 
 
 def _install() -> None:
-    import atexit
-
     for step in (_faults_and_ptrace, _excepthooks):
         try:
             step()
@@ -252,7 +229,6 @@ def _install() -> None:
             sys.meta_path.insert(0, finder)
     except Exception:
         pass
-    atexit.register(_final_steps)
 
 
 if os.environ.get("DDPTUI") == "1":
