@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import signal
 import subprocess
 import time
@@ -56,6 +57,7 @@ class Proc:
     returncode: int | None = None
     exited: float | None = None
     files: list = field(default_factory=list)
+    pidfd: int | None = None  # readable once the process exits: lets the engine sleep until then
 
     @property
     def pid(self) -> int:
@@ -66,7 +68,29 @@ class Proc:
             rc = self.popen.poll()
             if rc is not None:
                 self.returncode, self.exited = rc, time.time()
+                self._close_pidfd()
         return self.returncode
+
+    def _close_pidfd(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # kernels before 5.3: the loop just sleeps
+        return None
+
+
+def sleep_until_exit(procs: list[Proc], timeout: float) -> None:
+    """Sleep up to `timeout` seconds, waking at once when one of the running processes exits."""
+    fds = [p.pidfd for p in procs if p.returncode is None and p.pidfd is not None]
+    if fds:
+        select.select(fds, [], [], timeout)
+    else:
+        time.sleep(timeout)
 
 
 class SpawnError(Exception):
@@ -87,7 +111,7 @@ def spawn(spec: ProcSpec) -> Proc:
         out.close()
         err.close()
         raise SpawnError(f"cannot start {spec.name}: {spec.argv[0]}: {e.strerror or e}") from None
-    return Proc(spec, popen, time.time(), files=[out, err])
+    return Proc(spec, popen, time.time(), files=[out, err], pidfd=_pidfd(popen.pid))
 
 
 def _alive(pid: int) -> bool:
@@ -164,6 +188,7 @@ def teardown(procs: list[Proc], extra: set[int] = frozenset(), deadline: float =
         except subprocess.TimeoutExpired:
             pass
         p.poll()
+        p._close_pidfd()
         for f in p.files:
             try:
                 f.close()

@@ -20,6 +20,10 @@ from .tail import Tailer
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STALLED, EXIT_REPLICAS = 0, 1, 2, 3, 4
 CRASH_GRACE = 5.0  # seconds survivors get to fail on their own after a rank died, before we tear them down
 TEARDOWN_DEADLINE = 5.0
+# Seconds the loop sleeps after a turn that read nothing. Ranks batch their progress to at most ten lines a
+# second, so 50 ms keeps the UI's 10 Hz refresh fed while the engine wakes ~20 times a second, not 50.
+IDLE_POLL = 0.05
+DISCOVER_EARLY, DISCOVER_FOUND = 0.2, 2.0  # how often to look for launcher-created log files
 _TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 _TORCHRUN_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 _VICTIM = ("Connection closed by peer", "remote worker crashing", "Connection reset by peer",
@@ -160,7 +164,8 @@ class Session:
             mono = time.monotonic()
             if mono >= next_discover:
                 tailer.discover()
-                next_discover = mono + 0.2
+                # quickly until every file a launcher will create exists, then only for new ones (a restart's)
+                next_discover = mono + (DISCOVER_FOUND if tailer.all_found() else DISCOVER_EARLY)
             got = tailer.poll()
             wall = time.time()
             for rank, stream, lines in got:
@@ -187,7 +192,7 @@ class Session:
                 break
             self._flush()
             if not got:
-                time.sleep(0.02)
+                procs.sleep_until_exit(self.procs, IDLE_POLL)
         if any(pr.returncode is None for pr in self.procs):
             self._tearing_down = True
             td = procs.teardown(self.procs, self._rank_pids(), TEARDOWN_DEADLINE)
@@ -630,6 +635,7 @@ class Session:
             "profile": self.profile.name, "runner": self.profile.runner, "run_dir": str(self.run_dir),
             "status": status, "exit_code": exit_code, "world_size": self.world,
             "duration_s": round(time.monotonic() - self._started_mono, 3),
+            "ddptui_cpu_s": round(time.process_time(), 3),  # this process: the engine, and the UI if any
             "ranks": {r: {"status": t.status, "outcome": t.outcome, "returncode": t.returncode,
                           "signal": t.signal, "steps": t.step, "first_loss": t.first_loss,
                           "last_loss": t.loss, "workload_loss": t.summary_loss, "pid": t.pid,

@@ -140,6 +140,10 @@ class Tailer:
         for g in self.globs:
             g.discover()
 
+    def all_found(self) -> bool:
+        """Every file known only by a pattern has appeared."""
+        return all(g.tails for g in self.globs)
+
     def poll(self) -> list[tuple[int | None, str, list[str]]]:
         out = []
         for t in self._all():
