@@ -273,3 +273,32 @@ def test_the_dashboard_process_never_imports_torch():
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=50)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+@pytest.mark.timeout(30)
+@aio
+async def test_tail_repaints_only_when_its_lines_change():
+    from collections import deque
+
+    from textual.app import App
+
+    class One(App):
+        def compose(self):
+            yield TailView()
+
+    app = One()
+    async with app.run_test(size=(60, 8)) as pilot:
+        tail = app.query_one(TailView)
+        painted = []
+        original = tail.refresh
+        tail.refresh = lambda *a, **kw: (painted.append(1), original(*a, **kw))[1]
+        lines = deque([(1.0, "out", "step 1")], maxlen=3)
+        tail.show(lines, 0.0, "", seq=1)
+        tail.show(lines, 0.0, "", seq=1)  # the rank's step or loss moved, its lines did not
+        assert len(painted) == 1
+        lines.append((2.0, "out", "step 2"))
+        tail.show(lines, 0.0, "", seq=2)
+        tail.show(lines, 0.0, "step 2", seq=2)  # a new filter repaints the same lines
+        assert len(painted) == 3
+        await pilot.pause(0.1)
+        assert "step 2" in str(tail.render()) and "step 1" not in str(tail.render())

@@ -1,4 +1,4 @@
-"""The run screen: rank grid + loss chart, timeline, stacks, crash, hints and verdict tabs, refreshed at 10 Hz."""
+"""The run screen: rank grid + loss chart, timeline, stacks, crash, hints and verdict tabs, refreshed at 4 Hz."""
 from __future__ import annotations
 
 import time
@@ -22,7 +22,7 @@ from tui.widgets.stacks_view import StacksView
 from tui.widgets.timeline import TimelineView
 from tui.widgets.verdict_view import VerdictView
 
-TICK = 0.1  # widget refresh period: the model absorbs events in between
+TICK = 0.25  # widget refresh period: the model absorbs events in between; keys redraw at once
 CHART_PERIOD = 1.0  # seconds between loss chart redraws while losses stream in (plotext is the costly part)
 TAB_FOCUS = {"timeline": "#timeline-log", "stacks": "#stacks-view", "crash": "#crash-view", "hints": "#hints-view",
              "verdict": "#summary-table"}

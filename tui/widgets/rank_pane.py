@@ -80,4 +80,4 @@ class RankPane(Vertical, can_focus=True):
             if q != self._bar_q:
                 self._bar_q = q
                 bar.update(total=model.steps, progress=done)
-        self.query_one(TailView).show(rv.lines, model.start_wall, needle)
+        self.query_one(TailView).show(rv.lines, model.start_wall, needle, rv.seq)

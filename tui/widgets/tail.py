@@ -58,8 +58,14 @@ class TailView(Widget):
         self.needle = ""
         self._rows: list | None = None
         self._base: Style | None = None  # rich_style walks the ancestors: once per refresh, not per row
+        self._shown: tuple = ()
 
-    def show(self, lines: Sequence, start_wall: float | None, needle: str) -> None:
+    def show(self, lines: Sequence, start_wall: float | None, needle: str, seq: int | None = None) -> None:
+        """Show the newest of `lines`; `seq` (lines ever appended) lets an unchanged buffer skip the repaint."""
+        key = (id(lines), seq, start_wall or 0.0, needle)
+        if seq is not None and key == self._shown:
+            return  # the rank's progress changed, not its lines: nothing here to repaint
+        self._shown = key
         self.lines, self.start_wall, self.needle = lines, start_wall or 0.0, needle
         self._rows = None
         self._base = None
