@@ -2,52 +2,17 @@
 from __future__ import annotations
 
 import shlex
-import shutil
-import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.tmux_term import TMUX, Term
+
 ROOT = Path(__file__).resolve().parent.parent
-TMUX = shutil.which("tmux") or "/usr/bin/tmux"
 
 pytestmark = pytest.mark.skipif(not Path(TMUX).exists(), reason="tmux not installed")
-
-
-class Term:
-    """A private tmux server (its own socket), so the test's environment reaches the app and nothing else is touched."""
-
-    def __init__(self, command: str, width: int = 160, height: int = 50) -> None:
-        self.sock = f"ddptui-test-{uuid.uuid4().hex[:8]}"
-        # A fresh server without clients sizes windows 80x24: fix the size first, then start the app in it.
-        self.tmux(["-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height), "sleep 600"])
-        self.tmux(["set-option", "-g", "window-size", "manual"])
-        self.tmux(["resize-window", "-t", "t", "-x", str(width), "-y", str(height)])
-        self.tmux(["respawn-pane", "-k", "-t", "t", command])
-
-    def tmux(self, args: list[str]) -> str:
-        return subprocess.run([TMUX, "-L", self.sock, *args], capture_output=True, text=True, timeout=10).stdout
-
-    def screen(self) -> str:
-        return self.tmux(["capture-pane", "-p", "-t", "t"])
-
-    def keys(self, *keys: str) -> None:
-        self.tmux(["send-keys", "-t", "t", *keys])
-
-    def wait_for(self, text: str, limit: float) -> str:
-        end = time.monotonic() + limit
-        while time.monotonic() < end:
-            s = self.screen()
-            if text in s:
-                return s
-            time.sleep(0.25)
-        raise AssertionError(f"{text!r} never appeared; screen:\n{self.screen()}")
-
-    def close(self) -> None:
-        subprocess.run([TMUX, "-L", self.sock, "kill-server"], capture_output=True, timeout=10)
 
 
 @pytest.mark.timeout(150)
