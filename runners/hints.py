@@ -228,6 +228,3 @@ class HintMatcher:
     def raise_code(self, code: str) -> Hint | None:
         """A hint the engine decided on itself (e.g. ``mirage-multigpu-hang`` on a stall under mirage)."""
         return self._give(by_code(code))
-
-
-

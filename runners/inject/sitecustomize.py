@@ -93,7 +93,7 @@ def _ddp_digest(module, r) -> None:
 def _patch_optimizer(mod) -> None:
     import ddptui_report
 
-    count = ddptui_report.count_step  # counts in memory; ddptui_report's thread writes at most 10 lines a second
+    count = ddptui_report.count_step  # counts in memory: at most ten progress lines a second go out
 
     def _on_step(optimizer, args, kwargs) -> None:
         try:
