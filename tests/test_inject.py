@@ -295,3 +295,21 @@ def test_hook_steps_defer_to_the_ranks_own_reports_only_for_the_step_in_flight(t
     losses = {r: [s for x in reps if x["k"] == "loss" and x["r"] == r for s, _ in x["steps"]] for r in (0, 1)}
     assert losses == {0: [1, 2, 3, 4, 5], 1: [10, 20]}
     assert steps == {0: [], 1: [25]}  # rank 0 stays at its own step 5; rank 1's hook fills in past step 20
+
+
+@pytest.mark.timeout(60)
+def test_report_thread_never_holds_the_process_at_exit(tmp_path):
+    p = run_py(tmp_path, """
+        import threading, time, ddptui_report
+        for n in (1, 2, 3):
+            ddptui_report.loss(n, 0.5)
+        time.sleep(0.3)  # the thread is running and has written what was pending
+        assert [t.name for t in threading.enumerate() if t.name == "ddptui-report"] == ["ddptui-report"]
+        ddptui_report.loss(4, 0.25)  # pending at exit: written by the exit hook
+        print("leaving", time.time(), flush=True)
+        """, RANK="0")
+    end = time.time()
+    assert p.returncode == 0, p.stderr
+    left = float(p.stdout.split("leaving ")[1].split()[0])
+    assert end - left < 1.0, end - left  # the non-daemon thread ended with the main thread
+    assert [s for x in reports(p.stdout) if x["k"] == "loss" for s, _ in x["steps"]] == [1, 2, 3, 4]
