@@ -74,6 +74,9 @@ class Progress(Event):
     loss: float | None
     wall: float
     source: str  # "hook" (optimizer step post-hook), "report" (explicit helper), "parsed" (plain log line)
+    # (step, loss) points since this rank's previous Progress (at most POINTS_PER_EVENT, evenly thinned): the
+    # event is sent once per engine turn, the loss curve still gets every point
+    losses: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
     )
 }
 
-_TUPLE_FIELDS = {"ranks", "lines", "stalled", "progressing", "culprits", "waiting", "victims", "excerpt", "params"}
+_TUPLE_FIELDS = {"ranks", "lines", "stalled", "progressing", "culprits", "waiting", "victims", "excerpt", "params",
+                 "losses"}
 _INT_KEY_FIELDS = {"cpu", "rss", "method", "threads", "where", "table"}
 
 

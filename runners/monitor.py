@@ -6,6 +6,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 MAX_POINTS = 2000  # loss points kept per rank (older ones thinned, first and last always kept)
+POINTS_PER_EVENT = 500  # loss points one Progress event carries at most
 QUIET = 1.0  # seconds without progress that make a rank part of a stall another rank triggered
 
 
@@ -37,28 +38,56 @@ class RankTrack:
     stalled: bool = False
     outcome: str = ""  # why it ended, in words
     steps_total: int | None = None
+    new_losses: list = field(default_factory=list)  # (step, loss) since the last Progress event
+    reports_losses: bool = False  # the rank reports its losses itself (ddptui_report)
+    _drawn_to: int | None = None  # the last parsed point's step when the first report arrived
+
+    def take_new_losses(self) -> tuple:
+        """The loss points seen since the last call, evenly thinned to POINTS_PER_EVENT (the last one kept)."""
+        pts, self.new_losses = self.new_losses, []
+        if len(pts) > POINTS_PER_EVENT:
+            k = (len(pts) - 1) / (POINTS_PER_EVENT - 1)
+            pts = [pts[round(i * k)] for i in range(POINTS_PER_EVENT)]
+        return tuple(pts)
 
     def saw_output(self, mono: float, wall: float) -> None:
         self.last_progress, self.last_progress_wall = mono, wall
 
-    def saw_step(self, step: int | None, loss: float | None, mono: float, wall: float) -> bool:
-        """Record a step/loss; True if it is news (a new step or a loss)."""
+    def saw_step(self, step: int | None, loss: float | None, mono: float, wall: float, reported: bool = False) -> bool:
+        """Record a step/loss (`reported`: from the rank's own report, not a parsed log line); True if it is news."""
         news = False
         if step is not None and (self.step is None or step > self.step):
             if self.last_step_at is not None and self.step is not None and mono > self.last_step_at:
                 # steps read in one chunk share a read time: only gaps between reads measure step time
                 self.intervals.append((mono - self.last_step_at) / max(1, step - self.step))
             self.step, self.last_step_at, news = step, mono, True
-        if loss is not None:
+        if loss is not None and self._curve_takes(step, reported):
             self.loss, news = loss, True
             if self.first_loss is None:
                 self.first_loss = loss
-            self.losses.append((self.step if self.step is not None else len(self.losses), loss))
+            point = (step if step is not None else self.step if self.step is not None else len(self.losses), loss)
+            self.losses.append(point)
+            self.new_losses.append(point)
             if len(self.losses) > MAX_POINTS:
                 self.losses = self.losses[:1] + self.losses[1:-1:2] + self.losses[-1:]
         if news:
             self.saw_output(mono, wall)
         return news
+
+    def _curve_takes(self, step: int | None, reported: bool) -> bool:
+        """One loss curve per rank, one point per step. A rank that reports its losses owns the curve from its
+        first report on (a script may also print them: those parsed lines no longer add points), and reported
+        points for steps the parsed lines already drew are skipped once, where the two sources meet."""
+        if not reported:
+            return not self.reports_losses
+        if not self.reports_losses:
+            self.reports_losses = True
+            self._drawn_to = self.losses[-1][0] if self.losses else None
+        if self._drawn_to is not None and step is not None:
+            if step <= self._drawn_to:
+                return False
+            self._drawn_to = None  # past the meeting point: the rank's own numbering rules from here on
+        return True
 
     @property
     def alive(self) -> bool:

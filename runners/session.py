@@ -101,7 +101,7 @@ class Session:
         if self._pending_progress:  # progress coalesced to one event per rank per turn: the UI samples it
             for rank, (wall, source) in sorted(self._pending_progress.items()):
                 t = self.tracks[rank]
-                self._emit(ev.Progress(rank, t.step, t.loss, wall, source))
+                self._emit(ev.Progress(rank, t.step, t.loss, wall, source, t.take_new_losses()))
             self._pending_progress.clear()
         if self.batch:
             batch, self.batch = self.batch, []
@@ -299,7 +299,7 @@ class Session:
                 step, loss = pair if isinstance(pair, (list, tuple)) and len(pair) == 2 else (None, None)
                 step = step if isinstance(step, int) else None
                 loss = loss if isinstance(loss, (int, float)) else None
-                news = t.saw_step(step, loss, mono, wall) or news
+                news = t.saw_step(step, loss, mono, wall, reported=True) or news
             if news:
                 self._pending_progress[rank] = (wall, "hook" if kind == "step" else "report")
         elif kind == "digest":

@@ -39,8 +39,9 @@ def test_cpu_ddp_clean_run(runs_dir):
         info = summary["ranks"][str(r)]
         assert info["steps"] == 50 and info["returncode"] == 0
         assert info["first_loss"] > info["last_loss"]
-        losses = [e.loss for e in rec.of(ev.Progress) if e.rank == r and e.loss is not None]
-        assert len(losses) >= 2 and all(math.isfinite(x) for x in losses)  # one event per rank per turn
+        # one event per rank per turn, carrying every loss point since the previous one
+        points = [p for e in rec.of(ev.Progress) if e.rank == r for p in e.losses]
+        assert [p[0] for p in points] == list(range(1, 51)) and all(math.isfinite(p[1]) for p in points)
         assert [e.step for e in rec.of(ev.Progress) if e.rank == r][-1] == 50
     assert summary["ranks"]["0"]["workload_loss"]["steps"] == 50
 

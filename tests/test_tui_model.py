@@ -139,3 +139,45 @@ def test_collective_frames_and_helpers():
     assert not is_collective("forward", "/venv/torch/nn/modules/linear.py")
     assert [grid_columns(n) for n in (1, 2, 4, 6, 9, 16, 20, 32)] == [1, 2, 2, 3, 3, 4, 5, 6]
     assert human_bytes(None) == "-" and human_bytes(300 << 20) == "300.0M"
+
+
+@pytest.mark.timeout(10)
+def test_a_progress_event_brings_every_loss_since_the_previous_one():
+    m = folded([[ev.RunStarted("/runs/x", "p", "torchrun", 1, 9, T0),
+                 ev.Progress(0, 3, 0.7, T0 + 1, "report", ((1, 0.9), (2, 0.8), (3, 0.7))),
+                 ev.Progress(0, 5, 0.5, T0 + 2, "report", ((4, 0.6), (5, 0.5))),
+                 ev.Progress(0, 6, 0.4, T0 + 3, "hook")]])  # an event without points still adds its loss
+    assert list(m.ranks[0].losses) == [(1, 0.9), (2, 0.8), (3, 0.7), (4, 0.6), (5, 0.5), (6, 0.4)]
+    assert m.ranks[0].loss == 0.4 and m.ranks[0].step == 6
+    e = ev.from_json(ev.Progress(0, 5, 0.5, T0, "report", ((4, 0.6), (5, 0.5))).to_json())
+    assert [tuple(p) for p in e.losses] == [(4, 0.6), (5, 0.5)]  # the record keeps them too (replay)
+
+
+@pytest.mark.timeout(10)
+def test_engine_thins_a_burst_of_loss_points_evenly():
+    from runners.monitor import POINTS_PER_EVENT, RankTrack
+    t = RankTrack(0, 0.0)
+    for s in range(1, 2001):
+        t.saw_step(s, 1.0 / s, 1.0, 1.0)
+    pts = t.take_new_losses()
+    assert len(pts) == POINTS_PER_EVENT and pts[0][0] == 1 and pts[-1][0] == 2000
+    assert max(b[0] - a[0] for a, b in zip(pts, pts[1:])) <= 5  # evenly spread, no gap
+    assert t.take_new_losses() == ()
+
+
+@pytest.mark.timeout(10)
+def test_a_rank_that_reports_its_losses_owns_its_curve():
+    from runners.monitor import RankTrack
+    t = RankTrack(0, 0.0)
+    for s in (1, 2, 3):  # the script prints "step N loss X" before its first batched report is read
+        t.saw_step(s, 1.0 / s, 1.0, 1.0)
+    for s in (1, 2, 3, 4, 5):  # the report covers steps already drawn, then goes on
+        t.saw_step(s, 1.0 / s + 1e-9, 2.0, 2.0, reported=True)
+    for s in (4, 5, 6):  # printed lines no longer add points
+        t.saw_step(s, 1.0 / s, 3.0, 3.0)
+    t.saw_step(1, 0.2, 4.0, 4.0, reported=True)  # its own numbering restarts (a new epoch): still drawn
+    assert [p[0] for p in t.losses] == [1, 2, 3, 4, 5, 1] and t.step == 6
+    t2 = RankTrack(1, 0.0)
+    for s in (1, 2, 1, 2):  # only printed lines: every one is drawn, as before
+        t2.saw_step(s, 0.5, 1.0, 1.0)
+    assert [p[0] for p in t2.losses] == [1, 2, 1, 2]

@@ -173,7 +173,11 @@ class RunModel:
             rv = self.rank(e.rank)
             if e.step is not None and (rv.step is None or e.step >= rv.step):
                 rv.step = e.step
-            if e.loss is not None:
+            if e.losses:  # every point since the rank's previous event
+                rv.losses.extend(tuple(p) for p in e.losses)
+                rv.loss = e.loss if e.loss is not None else e.losses[-1][1]
+                self.loss_version += 1
+            elif e.loss is not None:
                 rv.loss = e.loss
                 rv.losses.append((e.step if e.step is not None else len(rv.losses), e.loss))
                 self.loss_version += 1
