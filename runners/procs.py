@@ -84,9 +84,12 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def sleep_until_exit(procs: list[Proc], timeout: float) -> None:
-    """Sleep up to `timeout` seconds, waking at once when one of the running processes exits."""
+def sleep_until_exit(procs: list[Proc], timeout: float, also: int | None = None) -> None:
+    """Sleep up to `timeout` seconds, waking at once when one of the running processes exits (or `also`,
+    another file descriptor, turns readable)."""
     fds = [p.pidfd for p in procs if p.returncode is None and p.pidfd is not None]
+    if also is not None:
+        fds.append(also)
     if fds:
         select.select(fds, [], [], timeout)
     else:

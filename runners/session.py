@@ -20,10 +20,10 @@ from .tail import Tailer
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STALLED, EXIT_REPLICAS = 0, 1, 2, 3, 4
 CRASH_GRACE = 5.0  # seconds survivors get to fail on their own after a rank died, before we tear them down
 TEARDOWN_DEADLINE = 5.0
-# Seconds the loop sleeps after a turn that read nothing (a process exiting wakes it at once). Every wake-up
-# takes a core from a rank for a moment, and ranks in lock-step all wait for it: on 2 cores, 20 wake-ups a
-# second cost a 2-rank run ~4 % of its wall time, 4 a second nothing measurable. The dashboard redraws at
-# the same period.
+# Seconds between loop turns unless there is a backlog to read. Every wake-up takes a core from a rank for
+# a moment, and ranks in lock-step all wait for it: on 2 cores, 20 wake-ups a second cost a 2-rank run ~4 %
+# of its wall time, 4 a second nothing measurable. After a quiet turn the first new output or a process's
+# exit wakes the loop at once; the dashboard redraws at the same period.
 IDLE_POLL = 0.25
 DISCOVER_EARLY, DISCOVER_FOUND = 0.2, 2.0  # how often to look for launcher-created log files
 _TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
@@ -193,7 +193,9 @@ class Session:
             if status is not None or all(pr.returncode is not None for pr in self.procs):
                 break
             self._flush()
-            if not got:
+            if not got:  # quiet: the first new output (inotify) or exit (pidfd) wakes us at once
+                procs.sleep_until_exit(self.procs, IDLE_POLL, also=tailer.watch.fd)
+            elif not tailer.backlog:  # a trickle (progress lines, logs): read it in batches, a few turns a second
                 procs.sleep_until_exit(self.procs, IDLE_POLL)
         if any(pr.returncode is None for pr in self.procs):
             self._tearing_down = True

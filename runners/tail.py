@@ -1,6 +1,7 @@
 """Following the files ranks write into, in large chunks, yielding complete lines only."""
 from __future__ import annotations
 
+import ctypes
 import glob
 import os
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ class FileTail:
     fd: int | None = None
     partial: bytes = b""
     dropped: int = 0  # bytes of the current over-long line not kept
+    full: bool = False  # the last read filled a whole chunk: more is waiting
 
     def read(self) -> Lines | list[str]:
         """Complete lines that arrived since the last call (possibly none)."""
@@ -48,6 +50,7 @@ class FileTail:
             except FileNotFoundError:
                 return []
         data = os.read(self.fd, CHUNK)
+        self.full = len(data) == CHUNK
         if not data:
             return []
         return self._split(data)
@@ -120,12 +123,50 @@ class GlobTail:
                 self.tails[path] = FileTail(path, self.rank, self.stream)
 
 
+class FileWatch:
+    """inotify on the files being followed: `fd` turns readable when one of them is written (Linux)."""
+
+    _IN_MODIFY = 0x2
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self._watched: set[str] = set()
+        try:
+            self._libc = ctypes.CDLL(None, use_errno=True)
+            fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            self.fd = fd if fd >= 0 else None
+        except (OSError, AttributeError):  # no inotify: the engine just sleeps its timeout
+            pass
+
+    def add(self, path: str) -> None:
+        if self.fd is not None and path not in self._watched:
+            if self._libc.inotify_add_watch(self.fd, os.fsencode(path), self._IN_MODIFY) >= 0:
+                self._watched.add(path)
+
+    def clear(self) -> None:
+        """Forget the writes seen so far (the reads that follow will get their data)."""
+        if self.fd is None:
+            return
+        try:
+            while os.read(self.fd, 1 << 16):
+                pass
+        except OSError:  # BlockingIOError: nothing left
+            pass
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 class Tailer:
     """All of a run's files; `poll()` returns (rank, stream, lines) for each file that grew."""
 
     def __init__(self) -> None:
         self.files: list[FileTail] = []
         self.globs: list[GlobTail] = []
+        self.watch = FileWatch()
+        self.backlog = False  # the last poll left data unread in some file
 
     def add(self, path: str, rank: int | None, stream: str) -> None:
         if any(ch in path for ch in "*?["):
@@ -146,10 +187,16 @@ class Tailer:
 
     def poll(self) -> list[tuple[int | None, str, list[str]]]:
         out = []
+        self.watch.clear()
+        backlog = False
         for t in self._all():
             lines = t.read()
+            if t.fd is not None:
+                self.watch.add(t.path)
+            backlog = backlog or t.full
             if lines:
                 out.append((t.rank, t.stream, lines))
+        self.backlog = backlog
         return out
 
     def drain(self) -> Iterator[tuple[int | None, str, list[str]]]:
@@ -162,3 +209,4 @@ class Tailer:
     def close(self) -> None:
         for t in self._all():
             t.close()
+        self.watch.close()
