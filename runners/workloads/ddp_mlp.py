@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 
 import _faults
-from _rankio import env_int, fail, log
+from _rankio import env_int, exit_after_teardown, fail, log
 
 try:
     import ddptui_report
@@ -139,4 +139,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_after_teardown(main())

@@ -6,7 +6,7 @@ import sys
 
 import _faults
 import _rankio
-from _rankio import env_int, fail, log
+from _rankio import env_int, exit_after_teardown, fail, log
 
 _rankio.STAMP = True
 
@@ -74,4 +74,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_after_teardown(main())
