@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.engine_helpers import strict_reports as reports
+from tests.engine_helpers import loss_steps, strict_reports as reports
 
 REPO = Path(__file__).resolve().parents[1]
 INJECT = REPO / "runners" / "inject"
@@ -292,7 +292,7 @@ def test_hook_steps_defer_to_the_ranks_own_reports_only_for_the_step_in_flight(t
     assert p.returncode == 0, p.stderr
     reps = reports(p.stdout)
     steps = {r: [x["step"] for x in reps if x["k"] == "step" and x["r"] == r] for r in (0, 1)}
-    losses = {r: [s for x in reps if x["k"] == "loss" and x["r"] == r for s, _ in x["steps"]] for r in (0, 1)}
+    losses = {r: loss_steps([x for x in reps if x["r"] == r]) for r in (0, 1)}
     assert losses == {0: [1, 2, 3, 4, 5], 1: [10, 20]}
     assert steps == {0: [], 1: [25]}  # rank 0 stays at its own step 5; rank 1's hook fills in past step 20
 
@@ -312,4 +312,4 @@ def test_report_thread_never_holds_the_process_at_exit(tmp_path):
     assert p.returncode == 0, p.stderr
     left = float(p.stdout.split("leaving ")[1].split()[0])
     assert end - left < 1.0, end - left  # the non-daemon thread ended with the main thread
-    assert [s for x in reports(p.stdout) if x["k"] == "loss" for s, _ in x["steps"]] == [1, 2, 3, 4]
+    assert loss_steps(reports(p.stdout)) == [1, 2, 3, 4]

@@ -177,18 +177,21 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def step(n: int, loss: Any = None) -> None:
     """Report step n (and its loss); written within FLUSH_EVERY seconds."""
+    if loss is not None:
+        _add_loss(int(n), loss)
+        return
     r, n = rank(), int(n)
-    _explicit[r] = n
-    if loss is None:
-        _steps[r] = n
-    else:
-        _losses.append((r, n, _num(loss)))
+    _explicit[r] = _steps[r] = n
     _progress_added()
 
 
 def loss(step: int, value: Any) -> None:
     """Report the loss of a step (a float, or a 0-d tensor read now); written within FLUSH_EVERY seconds."""
-    r, n = rank(), int(step)
+    _add_loss(int(step), value)
+
+
+def _add_loss(n: int, value: Any) -> None:
+    r = rank()
     _explicit[r] = n
     _losses.append((r, n, _num(value)))
     _progress_added()
