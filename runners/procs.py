@@ -166,30 +166,57 @@ def _belongs_to_run(proc: psutil.Process, procs: list[Proc]) -> bool:
     return env.get("DDPTUI_PID") == str(os.getpid())
 
 
-def teardown(procs: list[Proc], extra: set[int] = frozenset(), deadline: float = 5.0) -> dict[str, float]:
-    """SIGTERM to every process group of the run, wait up to `deadline`, SIGKILL what is left, reap."""
+KILL_WAIT = 2.0  # seconds a SIGKILLed process gets to vanish before teardown gives up on it
+_PS_STATE = {"running": "R", "sleeping": "S", "disk-sleep": "D", "stopped": "T", "tracing-stop": "t",
+             "zombie": "Z", "dead": "X", "idle": "I"}
+
+
+def _state(pid: int) -> str:
+    try:
+        return psutil.Process(pid).status()
+    except psutil.Error:
+        return "gone"
+
+
+def teardown(procs: list[Proc], extra: set[int] = frozenset(), deadline: float = 5.0, kill_wait: float = KILL_WAIT,
+             hurry=None) -> dict:
+    """SIGTERM every process group of the run, SIGKILL what is left at `deadline`, wait `kill_wait` more, then
+    give up and report the survivors (as torch elastic's _close does: a process in uninterruptible sleep, D
+    state, outlives even SIGKILL, and waiting on it would wedge ddptui). The deadlines are fixed at the start
+    and never re-armed; every process is signalled at most once per signal. `hurry()` true: SIGKILL now.
+
+    Returns {"seconds", "killed" (SIGKILL was needed), "survivors": [{"pid", "state"}]}."""
     t0 = time.monotonic()
+    term_end, kill_end = t0 + deadline, None
     pids = tree_pids(procs, extra)
+    termed, killed = set(pids), set()
     _signal_tree(pids, signal.SIGTERM)
-    killed = False
     while True:
         for p in procs:
             p.poll()
         pids = {pid for pid in pids | tree_pids(procs) if _alive(pid)}
         if not pids:
             break
-        if time.monotonic() - t0 > deadline:
-            _signal_tree(pids, signal.SIGKILL)
-            killed = True
-            deadline += 2.0  # give KILL a moment, then give up waiting
-            if time.monotonic() - t0 > deadline + 2.0:
+        now = time.monotonic()
+        if kill_end is None and (now >= term_end or (hurry is not None and hurry())):
+            kill_end = now + kill_wait
+        if kill_end is not None:
+            if now >= kill_end:
                 break
+            _signal_tree(pids - killed, signal.SIGKILL)  # once each, newcomers too
+            killed |= pids
+        else:
+            _signal_tree(pids - termed, signal.SIGTERM)  # e.g. a worker a launcher restarted meanwhile
+            termed |= pids
         time.sleep(0.02)
+    survivors = [{"pid": pid, "state": _state(pid)} for pid in sorted(pids)]
+    stuck = {s["pid"] for s in survivors}
     for p in procs:
-        try:
-            p.popen.wait(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            pass
+        if p.pid not in stuck:  # a survivor would only make this wait time out
+            try:
+                p.popen.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
         p.poll()
         p._close_pidfd()
         for f in p.files:
@@ -198,7 +225,15 @@ def teardown(procs: list[Proc], extra: set[int] = frozenset(), deadline: float =
             except OSError:
                 pass
     reap_orphans()
-    return {"seconds": time.monotonic() - t0, "killed": float(killed)}
+    return {"seconds": time.monotonic() - t0, "killed": bool(killed), "survivors": survivors}
+
+
+def describe_survivor(pid: int, state: str, who: str | None) -> str:
+    """One line about a process that outlived teardown, for the launcher log and the summary."""
+    letter = _PS_STATE.get(state)
+    shown = "D: uninterruptible sleep, stuck in the kernel (a hung device or file system)" if letter == "D" else \
+        f"{letter}: {state}" if letter else state
+    return f"pid {pid}{f' ({who})' if who else ''} did not exit after SIGKILL (state {shown}); left running"
 
 
 def reap_orphans() -> None:

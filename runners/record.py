@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterator
 
-from .events import Event, LogLines, from_json
+from .events import Event, LogLines, RunFinished, RunStarted, from_json
 
 
 def new_run_dir(runs_root: Path, profile_name: str) -> Path:
@@ -71,38 +71,98 @@ class RunRecord:
 
 
 _LOG_LINE = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(?:[+-]\d\d:\d\d)?) (out|err) (.*)\Z", re.S)
+_RANK_LOG = re.compile(r"rank(\d+)\.log\Z")
 
 
-def read_log(path: Path) -> Iterator[tuple[float, str, str]]:
-    """(wall, stream, text) of every line of a rank<N>.log / launcher.log."""
-    with open(path, encoding="utf-8", errors="replace") as f:
+def read_log(path: Path, skipped: list | None = None) -> Iterator[tuple[float, str, str]]:
+    """(wall, stream, text) of every line of a rank<N>.log / launcher.log; lines not in that format are left out
+    (and appended to `skipped`). Split on \n only: a rank's line may hold a \r (progress bars)."""
+    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
         for raw in f:
             m = _LOG_LINE.match(raw.rstrip("\n"))
             if m:
-                yield datetime.fromisoformat(m.group(1)).timestamp(), m.group(2), m.group(3)
+                try:
+                    yield datetime.fromisoformat(m.group(1)).timestamp(), m.group(2), m.group(3)
+                    continue
+                except ValueError:  # a well-shaped but impossible time (month 13)
+                    pass
+            if skipped is not None:
+                skipped.append(raw)
 
 
-def replay_events(run_dir: Path) -> Iterator[Event]:
-    """A finished (or crashed) run's events in time order, LogLines rebuilt from the rank logs."""
+def _read_events(path: Path, notes: list[str]) -> list[Event]:
+    """The events of events.jsonl that decode and type-check; what does not is counted in `notes`."""
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    cut = lines[-1] != ""  # a last line without its newline was being written when ddptui stopped
+    if not cut:
+        lines.pop()
+    out, bad = [], []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except ValueError:
+            if cut and i == len(lines):
+                notes.append(f"events.jsonl: line {i}, the last, is cut short (ddptui stopped while writing it)")
+            else:
+                bad.append((i, "not JSON"))
+            continue
+        why = _decode_problem(d)
+        if isinstance(why, str):
+            bad.append((i, why))
+        else:
+            out.append(why)
+    if bad:
+        (i, why), n = bad[0], len(bad)
+        notes.append(f"events.jsonl: {n} malformed line{'s' if n > 1 else ''} left out "
+                     f"(line {i}: {why}{'; ...' if n > 1 else ''})")
+    return out
+
+
+def _decode_problem(d) -> Event | str:
+    """The event a decoded JSON line holds, or why it holds none."""
+    from .eventcheck import problem
+    kind = d.get("kind") if isinstance(d, dict) else None
+    if not isinstance(kind, str):
+        return "not an event (no \"kind\")"
+    try:
+        e = from_json(d)
+    except KeyError:
+        return f"unknown event kind {kind!r}"
+    except (TypeError, ValueError) as exc:
+        return f"{kind}: {exc}"
+    return problem(e) or e
+
+
+def replay_events(run_dir: Path, problems: list[str] | None = None) -> Iterator[Event]:
+    """A finished (or crashed) run's events in time order, LogLines rebuilt from the rank logs.
+
+    Whatever cannot be read is left out, and said in `problems` (one phrase each): malformed or cut lines, stray
+    files, a record without its summary (its ddptui was killed, or still runs)."""
     run_dir = Path(run_dir)
+    notes = problems if problems is not None else []
     items: list[tuple[float, int, Event]] = []
-    seq = 0
     ev_path = run_dir / "events.jsonl"
     if ev_path.exists():
-        for raw in ev_path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                ev = from_json(json.loads(raw))
-            except (ValueError, KeyError, TypeError):
-                continue  # a line cut short by a crash
-            items.append((getattr(ev, "wall", 0.0), seq, ev))
-            seq += 1
-    for log in sorted(run_dir.glob("rank*.log")) + [run_dir / "launcher.log"]:
-        if not log.exists():
-            continue
-        rank = None if log.name == "launcher.log" else int(log.stem[4:])
+        for seq, e in enumerate(_read_events(ev_path, notes)):
+            items.append((getattr(e, "wall", 0.0), seq, e))
+    seq = len(items)
+    logs = []
+    for log in sorted(run_dir.glob("rank*.log")):
+        m = _RANK_LOG.match(log.name)
+        if m:
+            logs.append((int(m.group(1)), log))
+        else:
+            notes.append(f"{log.name} left out (not rank<N>.log)")
+    if (run_dir / "launcher.log").exists():
+        logs.append((None, run_dir / "launcher.log"))
+    for rank, log in logs:
         group: list[str] = []
         key = None
-        for wall, stream, text in read_log(log):
+        skipped: list = []
+        for wall, stream, text in read_log(log, skipped):
             if key is not None and (wall, stream) != key:
                 items.append((key[0], seq, LogLines(rank, key[1], key[0], 0.0, tuple(group))))
                 seq += 1
@@ -112,9 +172,21 @@ def replay_events(run_dir: Path) -> Iterator[Event]:
         if group:
             items.append((key[0], seq, LogLines(rank, key[1], key[0], 0.0, tuple(group))))
             seq += 1
+        if skipped:
+            notes.append(f"{log.name}: {len(skipped)} line{'s' if len(skipped) > 1 else ''} not in the record's "
+                         "format left out")
+    kinds = {type(e) for _, _, e in items}
+    if RunStarted not in kinds:
+        notes.append("events.jsonl has no run_started event")
+    if not (run_dir / "summary.json").exists():
+        notes.append("no summary.json: the run did not finish (its ddptui was killed, or is still running)")
+    elif load_summary(run_dir) is None:
+        notes.append("summary.json is unreadable")
+    elif RunFinished not in kinds:
+        notes.append("events.jsonl has no run_finished event")
     items.sort(key=lambda x: (x[0], x[1]))
-    for _, _, ev in items:
-        yield ev
+    for _, _, e in items:
+        yield e
 
 
 def load_summary(run_dir: Path) -> dict | None:

@@ -68,6 +68,8 @@ class Session:
         self.batch: list = []
         self._stop = threading.Event()
         self._dump = threading.Event()
+        self._kill_now = threading.Event()  # asked again while stopping: SIGKILL without the TERM deadline
+        self.survivors: list[str] = []  # processes that outlived SIGKILL at teardown, described
         self.status: str | None = None
         self.hints: list[dict] = []
         self.stall_info: dict | None = None
@@ -90,6 +92,11 @@ class Session:
 
     def request_dump(self) -> None:
         self._dump.set()
+
+    def request_kill(self) -> None:
+        """Stop, and SIGKILL every process at once instead of waiting out the TERM deadline."""
+        self._stop.set()
+        self._kill_now.set()
 
     # ---- emitting ------------------------------------------------------------------------------------
     def _emit(self, e) -> None:
@@ -116,10 +123,33 @@ class Session:
     def run(self) -> int:
         try:
             return self._run()
+        except BaseException as e:  # an engine bug: still tear down, and the record still gets its summary
+            self._launcher_line(f"ddptui: internal error: {type(e).__name__}: {e}")
+            raise
         finally:
-            if self.procs:
-                procs.teardown(self.procs, self._rank_pids(), TEARDOWN_DEADLINE)
-            self.record.close()
+            try:
+                if self.procs:  # also when every process we started has exited: their orphans may not have
+                    self._teardown()
+                if self.status is None:
+                    try:
+                        self._finish("error", EXIT_FAILED)
+                    except Exception:  # noqa: BLE001 - never hide the error that got us here
+                        import traceback
+                        traceback.print_exc()
+            finally:
+                self.record.close()
+
+    def _teardown(self) -> dict:
+        """Tear every process down (bounded), and say which ones outlived SIGKILL."""
+        self._tearing_down = True
+        td = procs.teardown(self.procs, self._rank_pids(), TEARDOWN_DEADLINE, hurry=self._kill_now.is_set)
+        who = {pr.pid: pr.spec.name for pr in self.procs}
+        who.update({t.pid: f"rank {t.rank}" for t in self.tracks.values() if t.pid})
+        for s in td["survivors"]:
+            line = procs.describe_survivor(s["pid"], s["state"], who.get(s["pid"]))
+            self.survivors.append(line)
+            self._launcher_line(f"ddptui: {line}")
+        return td
 
     def _run(self) -> int:
         p = self.profile
@@ -137,7 +167,11 @@ class Session:
         self._matcher = _hint_matcher()
         procs.become_subreaper()
         tailer = Tailer()
-        for spec in self.plan.procs:
+        for n, spec in enumerate(self.plan.procs):
+            if self._stop.is_set():  # a stop (SIGTERM, SIGINT, the UI) ends spawning at once; the loop tears down
+                self._launcher_line(f"ddptui: stop requested while spawning: {n} of {len(self.plan.procs)} "
+                                    "processes started, no more")
+                break
             try:
                 proc = procs.spawn(spec)
             except procs.SpawnError as e:
@@ -198,8 +232,7 @@ class Session:
             elif not tailer.backlog:  # a trickle (progress lines, logs): read it in batches, a few turns a second
                 procs.sleep_until_exit(self.procs, IDLE_POLL)
         if any(pr.returncode is None for pr in self.procs):
-            self._tearing_down = True
-            td = procs.teardown(self.procs, self._rank_pids(), TEARDOWN_DEADLINE)
+            td = self._teardown()
             self._launcher_line(f"ddptui: teardown took {td['seconds']:.2f} s"
                                 + (" (SIGKILL needed)" if td["killed"] else ""))
             for proc in self.procs:
@@ -655,6 +688,7 @@ class Session:
                                                       "excerpt": list(self.crash.excerpt)},
             "hints": self.hints,
             "stacks": self.stack_collections,
+            "survivors": self.survivors,
         }
         path = self.record.write_json("summary.json", summary)
         self._emit(ev.RunFinished(status, exit_code, str(path), wall, summary))

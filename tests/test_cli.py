@@ -201,3 +201,245 @@ def test_dump_command_collects_stacks_of_a_live_run(runs_dir):
     (verdict,) = run.glob("stacks/*-on-request/verdict.txt")
     assert "rank 1 is stuck in time.sleep" in verdict.read_text()
     assert proc.returncode == 1 and ddptui("dump", str(run), runs_dir=runs_dir).returncode == 2
+
+
+TRAIN_LONG = ROOT / "tests" / "fixtures" / "train_ddp_long.py"
+
+
+def train_args(*extra: str) -> list[str]:
+    """`ddptui --no-ui -- python train_ddp_long.py` on 2 env:// ranks: ranks that train until stopped."""
+    return ["--no-ui", "--set", "nproc=2", *extra, "--", sys.executable, str(TRAIN_LONG)]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signals", [(signal.SIGINT,) * 3, (signal.SIGTERM,)], ids=["sigint-x3", "sigterm"])
+def test_every_stop_signal_ends_with_a_summary_and_no_traceback(runs_dir, signals):
+    with live_ddptui(runs_dir, *train_args()) as proc:
+        wait_for_rank1(runs_dir, "step 3")
+        ranks = psutil.Process(proc.pid).children(recursive=True)
+        assert len(ranks) == 2
+        for sig in signals:
+            proc.send_signal(sig)
+            time.sleep(0.1)  # quick, yet each one its own delivery (a pending signal is not queued twice)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1, out[-2000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-2000:]
+    assert "status: stopped (exit 1)" in out
+    summary = json.loads((only_run(runs_dir) / "summary.json").read_text())
+    assert summary["status"] == "stopped" and summary["exit_code"] == 1
+    if len(signals) == 3:
+        assert "SIGKILL to every rank now" in out
+    assert not [p for p in ranks if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not (only_run(runs_dir) / "ddptui.pid").exists()
+
+
+@pytest.mark.timeout(60)
+def test_dump_never_signals_a_process_a_stale_pid_file_names(runs_dir, tmp_path):
+    """A SIGKILLed ddptui leaves ddptui.pid behind; its pid may now be an unrelated process (default SIGUSR1: die)."""
+    run = runs_dir / "20261202-130241-cpu-ddp"
+    run.mkdir()
+    (run / "events.jsonl").write_text("")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        created = psutil.Process(other.pid).create_time()
+        stale = [str(other.pid),  # the format of an older ddptui: nothing to check it against
+                 json.dumps({"pid": other.pid, "create_time": created - 30.0}),  # the pid was reused since
+                 json.dumps({"pid": other.pid, "create_time": created})]  # the same process, but not a ddptui
+        for text in stale:
+            (run / "ddptui.pid").write_text(text)
+            p = ddptui("dump", str(run), runs_dir=runs_dir)
+            assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, (text, p.stderr)
+            assert "nothing signalled" in p.stderr and "Traceback" not in p.stderr
+            time.sleep(0.2)
+            assert other.poll() is None, f"{text!r}: the unrelated process was signalled"
+        other.kill()
+        other.wait()
+        p = ddptui("dump", str(run), runs_dir=runs_dir)
+        assert p.returncode == 2 and "is not running" in p.stderr
+    finally:
+        if other.poll() is None:
+            other.kill()
+            other.wait()
+
+
+def test_pid_file_check_decisions():
+    from tui.pidfile import is_ddptui, parse, refusal
+    rec = {"pid": 42, "create_time": 1000.0}
+    me = {"create_time": 1000.0, "cmdline": ["/venv/bin/python", "-m", "tui.cli", "--no-ui", "x"]}
+    assert refusal(rec, me) is None
+    assert refusal(rec, {**me, "cmdline": ["/venv/bin/python", "/venv/bin/ddptui", "x"]}) is None
+    assert "another process" in refusal(rec, {**me, "create_time": 1003.0})
+    assert "not a ddptui" in refusal(rec, {**me, "cmdline": ["sleep", "60"]})
+    assert "not running" in refusal(rec, None)
+    assert refusal(None, me) and parse("1234") is None and parse('{"pid": "x", "create_time": 1}') is None
+    assert parse('{"pid": 7, "create_time": 5.5}')["pid"] == 7 and not is_ddptui(["python", "train.py"])
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_during_spawning_stops_spawning_at_once(runs_dir, monkeypatch, capsys):
+    """SIGTERM arrives after the 2nd of 8 rank processes started: no 3rd, the 2 are torn down, summary, exit 1."""
+    from runners import procs
+    from runners.profile import adhoc_profile
+    from tui.cli import run_headless
+    real_spawn, started = procs.spawn, []
+
+    def spawn(spec):
+        proc = real_spawn(spec)
+        started.append(proc)
+        if len(started) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # its handler runs right here, as it would between two forks
+        return proc
+
+    monkeypatch.setattr(procs, "spawn", spawn)
+    code = run_headless(adhoc_profile([sys.executable, str(TRAIN_LONG)], ["nproc=8"]), str(runs_dir))
+    assert code == 1 and len(started) == 2
+    assert all(p.returncode is not None for p in started)
+    run = only_run(runs_dir)
+    assert "stop requested while spawning: 2 of 8 processes started" in (run / "launcher.log").read_text()
+    assert json.loads((run / "summary.json").read_text())["status"] == "stopped"
+    assert "status: stopped (exit 1)" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(120)
+def test_a_wedged_teardown_is_cut_off_by_the_headless_bound(runs_dir):
+    """Teardown stuck (as in a kernel call that never returns): ddptui still exits, with a summary, naming the ranks."""
+    driver = textwrap.dedent(f"""
+        import sys, time
+        import runners.procs, tui.stopper
+        runners.procs.teardown = lambda *a, **k: time.sleep(3600)  # the engine wedges in its teardown
+        tui.stopper.STOP_BOUND = 3.0
+        from tui.cli import main
+        sys.exit(main({["--runs-dir", str(runs_dir), *train_args()]!r}))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", driver], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_rank1(runs_dir, "step 3")
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1 and 3.0 <= took < 30, (took, err)
+    assert "did not end within 3 s" in err and "Traceback" not in err + out, err
+    summary = json.loads((only_run(runs_dir) / "summary.json").read_text())
+    assert summary["status"] == "stopped" and "did not end within 3 s" in summary["error"]
+    assert {re.search(r"\((rank \d)\)", s).group(1) for s in summary["survivors"]} == {"rank 0", "rank 1"}
+
+
+RECORDS = ROOT / "tests" / "fixtures" / "records"
+
+
+def copied_record(tmp_path, name: str = "cpu-ddp") -> Path:
+    import shutil
+    run = tmp_path / name
+    shutil.copytree(RECORDS / name, run)
+    return run
+
+
+def replay(run: Path, runs_dir: Path):
+    p = ddptui("replay", str(run), "--no-ui", runs_dir=runs_dir)
+    assert "Traceback" not in p.stderr + p.stdout, p.stderr
+    return p
+
+
+@pytest.mark.timeout(60)
+def test_replay_leaves_out_and_names_a_wrong_typed_event(runs_dir, tmp_path):
+    run = copied_record(tmp_path)
+    lines = (run / "events.jsonl").read_text().splitlines(keepends=True)
+    mid = json.loads(lines[10])["wall"]
+    bad = {"kind": "stall", "stalled": [1], "progressing": [0], "since": mid, "threshold": "20", "wall": mid}
+    lines.insert(11, json.dumps(bad) + "\n")
+    lines.insert(12, json.dumps({"kind": "progress", "rank": 0, "step": "x", "loss": None, "wall": mid,
+                                 "source": "hook"}) + "\n")
+    (run / "events.jsonl").write_text("".join(lines))
+    p = replay(run, runs_dir)
+    assert p.returncode == 1
+    (note,) = p.stderr.strip().splitlines()
+    assert "events.jsonl: 2 malformed lines left out (line 12: stall.threshold: expected float, got str '20'" in note
+    assert "replayed what is there" in note
+    assert "status: ok (exit 0)" in p.stdout and "[stall]" not in p.stdout  # the rest is replayed as it was
+
+
+@pytest.mark.timeout(60)
+def test_replay_of_a_record_whose_ddptui_was_killed_says_it_is_incomplete(runs_dir, tmp_path):
+    run = copied_record(tmp_path)
+    text = (run / "events.jsonl").read_text()
+    (run / "events.jsonl").write_text(text[:len(text) * 2 // 3].rsplit("\n", 1)[0] + '\n{"rank": 1, "st')
+    (run / "summary.json").unlink()
+    p = replay(run, runs_dir)
+    assert p.returncode == 1
+    (note,) = p.stderr.strip().splitlines()
+    assert "is cut short (ddptui stopped while writing it)" in note
+    assert "no summary.json: the run did not finish (its ddptui was killed, or is still running)" in note
+    assert re.search(r"\[rank 1\] step \d+ loss", p.stdout) and "status:" not in p.stdout
+
+
+@pytest.mark.timeout(60)
+def test_replay_ignores_a_stray_rank_log_and_says_so(runs_dir, tmp_path):
+    run = copied_record(tmp_path)
+    (run / "rankX.log").write_text("not a rank log\n")
+    with open(run / "rank0.log", "a") as f:
+        f.write("garbage that is no record line\n")
+    p = replay(run, runs_dir)
+    assert p.returncode == 1
+    (note,) = p.stderr.strip().splitlines()
+    assert "rankX.log left out (not rank<N>.log)" in note and "rank0.log: 1 line not in the record's format" in note
+    assert "status: ok (exit 0)" in p.stdout
+    p = replay(copied_record(tmp_path / "clean"), runs_dir)  # a whole record: exit 0, nothing on stderr
+    assert p.returncode == 0 and p.stderr == ""
+
+
+@pytest.mark.timeout(60)
+def test_replay_decisions_on_malformed_event_lines(tmp_path):
+    from runners.record import replay_events
+    run = tmp_path / "r"
+    run.mkdir()
+    good = {"kind": "run_started", "run_dir": "r", "profile": "p", "runner": "env", "world_size": 1, "steps": None,
+            "wall": 1.0}
+    rows = [good, [1, 2], {"kind": "nope"}, {"kind": "rank_state", "rank": 0}, {"kind": "resources",
+            "cpu": {"x": 1.0}, "rss": {}, "wall": 2.0}, {"kind": "run_finished", "status": "ok", "exit_code": 0,
+            "summary_path": "", "wall": 3.0, "summary": {"ranks": {"0": {"steps": "many"}}}}]
+    (run / "events.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n{oops\n")
+    (run / "summary.json").write_text("{}")
+    problems: list[str] = []
+    events = list(replay_events(run, problems))
+    assert [e.kind for e in events] == ["run_started"]
+    assert problems[0].startswith("events.jsonl: 6 malformed lines left out (line 2: not an event (no \"kind\")")
+    assert problems[1:] == ["events.jsonl has no run_finished event"]
+
+
+@pytest.mark.timeout(60)
+def test_dashboard_replay_of_a_malformed_killed_record_opens_and_says_so(tmp_path):
+    import asyncio
+
+    from tui.app import DdpApp, ReplaySource
+    run = copied_record(tmp_path)
+    lines = (run / "events.jsonl").read_text().splitlines(keepends=True)[:120]
+    wall = json.loads(lines[100])["wall"]
+    lines.insert(101, json.dumps({"kind": "stall", "stalled": "1", "progressing": [0], "since": wall,
+                                  "threshold": 20, "wall": wall}) + "\n")
+    (run / "events.jsonl").write_text("".join(lines) + '{"kind": "progr')
+    (run / "summary.json").unlink()
+    (run / "rankX.log").write_text("x\n")
+    source = ReplaySource(run)
+
+    async def main():
+        app = DdpApp(source=source)
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(100):
+                if app.model is not None and app.model.finished is not None:
+                    break
+                await pilot.pause(0.1)
+            await pilot.pause(0.5)  # let the run screen finish mounting its panes before the app closes
+            m = app.model
+            assert m.finished.status == "incomplete" and not m.live and m.stall is None
+            assert any("no summary.json" in t for _, _, t in m.launcher)
+            assert app.run_error is None
+        return app
+
+    asyncio.run(main())
+    assert any("rankX.log" in x for x in source.problems)

@@ -88,3 +88,107 @@ def test_tailer_says_when_a_read_left_more_behind(tmp_path):
         assert rounds == 4  # three full chunks, then the rest
     finally:
         tl.close()
+
+
+def _immortal(monkeypatch, pid: int, state: str = "disk-sleep") -> list:
+    """Make teardown see `pid` as a process that no signal ends (as one in D state): returns the signals sent."""
+    sent = []
+    monkeypatch.setattr(procs, "tree_pids", lambda ps, extra=frozenset(): {pid})
+    monkeypatch.setattr(procs, "_alive", lambda p: True)
+    monkeypatch.setattr(procs, "_state", lambda p: state)
+    monkeypatch.setattr(procs, "_signal_tree", lambda pids, sig: sent.extend((p, sig) for p in sorted(pids)))
+    return sent
+
+
+@pytest.mark.timeout(20)
+def test_teardown_gives_up_on_a_process_that_outlives_sigkill(monkeypatch):
+    # A real D-state process cannot be made here without root (a cgroup-v1 freezer or a hung FUSE/NFS mount),
+    # so the kill and liveness functions are replaced by a process that ignores everything.
+    import signal
+    sent = _immortal(monkeypatch, 4242)
+    t0 = time.monotonic()
+    td = procs.teardown([], {4242}, deadline=0.3, kill_wait=0.4)
+    took = time.monotonic() - t0
+    assert 0.6 <= took < 5.0, took  # TERM deadline + KILL wait, then it gives up: one deadline, never re-armed
+    assert sent == [(4242, signal.SIGTERM), (4242, signal.SIGKILL)]  # each signal once, not every pass
+    assert td["killed"] and td["survivors"] == [{"pid": 4242, "state": "disk-sleep"}]
+
+
+@pytest.mark.timeout(20)
+def test_teardown_hurried_sigkills_without_waiting_the_term_deadline(monkeypatch):
+    import signal
+    sent = _immortal(monkeypatch, 4243, "sleeping")
+    t0 = time.monotonic()
+    td = procs.teardown([], {4243}, deadline=60.0, kill_wait=0.2, hurry=lambda: True)
+    assert time.monotonic() - t0 < 5.0
+    assert [s for _, s in sent] == [signal.SIGTERM, signal.SIGKILL]
+    assert td["survivors"] == [{"pid": 4243, "state": "sleeping"}]
+
+
+def test_a_survivor_is_described_by_pid_owner_and_state():
+    line = procs.describe_survivor(123, "disk-sleep", "rank 1")
+    assert line.startswith("pid 123 (rank 1) did not exit after SIGKILL (state D: uninterruptible sleep")
+    assert procs.describe_survivor(7, "stopped", None) == "pid 7 did not exit after SIGKILL (state T: stopped); left running"
+
+
+def _spawn_term_ignorer(tmp_path) -> procs.Proc:
+    code = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(120)")
+    spec = ProcSpec("stubborn", (sys.executable, "-c", code), {}, str(tmp_path), (), str(tmp_path / "out"),
+                    str(tmp_path / "err"))
+    proc = procs.spawn(spec)
+    deadline = time.monotonic() + 30
+    while "ready" not in (tmp_path / "out").read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc
+
+
+@pytest.mark.timeout(40)
+def test_teardown_sigkills_a_real_process_that_ignores_sigterm_at_the_deadline(tmp_path):
+    proc = _spawn_term_ignorer(tmp_path)
+    td = procs.teardown([proc], deadline=1.0)
+    assert proc.returncode == -9 and td["killed"] and td["survivors"] == []
+    assert 1.0 <= td["seconds"] < 10.0, td
+
+
+@pytest.mark.timeout(40)
+def test_teardown_hurried_kills_a_real_process_at_once(tmp_path):
+    proc = _spawn_term_ignorer(tmp_path)
+    td = procs.teardown([proc], deadline=60.0, hurry=lambda: True)
+    assert proc.returncode == -9 and td["survivors"] == []
+    assert td["seconds"] < 10.0, td
+
+
+FIXTURES = __import__("pathlib").Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_outlives_sigkill_is_named_in_the_launcher_log_and_summary(runs_dir, monkeypatch):
+    """A real 2-rank run stopped by request; rank 1's pid is made to look immortal once the stop is asked."""
+    import json
+
+    from runners import events as ev
+    from runners.profile import adhoc_profile
+    from runners.session import Session
+    profile = adhoc_profile([sys.executable, str(FIXTURES / "train_ddp_long.py")], ["nproc=2"])
+    holder = {}
+    real_alive, real_state = procs._alive, procs._state
+
+    def emit(batch):
+        s = holder["s"]
+        if not s._stop.is_set() and any(isinstance(e, ev.Progress) and e.rank == 1 and (e.step or 0) >= 3
+                                        for e in batch):
+            stuck = s.tracks[1].pid
+            monkeypatch.setattr(procs, "_alive", lambda pid: pid == stuck or real_alive(pid))
+            monkeypatch.setattr(procs, "_state", lambda pid: "disk-sleep" if pid == stuck else real_state(pid))
+            s.request_stop()
+
+    s = holder["s"] = Session(profile, runs_dir, emit=emit)
+    t0 = time.monotonic()
+    code = s.run()
+    assert code == 1 and time.monotonic() - t0 < 100
+    pid = s.tracks[1].pid
+    want = f"pid {pid} (rank 1) did not exit after SIGKILL (state D: uninterruptible sleep"
+    assert want in (s.run_dir / "launcher.log").read_text()
+    summary = json.loads((s.run_dir / "summary.json").read_text())
+    assert summary["status"] == "stopped" and [x[:len(want)] for x in summary["survivors"]] == [want]

@@ -58,6 +58,7 @@ class ReplaySource:
         self.run_dir, self.until, self.chunk = Path(run_dir), until, chunk
         self._stop = threading.Event()
         self.emit: Callable[[list], None] = lambda batch: None
+        self.problems: list[str] = []  # what the record lacks or could not be read (runners.record.replay_events)
 
     def prepare(self, emit) -> None:
         self.emit = emit
@@ -65,9 +66,10 @@ class ReplaySource:
     def run(self) -> int:
         from runners.record import replay_events
         batch: list = []
-        start = None
+        start = last = finished = None
         code = 0
-        for e in replay_events(self.run_dir):
+        self.problems = []
+        for e in replay_events(self.run_dir, self.problems):
             if self._stop.is_set():
                 break
             if isinstance(e, ev.RunStarted):
@@ -75,11 +77,19 @@ class ReplaySource:
             if self.until is not None and start is not None and e.wall - start > self.until:
                 break
             if isinstance(e, ev.RunFinished):
-                code = e.exit_code
+                code, finished = e.exit_code, e
+            last = getattr(e, "wall", last)
             batch.append(e)
             if len(batch) >= self.chunk:
                 self.emit(batch)
                 batch = []
+        else:
+            if self.problems:  # said in the launcher pane; a record that never finished must not look live
+                wall = last if last is not None else time.time()
+                batch.append(ev.LogLines(None, "err", wall, 0.0,
+                                         ("ddptui: replay: " + "; ".join(self.problems) + "; replayed what is there",)))
+                if finished is None:
+                    batch.append(ev.RunFinished("incomplete", 1, "", wall, {}))
         if batch:
             self.emit(batch)
         return code
@@ -365,12 +375,13 @@ def run_app(profile_path, overrides: Sequence[str] = (), runs_root: Path = Path(
 
 def run_replay(run_dir: str | Path) -> int:
     """Reopen a finished run from its record in the same screens."""
-    app = DdpApp(source=ReplaySource(Path(run_dir)))
+    source = ReplaySource(Path(run_dir))
+    app = DdpApp(source=source)
     try:
         app.run()
     finally:
         app.shutdown()
-    return 0
+    return 1 if source.problems else 0  # as `ddptui replay --no-ui`: the record was incomplete or malformed
 
 
 # -- benchmark: keypress → repaint latency under load ---------------------------------------------

@@ -20,8 +20,11 @@ ddptui profiles                            list the profiles found (shipped and 
 EPILOG = """\
 exit codes: 0 ok, 1 run failed (a rank failed, timeout, stopped), 2 bad profile or usage,
 3 stalled (on_stall: stop), 4 replicas differ.
+replay: 0 the record was read whole, 1 it is incomplete or partly malformed (one line on stderr says what;
+what is there is replayed), 2 RUN_DIR is not a run record.
 Each run leaves a record in RUNS_DIR/<time>-<profile>/ (summary.json, rank<N>.log, events.jsonl, stacks/).
-Headless: SIGUSR1 to ddptui (or `ddptui dump RUN_DIR`) collects stacks of every rank; SIGINT/SIGTERM stop the run."""
+Headless: SIGUSR1 to ddptui (or `ddptui dump RUN_DIR`) collects stacks of every rank; SIGINT/SIGTERM stop the run
+(TERM to every rank, SIGKILL after 5 s; a third SIGINT SIGKILLs at once); ddptui exits at most 30 s after a stop."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,7 +64,14 @@ def _fail(msg: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:  # Ctrl-C before a run installed its handlers (or in the dashboard's own code)
+        print("ddptui: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str]) -> int:
     command: list[str] = []
     if "--" in argv:
         i = argv.index("--")
@@ -112,34 +122,31 @@ def _dry_run(profile, runs_dir: str) -> int:
 def run_headless(profile, runs_dir: str, summary_path: str | None = None, pyspy: str | None = None,
                  stacks: str = "auto") -> int:
     from runners.session import Session
+    from tui import pidfile
     from tui.console import Console
+    from tui.stopper import HeadlessStopper
 
     console = Console()
-    session = Session(profile, runs_dir, emit=console.handle, pyspy=pyspy, stack_method=stacks)
-    (session.run_dir / "ddptui.pid").write_text(str(os.getpid()))
-    stops = {"n": 0}
-
-    def on_stop(signum, frame):
-        stops["n"] += 1
-        session.request_stop()
-        if stops["n"] >= 3:  # the user really means it
-            raise KeyboardInterrupt
-
-    old = {s: signal.signal(s, on_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    old[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, lambda s, f: session.request_dump())
+    stopper = HeadlessStopper()
+    stopper.install()  # before the session exists: a stop that comes early is kept and delivered
+    old_usr1 = signal.getsignal(signal.SIGUSR1)
     try:
-        code = session.run()
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        session = Session(profile, runs_dir, emit=console.handle, pyspy=pyspy, stack_method=stacks)
+        signal.signal(signal.SIGUSR1, lambda s, f: session.request_dump())
+        stopper.attach(session, timeout=profile.timeout)
+        pidfile.write(session.run_dir)
         try:
-            (session.run_dir / "ddptui.pid").unlink()
-        except OSError:
-            pass
-    if summary_path:
-        import shutil
-        shutil.copyfile(session.run_dir / "summary.json", summary_path)
-    return code
+            code = session.run()
+        finally:
+            stopper.finished()
+            pidfile.remove(session.run_dir)
+        if summary_path:
+            import shutil
+            shutil.copyfile(session.run_dir / "summary.json", summary_path)
+        return code
+    finally:
+        stopper.restore()
+        signal.signal(signal.SIGUSR1, old_usr1)
 
 
 def _subcommand(name: str, rest: list[str]) -> int:
@@ -161,23 +168,37 @@ def _subcommand(name: str, rest: list[str]) -> int:
     if not (run_dir / "events.jsonl").exists():
         return _fail(f"{run_dir}: not a ddptui run record (no events.jsonl)")
     if name == "dump":
-        pid_file = run_dir / "ddptui.pid"
+        from tui.pidfile import live_ddptui
+        pid, why = live_ddptui(run_dir)  # a stale pid file can name a reused pid: signal only that run's ddptui
+        if pid is None:
+            return _fail(f"{run_dir}: {why}")
         try:
-            pid = int(pid_file.read_text())
             os.kill(pid, signal.SIGUSR1)
-        except (OSError, ValueError):
-            return _fail(f"{run_dir}: no live ddptui for this run (it has finished, or {pid_file} is missing)")
+        except OSError as e:
+            return _fail(f"{run_dir}: cannot signal ddptui (pid {pid}): {e.strerror or e}")
         print(f"asked ddptui (pid {pid}) to collect stacks; they land in {run_dir / 'stacks'}")
         return 0
     if args.no_ui:
-        from runners.record import replay_events
-        from tui.console import Console
-        console = Console()
-        for e in replay_events(run_dir):
-            console.handle([e])
-        return 0
+        return _replay_headless(run_dir)
     from tui.app import run_replay
     return run_replay(run_dir) or 0
+
+
+def _replay_headless(run_dir: Path) -> int:
+    """Replay what the record holds; 1 (and one line on stderr saying what) when it is incomplete or malformed."""
+    from runners.record import replay_events
+    from tui.console import Console
+    console = Console()
+    problems: list[str] = []
+    for e in replay_events(run_dir, problems):
+        try:
+            console.handle([e])
+        except Exception as exc:  # noqa: BLE001 - a value the record's check let through: say it, replay on
+            problems.append(f"a {e.kind} event could not be shown ({type(exc).__name__}: {exc})")
+    if problems:
+        print(f"ddptui: replay of {run_dir}: " + "; ".join(problems) + "; replayed what is there", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,102 @@
+"""Checks a record's decoded events against their dataclass field types, so replay reports a malformed line instead of
+handing a front end a value it would crash on."""
+from __future__ import annotations
+
+import functools
+import types
+import typing
+from dataclasses import fields
+from typing import Any
+
+from . import events as ev
+
+_NUM = (int, float)
+# What the front ends read from RunFinished.summary (a dict[str, Any] to the dataclass): key -> accepted types.
+_SUMMARY = {"profile": (str, type(None)), "runner": (str, type(None)), "status": (str,), "run_dir": (str, type(None)),
+            "world_size": (int, type(None)), "duration_s": _NUM, "ranks": (dict,), "replica": (dict, type(None)),
+            "hang": (dict, type(None)), "crash": (dict, type(None)), "hints": (list, type(None))}
+_SUMMARY_RANK = {"status": (str, type(None)), "outcome": (str, type(None)), "returncode": (int, type(None)),
+                 "signal": (str, type(None)), "steps": (int, type(None)), "first_loss": _NUM + (type(None),),
+                 "last_loss": _NUM + (type(None),), "workload_loss": (dict, type(None))}
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _name(tp) -> str:
+    if typing.get_args(tp) or not isinstance(tp, type):
+        return str(tp).replace("typing.", "")
+    return tp.__name__
+
+
+def _ok(value, tp) -> bool:  # noqa: C901 - one branch per kind of annotation
+    if tp is Any:
+        return True
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_ok(value, a) for a in args)
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, _NUM) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    if origin is tuple or tp is tuple:  # JSON nests tuples as lists
+        if not isinstance(value, (tuple, list)):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_ok(v, args[0]) for v in value)
+        return not args or (len(args) == len(value) and all(_ok(v, a) for v, a in zip(value, args)))
+    if origin is list or tp is list:
+        return isinstance(value, list) and (not args or all(_ok(v, args[0]) for v in value))
+    if origin is dict or tp is dict:
+        return isinstance(value, dict) and (not args or all(_ok(k, args[0]) and _ok(v, args[1])
+                                                            for k, v in value.items()))
+    return isinstance(value, tp) if isinstance(tp, type) else True
+
+
+def _loss_points(value) -> bool:
+    return all(isinstance(p, (list, tuple)) and len(p) == 2 and _ok(p[0], int | None) and _ok(p[1], float)
+               for p in value)
+
+
+def _summary_problem(s: dict) -> str | None:
+    for key, types_ in _SUMMARY.items():
+        if key in s and not isinstance(s[key], types_):
+            return f"summary.{key}: expected {' | '.join(t.__name__ for t in types_)}, got {type(s[key]).__name__}"
+    for part in ("replica", "hang", "crash"):
+        if isinstance(s.get(part), dict) and not isinstance(s[part].get("text"), str):
+            return f"summary.{part}.text: expected str"
+    for h in s.get("hints") or []:
+        if not (isinstance(h, dict) and isinstance(h.get("title"), str) and isinstance(h.get("fix"), str)):
+            return "summary.hints: expected [{\"title\": str, \"fix\": str, ...}, ...]"
+    for r, info in (s.get("ranks") or {}).items():
+        if not str(r).lstrip("-").isdigit():
+            return f"summary.ranks: expected rank numbers as keys, got {r!r:.20}"
+        if not isinstance(info, dict):
+            return f"summary.ranks.{r}: expected dict, got {type(info).__name__}"
+        for key, types_ in _SUMMARY_RANK.items():
+            if key in info and not isinstance(info[key], types_):
+                return f"summary.ranks.{r}.{key}: expected {' | '.join(t.__name__ for t in types_)}, " \
+                       f"got {type(info[key]).__name__}"
+    return None
+
+
+def problem(e: ev.Event) -> str | None:
+    """What is wrong with a decoded event ("kind.field: expected T, got V"), or None when every field fits."""
+    hints = _hints(type(e))
+    for f in fields(e):
+        value = getattr(e, f.name)
+        if not _ok(value, hints[f.name]):
+            return f"{e.kind}.{f.name}: expected {_name(hints[f.name])}, got {type(value).__name__} {value!r:.40}"
+    if isinstance(e, ev.Progress) and not _loss_points(e.losses):
+        return f"{e.kind}.losses: expected [[step, loss], ...], got {e.losses!r:.40}"
+    if isinstance(e, ev.RunFinished):
+        return _summary_problem(e.summary)
+    return None

@@ -1,0 +1,140 @@
+"""SIGINT/SIGTERM of a headless run: the first stops it, the third SIGKILLs every rank at once, none raises, and a
+wedged engine is cut off after a bound with the summary still written."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+# From the first stop to ddptui's exit at the latest. Teardown alone is bounded by 5 s (TERM) + 2 s (KILL) +
+# 1 s per process reaped; the rest is the stacks a stall may be collecting and draining the logs.
+STOP_BOUND = 30.0
+HURRY_BOUND = 10.0  # the same after the third stop signal (SIGKILL at once)
+_STATE = {psutil.STATUS_DISK_SLEEP: "D", psutil.STATUS_STOPPED: "T", psutil.STATUS_RUNNING: "R",
+          psutil.STATUS_SLEEPING: "S"}
+
+
+def action(count: int) -> str:
+    """What the count-th stop signal does: "stop" (graceful), "again" (already stopping), "kill" (SIGKILL now)."""
+    return "stop" if count <= 1 else "again" if count == 2 else "kill"
+
+
+_SAY = {"again": b"ddptui: already stopping; once more and every rank is SIGKILLed now\n",
+        "kill": b"ddptui: SIGKILL to every rank now\n"}
+
+
+class HeadlessStopper:
+    """Installs the stop handlers of a headless run; `attach(session)` once the session exists."""
+
+    def __init__(self, bound: float | None = None, hurry_bound: float | None = None, exit_fn=os._exit) -> None:
+        self.bound = STOP_BOUND if bound is None else bound
+        self.hurry_bound = HURRY_BOUND if hurry_bound is None else hurry_bound
+        self.exit_fn = exit_fn
+        self.session = None
+        self.count = 0
+        self._limit: float | None = None  # monotonic time by which run() must have returned
+        self._limit_s = 0.0  # the bound in force, for the message
+        self._armed = threading.Event()
+        self._done = threading.Event()
+        self._old: dict = {}
+        self._watchdog = threading.Thread(target=self._watch, name="ddptui-stop-bound", daemon=True)
+
+    def install(self) -> None:
+        self._old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        self._watchdog.start()
+
+    def attach(self, session, timeout: float = 0.0) -> None:
+        """From now on a stop signal reaches `session`; a profile timeout arms the bound as well."""
+        self.session = session
+        if timeout:
+            self._arm(timeout + self.bound)
+        if self.count:
+            self._deliver(action(self.count))
+
+    def finished(self) -> None:
+        """run() returned: the bound no longer applies."""
+        self._done.set()
+        self._armed.set()
+
+    def restore(self) -> None:
+        self.finished()
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        self._old = {}
+
+    # -- in the signal handler: set flags only (no exception, no buffered write) --------------------
+    def _on_signal(self, signum, frame) -> None:
+        self.count += 1
+        what = action(self.count)
+        if what in _SAY:
+            os.write(2, _SAY[what])
+        self._deliver(what)
+
+    def _deliver(self, what: str) -> None:
+        if self.session is None:
+            return
+        if what == "kill":
+            self.session.request_kill()
+            self._arm(self.hurry_bound)
+        else:
+            self.session.request_stop()
+            self._arm(self.bound)
+
+    def _arm(self, seconds: float) -> None:
+        limit = time.monotonic() + seconds
+        if self._limit is None or limit < self._limit:
+            self._limit, self._limit_s = limit, seconds
+        self._armed.set()
+
+    # -- the watchdog thread ------------------------------------------------------------------------
+    def _watch(self) -> None:
+        self._armed.wait()
+        while not self._done.is_set():
+            if self._limit is not None and time.monotonic() >= self._limit:
+                self._give_up()
+                return
+            self._done.wait(0.5)
+
+    def _give_up(self) -> None:
+        s = self.session
+        why = f"the run did not end within {self._limit_s:g} s; ddptui gives up waiting"
+        try:
+            left = _still_running(s)
+            path = Path(s.run_dir) / "summary.json"
+            if not path.exists():  # the engine is wedged before its own summary: write what is known
+                path.write_text(json.dumps(emergency_summary(s, why, left), indent=2, default=str))
+            (Path(s.run_dir) / "ddptui.pid").unlink(missing_ok=True)
+            lines = [f"ddptui: {why}"] + [f"ddptui: {x}" for x in left] + [f"ddptui: record: {s.run_dir}"]
+            os.write(2, ("\n".join(lines) + "\n").encode())
+        finally:
+            self.exit_fn(1)
+
+
+def _still_running(session) -> list[str]:
+    pids = {pr.pid: pr.spec.name for pr in session.procs}
+    pids.update({t.pid: f"rank {t.rank}" for t in session.tracks.values() if t.pid})
+    out = []
+    for pid, who in sorted(pids.items()):
+        try:
+            st = psutil.Process(pid).status()
+        except psutil.Error:
+            continue
+        if st != psutil.STATUS_ZOMBIE:
+            out.append(f"pid {pid} ({who}) still running (state {_STATE.get(st, st)})")
+    return out
+
+
+def emergency_summary(session, why: str, left: list[str]) -> dict:
+    """What summary.json says when the engine could not write it itself."""
+    return {
+        "profile": session.profile.name, "runner": session.profile.runner, "run_dir": str(session.run_dir),
+        "status": "stopped", "exit_code": 1, "world_size": session.world, "error": why,
+        "ranks": {r: {"status": t.status, "pid": t.pid, "steps": t.step, "returncode": t.returncode}
+                  for r, t in session.tracks.items()},
+        "survivors": left,
+    }
