@@ -443,3 +443,59 @@ def test_dashboard_replay_of_a_malformed_killed_record_opens_and_says_so(tmp_pat
 
     asyncio.run(main())
     assert any("rankX.log" in x for x in source.problems)
+
+
+def _session_until_progress(runs_dir, overrides=("nproc=2",)):
+    """A real 2-rank run of train_ddp_long.py; `seen` is set once rank 1 reported progress."""
+    import threading
+
+    from runners import events as ev
+    from runners.profile import adhoc_profile
+    from runners.session import Session
+    seen = threading.Event()
+
+    def emit(batch):
+        if any(isinstance(e, ev.Progress) and e.rank == 1 for e in batch):
+            seen.set()
+
+    return Session(adhoc_profile([sys.executable, str(TRAIN_LONG)], list(overrides)), runs_dir, emit=emit), seen
+
+
+@pytest.mark.timeout(120)
+def test_an_engine_error_still_tears_down_and_writes_the_summary(runs_dir, monkeypatch):
+    from runners.session import Session
+    session, seen = _session_until_progress(runs_dir)
+    real = Session._sample_resources
+
+    def sample(self):
+        if seen.is_set():
+            raise RuntimeError("engine bug")
+        return real(self)
+
+    monkeypatch.setattr(Session, "_sample_resources", sample)
+    with pytest.raises(RuntimeError, match="engine bug"):
+        session.run()
+    summary = json.loads((session.run_dir / "summary.json").read_text())
+    assert summary["status"] == "error" and summary["exit_code"] == 1
+    assert "ddptui: internal error: RuntimeError: engine bug" in (session.run_dir / "launcher.log").read_text()
+    assert all(p.returncode is not None for p in session.procs)  # torn down; the fixture checks the rest
+
+
+@pytest.mark.timeout(120)
+def test_a_front_end_that_raises_does_not_cost_the_summary(runs_dir, capsys):
+    from runners import events as ev
+    from runners.profile import adhoc_profile
+    from runners.session import Session
+    got = []
+
+    def broken_front_end(batch):
+        got.extend(batch)
+        if any(isinstance(e, ev.Progress) for e in got):
+            session.request_stop()
+        raise ValueError("front end bug")
+
+    session = Session(adhoc_profile([sys.executable, str(TRAIN_LONG)], ["nproc=2"]), runs_dir, emit=broken_front_end)
+    assert session.run() == 1
+    assert json.loads((session.run_dir / "summary.json").read_text())["status"] == "stopped"
+    assert isinstance(got[-1], ev.RunFinished)
+    assert "ValueError: front end bug" in capsys.readouterr().err  # said, once per batch, and the run went on
