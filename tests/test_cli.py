@@ -499,3 +499,34 @@ def test_a_front_end_that_raises_does_not_cost_the_summary(runs_dir, capsys):
     assert json.loads((session.run_dir / "summary.json").read_text())["status"] == "stopped"
     assert isinstance(got[-1], ev.RunFinished)
     assert "ValueError: front end bug" in capsys.readouterr().err  # said, once per batch, and the run went on
+
+
+@pytest.mark.timeout(30)
+def test_stop_signal_decisions_and_the_bound(tmp_path):
+    import threading
+    from types import SimpleNamespace
+
+    from tui.stopper import HeadlessStopper, action
+    assert [action(n) for n in (1, 2, 3, 4)] == ["stop", "again", "kill", "kill"]
+    asked = []
+    session = SimpleNamespace(run_dir=tmp_path, procs=[], tracks={}, world=2,
+                              profile=SimpleNamespace(name="p", runner="env"),
+                              request_stop=lambda: asked.append("stop"), request_kill=lambda: asked.append("kill"))
+    exited = threading.Event()
+    stopper = HeadlessStopper(bound=0.3, hurry_bound=0.2, exit_fn=lambda code: exited.set())
+    stopper._watchdog.start()  # as install() does, without taking this process's signal handlers
+    stopper._on_signal(2, None)  # before the session exists: kept, then delivered by attach()
+    stopper.attach(session)
+    stopper._on_signal(2, None)
+    stopper._on_signal(2, None)
+    assert asked == ["stop", "stop", "kill"]
+    assert exited.wait(10)  # nobody called finished(): the bound ran out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "stopped" and "did not end within" in summary["error"]
+    late = threading.Event()
+    done = HeadlessStopper(bound=0.2, exit_fn=lambda code: late.set())
+    done._watchdog.start()
+    done.attach(session)
+    done._on_signal(2, None)
+    done.finished()  # run() returned in time: the bound no longer applies
+    assert not late.wait(0.6)

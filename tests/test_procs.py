@@ -1,8 +1,12 @@
-"""Process lifetime helpers on real processes: the engine's idle sleep ends when a process it started exits."""
+"""Process lifetime helpers on real processes: the engine's idle sleep ends when a process it started exits, and
+teardown is bounded even for a process that outlives SIGKILL."""
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -192,3 +196,71 @@ def test_a_rank_that_outlives_sigkill_is_named_in_the_launcher_log_and_summary(r
     assert want in (s.run_dir / "launcher.log").read_text()
     summary = json.loads((s.run_dir / "summary.json").read_text())
     assert summary["status"] == "stopped" and [x[:len(want)] for x in summary["survivors"]] == [want]
+
+
+FREEZER = Path("/sys/fs/cgroup/freezer")
+
+
+@pytest.fixture
+def freeze():
+    """freeze(pid): put a real process in D state with a cgroup-v1 freezer (SIGKILL stays pending until it is thawed);
+    everything frozen is thawed when the test ends. Skips where there is no writable v1 freezer (needs root)."""
+    group = FREEZER / f"ddptui-test-{uuid.uuid4().hex[:8]}"
+    try:
+        group.mkdir()
+    except OSError as e:
+        pytest.skip(f"no writable cgroup-v1 freezer to make a D-state process: {e}")
+
+    def _freeze(pid: int) -> None:
+        (group / "tasks").write_text(str(pid))
+        (group / "freezer.state").write_text("FROZEN")
+        deadline = time.monotonic() + 10
+        while (group / "freezer.state").read_text().strip() != "FROZEN" and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    try:
+        yield _freeze
+    finally:
+        (group / "freezer.state").write_text("THAWED")
+        deadline = time.monotonic() + 10
+        while (group / "tasks").read_text().strip() and time.monotonic() < deadline:
+            time.sleep(0.05)  # the pending SIGKILL ends them once thawed
+        with contextlib.suppress(OSError):
+            group.rmdir()
+
+
+@pytest.mark.timeout(60)
+def test_teardown_gives_up_on_a_real_frozen_process_and_reports_it(tmp_path, freeze):
+    proc = spawn_sleeper(tmp_path, 120)
+    freeze(proc.pid)
+    td = procs.teardown([proc], deadline=0.5, kill_wait=1.0)
+    assert td["killed"] and td["survivors"] == [{"pid": proc.pid, "state": "disk-sleep"}]
+    assert 1.5 <= td["seconds"] < 10.0, td  # TERM deadline + KILL wait, then it gave up (the fixture thaws it:
+    # the SIGKILL it already got then ends it)
+
+
+@pytest.mark.timeout(120)
+def test_a_real_frozen_rank_is_named_as_a_survivor_in_the_summary(runs_dir, freeze):
+    import json
+
+    from runners import events as ev
+    from runners.profile import adhoc_profile
+    from runners.session import Session
+    profile = adhoc_profile([sys.executable, str(FIXTURES / "train_ddp_long.py")], ["nproc=2"])
+    holder = {}
+
+    def emit(batch):
+        s = holder["s"]
+        if not s._stop.is_set() and any(isinstance(e, ev.Progress) and e.rank == 1 and (e.step or 0) >= 3
+                                        for e in batch):
+            freeze(s.tracks[1].pid)
+            s.request_stop()
+
+    s = holder["s"] = Session(profile, runs_dir, emit=emit)
+    t0 = time.monotonic()
+    assert s.run() == 1
+    assert time.monotonic() - t0 < 100
+    want = f"pid {s.tracks[1].pid} (rank 1) did not exit after SIGKILL (state D: uninterruptible sleep"
+    assert want in (s.run_dir / "launcher.log").read_text()
+    summary = json.loads((s.run_dir / "summary.json").read_text())
+    assert [x[:len(want)] for x in summary["survivors"]] == [want]
