@@ -142,6 +142,9 @@ class StacksCollected(Event):
     seconds: float  # time spent collecting
     path: str  # folder in the run record
     wall: float
+    # rank -> its worker processes (DataLoader): [{"pid", "worker_id", "method", "threads": [...as above]}]
+    workers: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    why: str = "stall"  # "stall" | "slow" | "on request": on request with no stall, no verdict follows
 
 
 @dataclass(frozen=True)
@@ -150,8 +153,10 @@ class HangVerdict(Event):
     text: str  # one sentence a user can act on
     culprits: tuple[int, ...]
     waiting: tuple[int, ...]
-    where: dict[int, dict[str, Any]]  # rank -> {"category", "func", "file", "line", "code", "step"}
+    where: dict[int, dict[str, Any]]  # rank -> runners.verdict.Where.to_dict(step)
     wall: float
+    path: str = ""  # the stacks folder (StacksCollected.path) the verdict was read from; "" without stacks
+    reason: str = "stall"  # "stall": ranks stopped progressing; "slow": the run slowed down (sampled once)
 
 
 @dataclass(frozen=True)
@@ -197,7 +202,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
 
 _TUPLE_FIELDS = {"ranks", "lines", "stalled", "progressing", "culprits", "waiting", "victims", "excerpt", "params",
                  "losses"}
-_INT_KEY_FIELDS = {"cpu", "rss", "method", "threads", "where", "table"}
+_INT_KEY_FIELDS = {"cpu", "rss", "method", "threads", "where", "table", "workers"}
 
 
 def from_json(d: dict[str, Any]) -> Event:

@@ -7,6 +7,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ WORKLOAD_KINDS = ("builtin", "script", "module", "command")
 
 TOP_KEYS = ("name", "description", "runner", "nproc", "nnodes", "workload", "env", "backend", "device",
             "steps", "seed", "stall_after", "startup_grace", "on_stall", "timeout", "master_addr",
-            "master_port", "replica_check", "fault", "mirage", "xla")
+            "master_port", "replica_check", "fault", "mirage", "xla", "max_world_size")
 WORKLOAD_KEYS = WORKLOAD_KINDS + ("args", "python", "venv")
 FAULT_KEYS = ("kind", "rank", "step", "seconds")
 MIRAGE_KEYS = ("command", "workspace", "profile", "gpus_per_node", "num_nodes", "in_process", "env", "inner",
@@ -35,6 +36,18 @@ WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
 ADHOC_SOURCE = "<command line>"
 _MAX_NODES = 20000  # aliases can make a small file expand enormously
 _MAX_DEPTH = 64
+# PyYAML composes ~35k nodes/s here: a profile is a few hundred bytes, so 64 KiB and 20,000 nodes bound
+# the parse to well under a second whatever the file holds.
+MAX_PROFILE_BYTES = 64 * 1024
+# Ranks all run on this machine: past 4 per core (and 64 in all) a world size is almost surely a typo.
+# `max_world_size` raises the bound for a deliberate big run, up to a ceiling no machine's pid table fits.
+WORLD_PER_CPU, WORLD_FLOOR, WORLD_CEILING = 4, 64, 65536
+
+
+def default_max_world_size(cpus: int | None = None) -> int:
+    """The world size a profile may ask for without `max_world_size`: 4 ranks per CPU core, at least 64."""
+    cpus = os.cpu_count() if cpus is None else cpus
+    return max(WORLD_FLOOR, WORLD_PER_CPU * (cpus or 1))
 
 
 class ProfileError(Exception):
@@ -129,6 +142,7 @@ class Profile:
     fault: Fault | None = None
     mirage: MirageOptions = field(default_factory=MirageOptions)
     xla: XlaOptions = field(default_factory=XlaOptions)
+    max_world_size: int | None = None  # None: default_max_world_size() of the machine that loaded it
 
     @property
     def world_size(self) -> int:
@@ -215,6 +229,7 @@ class _Converter:
                 problem = getattr(exc, "problem", None) or str(exc)
                 raise loc.error(path or None, f"cannot read value: {problem}") from None
             return _Node("scalar", value, loc, y.value)
+        self._plain_tag(y, path)
         if id(y) in self.active:
             raise loc.error(path or None, "recursive alias")
         self.active.add(id(y))
@@ -225,9 +240,39 @@ class _Converter:
         finally:
             self.active.discard(id(y))
 
+    def _plain_tag(self, y: Any, path: str) -> None:
+        """Scalars with an unknown tag fail to construct; a tagged mapping or list must fail as loudly."""
+        seq = isinstance(y, self.yaml.SequenceNode)
+        plain = self.yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG if seq else \
+            self.yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG
+        if y.tag != plain:
+            raise self.locate(y.start_mark).error(
+                path or None, f"cannot read value: unsupported tag '{y.tag}' on a {'list' if seq else 'mapping'}")
+
+    def _merge_sources(self, y: Any, path: str, seen: set[int]) -> None:
+        """`<<` sources vanish into their mapping when merged: check their tags (and their own sources') first."""
+        yaml = self.yaml
+        for k, v in y.value:
+            if k.tag != "tag:yaml.org,2002:merge" or id(v) in seen:
+                continue
+            seen.add(id(v))
+            for src in (v.value if isinstance(v, yaml.SequenceNode) else []) + [v]:
+                if isinstance(src, (yaml.MappingNode, yaml.SequenceNode)):
+                    self._plain_tag(src, path)
+                if isinstance(src, yaml.MappingNode):
+                    self._merge_sources(src, path, seen)
+
+    def _key(self, k: Any) -> None:
+        try:  # keys are read as written; constructing them only rejects what a value would reject
+            self.ctor.construct_object(k, deep=True)
+        except Exception as exc:
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise self.locate(k.start_mark).error(None, f"cannot read field name: {problem}") from None
+
     def _mapping(self, y: Any, path: str, loc: _Loc, depth: int) -> _Node:
         yaml = self.yaml
         own = {id(k) for k, _ in y.value if k.tag != "tag:yaml.org,2002:merge"}
+        self._merge_sources(y, path, set())
         try:
             self.ctor.flatten_mapping(y)  # resolve `<<` merge keys
         except yaml.YAMLError as exc:
@@ -240,6 +285,7 @@ class _Converter:
             if not isinstance(k, yaml.ScalarNode):
                 got = "a list" if isinstance(k, yaml.SequenceNode) else "a mapping"
                 raise kloc.error(None, f"expected a field name, got {got}")
+            self._key(k)
             name = k.value
             dotted = f"{path}.{name}" if path else name
             if name in out and name not in from_merge and id(k) in own:
@@ -250,17 +296,48 @@ class _Converter:
         return _Node("map", out, loc)
 
 
+class _TooManyNodes(Exception):
+    def __init__(self, mark: Any):
+        super().__init__("too many YAML nodes")
+        self.mark = mark
+
+
+_LOADER: Any = None
+
+
+def _compose(text: str) -> Any:
+    """SafeLoader's node graph, composing at most _MAX_NODES nodes (aliases are not expanded here)."""
+    global _LOADER
+    if _LOADER is None:
+        import yaml
+
+        class BoundedLoader(yaml.SafeLoader):
+            composed = 0
+
+            def compose_node(self, parent: Any, index: Any) -> Any:
+                self.composed += 1
+                if self.composed > _MAX_NODES:
+                    raise _TooManyNodes(self.peek_event().start_mark)
+                return super().compose_node(parent, index)
+
+        _LOADER = BoundedLoader
+    loader = _LOADER(text)  # the reader already rejects unprintable characters here
+    try:
+        return loader.get_single_node()
+    finally:
+        loader.dispose()
+
+
 def _parse_text(text: str, file: str) -> _Node | None:
     import yaml
 
     try:
-        loader = yaml.SafeLoader(text)  # the reader already rejects unprintable characters here
-        try:
-            root = loader.get_single_node()
-        finally:
-            loader.dispose()
+        root = _compose(text)
     except yaml.YAMLError as exc:
         raise _yaml_error_to_profile(exc, file, text) from None
+    except _TooManyNodes as exc:
+        raise ProfileError(file, exc.mark.line + 1, exc.mark.column + 1, None, "profile too large:"
+                           f" more than {_MAX_NODES} YAML values") from None
     except RecursionError:
         raise ProfileError(file, 1, 1, None, "profile too deeply nested") from None
     if root is None:
@@ -277,6 +354,9 @@ def _parse_text(text: str, file: str) -> _Node | None:
 def _apply_override(root: _Node, item: str) -> None:
     import yaml
 
+    if len(item) > MAX_PROFILE_BYTES:
+        raise _Loc(f"--set {item[:40]}...").error(None, f"override too large: {len(item)} characters,"
+                                                         f" at most {MAX_PROFILE_BYTES}")
     loc = _Loc(f"--set {item}")
     key, sep, raw = item.partition("=")
     parts = key.strip().split(".")
@@ -284,12 +364,10 @@ def _apply_override(root: _Node, item: str) -> None:
         raise loc.error(None, "expected key=value")
     parts = [p.strip() for p in parts]
     try:
-        loader = yaml.SafeLoader(raw)
-        try:
-            y = loader.get_single_node()
-        finally:
-            loader.dispose()
+        y = _compose(raw)
         value = _Node("scalar", None, loc, "") if y is None else _Converter(lambda m: loc).convert(y, key)
+    except _TooManyNodes:
+        raise loc.error(key, f"value too large: more than {_MAX_NODES} YAML values") from None
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or exc
         raise loc.error(key, f"invalid YAML value: {problem}") from None
@@ -388,8 +466,12 @@ def _is_int(node: _Node) -> bool:
 
 
 def _is_num(node: _Node) -> bool:
-    return (node.kind == "scalar" and isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
-            and math.isfinite(node.value))
+    if node.kind != "scalar" or not isinstance(node.value, (int, float)) or isinstance(node.value, bool):
+        return False
+    try:
+        return math.isfinite(float(node.value))  # an int past 1.8e308 has no float
+    except OverflowError:
+        return False
 
 
 def _range_text(lo: int | None, hi: int | None) -> str:
@@ -652,11 +734,72 @@ def _name(node: _Node, field: str) -> str:
     return value
 
 
+def _count_text(n: int) -> str:
+    # str() of an int past 4300 digits raises, and a line must stay readable
+    return str(n) if n.bit_length() <= 100 else f"about 10^{int(n.bit_length() * math.log10(2))}"
+
+
+def world_problem(what: str, ranks: int, limit: int, explicit: bool) -> str | None:
+    """Why `ranks` processes (described by `what`) are more than a profile may ask for, or None when they fit."""
+    if ranks <= limit:
+        return None
+    asked = f"{what} = {_count_text(ranks)} ranks" if what else f"{_count_text(ranks)} ranks"
+    if explicit:
+        return f"{asked}, more than max_world_size {limit}"
+    fix = (f"to run that many on purpose set max_world_size: {ranks} (or --set max_world_size={ranks})"
+           if ranks <= WORLD_CEILING else f"max_world_size can allow at most {WORLD_CEILING}")
+    return (f"{asked}, more than the {limit} allowed by default on this machine ({WORLD_PER_CPU} per CPU core,"
+            f" at least {WORLD_FLOOR}); {fix}")
+
+
+def _child(node: _Node | None, key: str) -> _Node | None:
+    entry = node.value.get(key) if node is not None and node.kind == "map" else None
+    return entry[1] if entry else None
+
+
+def _check_world(factors: Sequence[tuple[str, _Node | None, int]], where: _Loc, limit: int, explicit: bool) -> None:
+    """Refuse a world (the product of the factors) bigger than `limit`, located at its biggest given factor."""
+    ranks = math.prod(value for _, _, value in factors)
+    what = " x ".join(f"{name} {_count_text(value)}" for name, _, value in factors) if len(factors) > 1 else ""
+    problem = world_problem(what, ranks, limit, explicit)
+    if problem is None:
+        return
+    name, node, _ = max([fac for fac in factors if fac[1] is not None] or factors, key=lambda fac: fac[2])
+    raise (node.loc if node is not None else where).error(name, problem)
+
+
+def master_port_problem(runner: str, port: int | str, wrapped_command: bool) -> str | None:
+    """Why a fixed master_port would be ignored by this runner, or None: a profile must mean what it says."""
+    if port == "auto":
+        return None
+    if runner == "mirage":
+        return "mirage picks the rendezvous port itself (it exports MASTER_PORT to the ranks); remove master_port"
+    if runner == "xla":
+        return "the xla runner uses no rendezvous port (torch_xla.launch sets up its replicas); remove master_port"
+    if runner == "torchrun" and wrapped_command:
+        return ("the wrapped torchrun command chooses its own port: give it --master-port or --rdzv-endpoint"
+                " instead of master_port")
+    return None
+
+
 def _build(root: _Node, source: str, base: Path, default_name: str) -> Profile:
     f = _Fields(root, "", TOP_KEYS, root.loc)
     nproc = f.get("nproc", 2, _int(1))
     nnodes = f.get("nnodes", 1, _int(1))
-    return Profile(
+    max_world = f.get("max_world_size", None, _int(1, WORLD_CEILING, nullable=True))
+    limit = default_max_world_size() if max_world is None else max_world
+    explicit = max_world is not None
+    nproc_node, nnodes_node = f.node("nproc"), f.node("nnodes")
+    _check_world([("nproc", nproc_node, nproc), ("nnodes", nnodes_node, nnodes)], root.loc, limit, explicit)
+    mirage = _mirage(f.node("mirage"), root.loc, base, nproc, nnodes)
+    xla = _xla(f.node("xla"), root.loc, base, nproc)
+    m_nodes = ("mirage.num_nodes", _child(f.node("mirage"), "num_nodes"), mirage.num_nodes)
+    _check_world([("mirage.gpus_per_node", _child(f.node("mirage"), "gpus_per_node"), mirage.gpus_per_node),
+                  m_nodes], root.loc, limit, explicit)
+    _check_world([("nproc", nproc_node, nproc), m_nodes], root.loc, limit, explicit)  # mirage's world
+    _check_world([("xla.num_devices", _child(f.node("xla"), "num_devices"), xla.num_devices)], root.loc, limit,
+                 explicit)
+    profile = Profile(
         name=f.get("name", default_name, _name),
         description=f.get("description", "", _str()),
         runner=f.get("runner", "torchrun", _enum(RUNNERS)),
@@ -676,26 +819,55 @@ def _build(root: _Node, source: str, base: Path, default_name: str) -> Profile:
         master_port=f.get("master_port", "auto", _int(1, 65535, auto=True)),
         replica_check=f.get("replica_check", True, _bool),
         fault=_fault(f.node("fault"), root.loc, nproc * nnodes, nproc, nnodes),
-        mirage=_mirage(f.node("mirage"), root.loc, base, nproc, nnodes),
-        xla=_xla(f.node("xla"), root.loc, base, nproc),
+        mirage=mirage,
+        xla=xla,
+        max_world_size=max_world,
         source=source,
     )
+    port_node = f.node("master_port")
+    problem = master_port_problem(profile.runner, profile.master_port, bool(profile.workload.command))
+    if problem is not None and port_node is not None:
+        raise port_node.loc.error("master_port", problem)
+    return profile
 
 
 # ---------------------------------------------------------------- public entry points
 
-def load_profile(path: str | Path, overrides: Sequence[str] = ()) -> Profile:
-    """Read, override and validate one profile file; any problem is a one-line ProfileError."""
-    file = str(path)
-    p = Path(path)
+def _too_big(size: int) -> str | None:
+    if size <= MAX_PROFILE_BYTES:
+        return None
+    return f"profile too large: {size} bytes, at most {MAX_PROFILE_BYTES} (a profile is a few hundred bytes of YAML)"
+
+
+def _read_bounded(p: Path, file: str) -> bytes:
+    """The file's bytes, refused by size before anything is read, and read no further than the bound."""
     try:
-        data = p.read_bytes()
+        st = os.stat(p)  # before opening: a FIFO would block open(), /dev/zero never ends
+        if stat.S_ISDIR(st.st_mode):
+            raise ProfileError(file, None, None, None, "is a folder, expected a YAML file")
+        if not stat.S_ISREG(st.st_mode):
+            raise ProfileError(file, None, None, None, "not a regular file, expected a YAML file")
+        problem = _too_big(st.st_size)
+        if problem is None:
+            with open(p, "rb") as fh:
+                data = fh.read(MAX_PROFILE_BYTES + 1)  # it may have grown since the stat
+            problem = _too_big(len(data)) and f"profile too large: more than {MAX_PROFILE_BYTES} bytes"
     except FileNotFoundError:
         raise ProfileError(file, None, None, None, "no such file") from None
     except IsADirectoryError:
         raise ProfileError(file, None, None, None, "is a folder, expected a YAML file") from None
     except OSError as exc:
         raise ProfileError(file, None, None, None, f"cannot read: {exc.strerror or exc}") from None
+    if problem is not None:
+        raise ProfileError(file, None, None, None, problem)
+    return data
+
+
+def load_profile(path: str | Path, overrides: Sequence[str] = ()) -> Profile:
+    """Read, override and validate one profile file; any problem is a one-line ProfileError."""
+    file = str(path)
+    p = Path(path)
+    data = _read_bounded(p, file)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -779,7 +951,7 @@ def list_profiles() -> list[Path]:
 def find_profile(name_or_path: str | Path) -> Path:
     """An existing file, else ./profiles/<name>.yaml, else the shipped profile of that name."""
     p = Path(name_or_path)
-    if _is_file(p):
+    if _is_file(p) or (os.path.exists(p) and not _is_dir(p)):  # a FIFO or device: load_profile says what it is
         return p
     name = str(name_or_path)
     if name.endswith((".yaml", ".yml")) or os.sep in name:

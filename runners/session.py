@@ -220,7 +220,7 @@ class Session:
                     status, exit_code = outcome
             if self._dump.is_set():
                 self._dump.clear()
-                self._collect_stacks("on request")
+                self._dump_on_request()
             if self._stop.is_set() and status is None:
                 status, exit_code = "stopped", EXIT_FAILED
                 self._launcher_line("ddptui: stop requested, tearing every rank down")
@@ -542,7 +542,17 @@ class Session:
                 return spec.stderr
         return None
 
+    def _dump_on_request(self) -> None:
+        """`d`, `ddptui dump`, SIGUSR1: stacks now; a verdict only while the run is actually stalled."""
+        st = self.stall_info
+        if st is None:
+            self._collect_stacks("on request")
+        else:
+            self._collect_stacks("on request", stalled=st["stalled"], since=st["since"])
+
     def _collect_stacks(self, why: str, stalled=None, since=None, slow: bool = False) -> None:
+        """Record every rank's stacks (and its workers'); with ``stalled`` (or ``slow``) also the verdict read from
+        them. Stacks of a healthy run taken at slightly different moments are no evidence of anything."""
         from . import stacks, verdict
         targets = self._targets()
         if not targets:
@@ -554,19 +564,28 @@ class Session:
         n = len(self.stack_collections) + 1
         folder = self.run_dir / "stacks" / f"{n:02d}-{why.replace(' ', '-')}"
         folder.mkdir(parents=True, exist_ok=True)
-        threads, method = {}, {}
+        threads, method, workers = {}, {}, {}
         for rank, res in sorted(results.items()):
             (folder / f"rank{rank}.txt").write_text(_stack_file(self.tracks[rank], res, stacks), encoding="utf-8")
             threads[rank] = stacks.to_json(res)
             method[rank] = res.method if res.threads else f"unavailable: {res.error}"
+            if res.workers:
+                workers[rank] = stacks.workers_json(res)
+        judged = stalled is not None or slow
         self.record.write_json(str(folder.relative_to(self.run_dir) / "stacks.json"),
-                               {"why": why, "seconds": secs, "method": method, "threads": threads})
+                               {"why": why, "seconds": secs, "method": method, "threads": threads, "workers": workers})
         self.stack_collections.append(str(folder))
-        self._emit(ev.StacksCollected(method, threads, secs, str(folder), time.time()))
+        self._emit(ev.StacksCollected(method, threads, secs, str(folder), time.time(), workers,
+                                      "slow" if slow else "stall" if judged else "on request"))
+        if not judged:
+            self._launcher_line(f"ddptui: stacks of {verdict.ranks_text(sorted(results))} recorded in {folder} "
+                                "(no rank is stalled: no verdict)")
+            return
         wheres = {}
         for rank, res in results.items():
             if res.threads:
-                wheres[rank] = verdict.classify(res.threads, thread_filter=_thread_filter(self.profile, rank))
+                wheres[rank] = verdict.classify(res.threads, thread_filter=_thread_filter(self.profile, rank),
+                                                workers=res.workers)
         if not wheres:
             self._verdict_without_stacks(stalled or [], since or time.time())
             return
@@ -575,9 +594,9 @@ class Session:
                                                         since or time.time())
         if slow:
             text = "the run slowed down: " + text
-        where = {r: {"category": w.category, "func": w.func, "file": w.file, "line": w.line,
-                     "code": w.code, "detail": w.detail, "step": steps.get(r)} for r, w in wheres.items()}
-        hv = ev.HangVerdict(text, tuple(culprits), tuple(waiting), where, time.time())
+        where = {r: w.to_dict(steps.get(r)) for r, w in wheres.items()}
+        hv = ev.HangVerdict(text, tuple(culprits), tuple(waiting), where, time.time(), str(folder),
+                            "slow" if slow else "stall")
         if stalled is not None or self.hang is None:
             self.hang = hv
         self._emit(hv)
@@ -585,8 +604,9 @@ class Session:
         (folder / "verdict.txt").write_text(text + "\n", encoding="utf-8")
 
     def _verdict_without_stacks(self, stalled, since: float) -> None:
+        from .verdict import ranks_text
         steps = ", ".join(f"rank {r} at step {self.tracks[r].step}" for r in stalled)
-        text = (f"ranks {', '.join(map(str, stalled))} made no progress since "
+        text = (f"{ranks_text(stalled)} made no progress since "
                 f"{time.strftime('%H:%M:%S', time.localtime(since))} ({steps}); press d / send SIGUSR1 for stacks")
         self.hang = ev.HangVerdict(text, (), tuple(stalled), {}, time.time())
         self._emit(self.hang)

@@ -17,6 +17,10 @@ import psutil
 
 FAULTHANDLER_WAIT = 1.5  # seconds to wait for a SIGUSR1 dump to land in the rank's stderr
 _SIGUSR1_BIT = 1 << (signal.SIGUSR1 - 1)
+MAX_WORKERS = 16  # worker processes dumped per rank (a DataLoader rarely has more; py-spy runs for each)
+HELPER_THREAD = "ddptui-report"  # the thread runners/inject/ddptui_report.py starts in every rank
+# Frames that are not the user's own code: the standard library, installed packages, ddptui's injected code.
+_LIB_PATH = re.compile(r"(site-packages|dist-packages)/|/lib/python3\.\d+/|^<|runners/inject/")
 
 
 @dataclass
@@ -50,6 +54,45 @@ class StackResult:
     threads: list[ThreadStack] = field(default_factory=list)
     error: str | None = None  # why py-spy (and the fallback) failed, even when a fallback worked
     text: str = ""  # the raw dump as collected
+    workers: list["StackResult"] = field(default_factory=list)  # the rank's worker processes (DataLoader), by pid
+    worker_id: int | None = None  # for a worker: DataLoader's worker_id, read from _worker_loop's locals
+
+
+def is_user_frame(f: Frame) -> bool:
+    """A frame of the user's own code: not the standard library, an installed package or ddptui's injected code."""
+    return bool(f.file) and not _LIB_PATH.search(f.file.replace("\\", "/"))
+
+
+# module paths that read better by the name users import them as
+_PUBLIC_MODULE = {"torch.distributed.distributed_c10d": "torch.distributed", "torch.utils.data.dataloader": "torch.utils.data"}
+
+
+def _module(file: str) -> str:
+    p = file.replace("\\", "/")
+    m = re.search(r".*(?:site-packages|dist-packages|lib/python3\.\d+)/(.+?)\.py$", p)
+    if not m:
+        return os.path.splitext(os.path.basename(p))[0]
+    parts = m.group(1).split("/")
+    if parts[-1] == "__init__":
+        parts.pop()
+    mod = ".".join(parts[:1] + [x for x in parts[1:] if not x.startswith("_")])  # torch._tensor -> torch
+    return _PUBLIC_MODULE.get(mod, mod)
+
+
+def qualified(f: Frame) -> str:
+    """A library frame as users would name it: threading.Event.wait, torch.Tensor.backward."""
+    return f"{_module(f.file)}.{f.func}" if f.file and not f.file.startswith("<") else f.func
+
+
+def is_helper(t: ThreadStack) -> bool:
+    """ddptui's own report thread (by name, or by its loop's frame when faulthandler gave no names)."""
+    return t.name == HELPER_THREAD or any(f.func.endswith("_flush_quiet") and f.file.endswith("ddptui_report.py")
+                                          for f in t.frames)
+
+
+def ordered(threads: list[ThreadStack]) -> list[ThreadStack]:
+    """MainThread first, ddptui's helper thread last, the rest as the dump gave them."""
+    return sorted(threads, key=lambda t: (0 if t.name == "MainThread" else 2 if is_helper(t) else 1))
 
 
 def find_pyspy(pyspy: str | None = None) -> str | None:
@@ -94,6 +137,26 @@ def catches_sigusr1(pid: int) -> bool:
     return False
 
 
+def worker_pids(pid: int, limit: int = MAX_WORKERS) -> list[int]:
+    """The rank's Python worker processes: forked by it (same command line) or started by multiprocessing."""
+    try:
+        rank = psutil.Process(pid)
+        cmd = rank.cmdline()
+        kids = rank.children(recursive=True)
+    except psutil.Error:
+        return []
+    out = []
+    for c in sorted(kids, key=lambda c: c.pid):
+        try:
+            ccmd = c.cmdline()
+        except psutil.Error:
+            continue
+        # a fork keeps the parent's argv; spawn/forkserver children run multiprocessing's entry point
+        if _is_python(c) and (ccmd == cmd or any("multiprocessing" in a for a in ccmd)):
+            out.append(c.pid)
+    return out[:limit]
+
+
 def _stderr_file(pid: int) -> str | None:
     try:
         path = os.readlink(f"/proc/{pid}/fd/2")
@@ -135,6 +198,21 @@ def parse_pyspy_json(text: str) -> list[ThreadStack]:
             frames=frames,
         ))
     return threads
+
+
+def worker_id(text: str) -> int | None:
+    """DataLoader's ``worker_id`` from a ``py-spy dump --json --locals`` of a worker process, if it shows one."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    for t in data if isinstance(data, list) else []:
+        for fr in t.get("frames") or []:
+            if str(fr.get("name", "")).endswith("_worker_loop") and "torch/utils/data" in str(fr.get("filename", "")):
+                for loc in fr.get("locals") or []:
+                    if loc.get("name") == "worker_id" and str(loc.get("repr", "")).isdigit():
+                        return int(loc["repr"])
+    return None
 
 
 _FH_HEAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):\s*$|^Stack \(most recent call first\):\s*$")
@@ -213,10 +291,13 @@ def _faulthandler(targets: list[Target], errors: dict[int, str]) -> dict[int, St
     return results
 
 
-def collect(targets: list[Target], method: str = "auto", pyspy: str | None = None, timeout: float = 5.0) -> dict[int, StackResult]:
+def collect(targets: list[Target], method: str = "auto", pyspy: str | None = None, timeout: float = 5.0,
+            workers: bool = True) -> dict[int, StackResult]:
     """Stacks of every target, by rank. method: "auto" (py-spy, then faulthandler), "py-spy" or "faulthandler".
 
-    Targets sharing a pid (thread replicas) are dumped once. py-spy runs for all pids at the same time.
+    Targets sharing a pid (thread replicas) are dumped once. py-spy runs for all pids at the same time, the
+    ranks' worker processes (``workers``) included; a worker's stack is py-spy's or none (its stderr is the
+    rank's, so a faulthandler dump of it would interleave with the rank's own).
     """
     by_pid: dict[int, Target] = {}
     results: dict[int, StackResult] = {}
@@ -229,22 +310,27 @@ def collect(targets: list[Target], method: str = "auto", pyspy: str | None = Non
             continue
         by_pid.setdefault(pid, Target(t.rank, pid, t.stderr_path))
     errors: dict[int, str] = {}
+    kids: dict[int, list[int]] = {}  # rank pid -> its worker pids
     if method in ("auto", "py-spy"):
         exe = find_pyspy(pyspy)
+        if workers and exe is not None:
+            kids = {pid: [w for w in worker_pids(pid) if w not in by_pid] for pid in by_pid}
+        worker_of = {w: pid for pid, ws in kids.items() for w in ws}
         procs: dict[int, subprocess.Popen] = {}
-        for pid in by_pid:
+        for pid in [*by_pid, *worker_of]:
             if exe is None:
                 errors[pid] = "py-spy not found"
                 continue
+            # a worker's locals hold DataLoader's worker_id: the name a user knows it by
+            argv = [exe, "dump", "--pid", str(pid), "--json"] + (["--locals"] if pid in worker_of else [])
             try:
-                procs[pid] = subprocess.Popen([exe, "dump", "--pid", str(pid), "--json"], stdout=subprocess.PIPE,
-                                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                              env={**os.environ, "RUST_BACKTRACE": "0"})
+                procs[pid] = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                              stdin=subprocess.DEVNULL, env={**os.environ, "RUST_BACKTRACE": "0"})
             except OSError as e:
                 errors[pid] = f"py-spy: {e.strerror or e}"
         deadline = time.monotonic() + timeout
         for pid, p in procs.items():
-            t = by_pid[pid]
+            rank = by_pid[pid].rank if pid in by_pid else by_pid[worker_of[pid]].rank
             try:
                 out, err = p.communicate(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -255,7 +341,10 @@ def collect(targets: list[Target], method: str = "auto", pyspy: str | None = Non
             text = out.decode("utf-8", "replace")
             if p.returncode == 0:
                 try:
-                    results[pid] = StackResult(t.rank, pid, "py-spy", parse_pyspy_json(text), None, text)
+                    results[pid] = StackResult(rank, pid, "py-spy", ordered(parse_pyspy_json(text)), None,
+                                               "" if pid in worker_of else text)
+                    if pid in worker_of:
+                        results[pid].worker_id = worker_id(text)
                     continue
                 except (ValueError, TypeError, AttributeError) as e:
                     errors[pid] = f"py-spy output unreadable: {e}"
@@ -263,42 +352,109 @@ def collect(targets: list[Target], method: str = "auto", pyspy: str | None = Non
             errors[pid] = _pyspy_error(err.decode("utf-8", "replace"), p.returncode)
     todo = [t for pid, t in by_pid.items() if pid not in results]
     if method in ("auto", "faulthandler") and todo:
-        results.update(_faulthandler(todo, errors))
+        for pid, r in _faulthandler(todo, errors).items():
+            r.threads = ordered(r.threads)
+            results[pid] = r
     for t in todo:
         results.setdefault(t.pid, StackResult(t.rank, t.pid, f"unavailable: {errors.get(t.pid, 'not collected')}", error=errors.get(t.pid)))
+    for pid, ws in kids.items():
+        results[pid].workers = [results.get(w) or StackResult(results[pid].rank, w, f"unavailable: {errors.get(w, 'not collected')}",
+                                                              error=errors.get(w)) for w in ws]
     out: dict[int, StackResult] = {}
     for t in targets:
         r = results[resolved[t.rank]]
-        out[t.rank] = r if r.rank == t.rank else StackResult(t.rank, r.pid, r.method, r.threads, r.error, r.text)
+        out[t.rank] = r if r.rank == t.rank else StackResult(t.rank, r.pid, r.method, r.threads, r.error, r.text, r.workers)
     return out
 
 
 def _short(file: str) -> str:
-    m = re.search(r"(?:site-packages|dist-packages|lib/python3\.\d+)/(.+)$", file)
+    m = re.search(r".*(?:site-packages|dist-packages|lib/python3\.\d+)/(.+)$", file)  # the innermost prefix
     return m.group(1) if m else file
 
 
-def render(result: StackResult) -> str:
-    """Human text of one rank's stacks (the run record's stacks/rank<N>.txt)."""
-    lines = [f"rank {result.rank} pid {result.pid} ({result.method})"]
-    if result.error:
-        lines.append(f"py-spy: {result.error}")
-    for t in result.threads:
+def worker_label(res: StackResult) -> str:
+    """How a worker process is named to the user: "DataLoader worker 1 (pid 123)"."""
+    return f"DataLoader worker {res.worker_id} (pid {res.pid})" if res.worker_id is not None else f"worker process pid {res.pid}"
+
+
+def _thread_lines(threads: list[ThreadStack]) -> list[str]:
+    lines = []
+    for t in ordered(threads):
         state = {True: "idle", False: "active", None: "?"}[t.idle]
         lines.append("")
         tid = "?" if t.tid is None else (hex(t.tid) if t.tid > 1 << 32 else str(t.tid))  # pthread ids read best in hex
-        lines.append(f'Thread {tid} ({state}): "{t.name}"')
+        lines.append(f'Thread {tid} ({state}): "{t.name}"' + (" (ddptui's own helper thread)" if is_helper(t) else ""))
         for f in t.frames:
             lines.append(f"    {f.func} ({_short(f.file)}:{f.line})")
             if f.code:
                 lines.append(f"        {f.code}")
+    return lines
+
+
+def render(result: StackResult) -> str:
+    """Human text of one rank's stacks (the run record's stacks/rank<N>.txt), its workers' after its own."""
+    lines = [f"rank {result.rank} pid {result.pid} ({result.method})"]
+    if result.error:
+        lines.append(f"py-spy: {result.error}")
+    lines += _thread_lines(result.threads)
+    for w in result.workers:
+        lines += ["", f"== rank {result.rank}'s {worker_label(w)} ({w.method})"] + _thread_lines(w.threads)
     return "\n".join(lines) + "\n"
 
 
 def to_json(result: StackResult) -> list[dict[str, Any]]:
-    """Threads in StacksCollected.threads' shape: [{"thread", "tid", "idle", "frames": [[func, file, line, code]]}]."""
-    return [{"thread": t.name, "tid": t.tid, "idle": t.idle, "frames": [[f.func, f.file, f.line, f.code] for f in t.frames]}
-            for t in result.threads]
+    """Threads in StacksCollected.threads' shape: [{"thread", "tid", "idle", "helper", "frames": [[func, file, line, code]]}]."""
+    return [{"thread": t.name, "tid": t.tid, "idle": t.idle, "helper": is_helper(t),
+             "frames": [[f.func, f.file, f.line, f.code] for f in t.frames]}
+            for t in ordered(result.threads)]
+
+
+def workers_json(result: StackResult) -> list[dict[str, Any]]:
+    """The rank's workers in StacksCollected.workers' shape: [{"pid", "worker_id", "method", "threads"}]."""
+    return [{"pid": w.pid, "worker_id": w.worker_id, "method": w.method if w.threads else f"unavailable: {w.error}",
+             "threads": to_json(w)} for w in result.workers]
+
+
+def fold(frames: list[Frame]) -> list[tuple[str, Any]]:
+    """A stack for reading, innermost user frame first: ("user", frame) entries with the library frames it calls
+    folded into one ("lib", [frames]) after it, and the library frames between user frames folded in place."""
+    first = next((i for i, f in enumerate(frames) if is_user_frame(f)), None)
+    if first is None:
+        return [("lib", list(frames))] if frames else []
+    out: list[tuple[str, Any]] = [("user", frames[first])]
+    if first:
+        out.append(("calls", list(frames[:first])))
+    run: list[Frame] = []
+    for f in frames[first + 1:]:
+        if is_user_frame(f):
+            if run:
+                out.append(("lib", run))
+                run = []
+            out.append(("user", f))
+        else:
+            run.append(f)
+    if run:
+        out.append(("lib", run))
+    return out
+
+
+def _files(frames: list[Frame]) -> str:
+    names = list(dict.fromkeys(_short(f.file) for f in frames))
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def folded_lines(frames: list[Frame], indent: str = "  ") -> list[str]:
+    """``fold`` as text: user frames with file:line and code, each run of library frames on one line."""
+    out = []
+    for kind, x in fold(frames):
+        if kind == "user":
+            name = x.func if x.func.startswith("<") else f"{x.func}()"
+            out.append(f"{indent}{name} at {os.path.basename(x.file)}:{x.line}" + (f"    {x.code}" if x.code else ""))
+        else:
+            n = len(x)
+            head = f"calls {qualified(x[-1])}: " if kind == "calls" else ""
+            out.append(f"{indent}    ... {head}{n} frame{'s' if n != 1 else ''} in {_files(x)}")
+    return out
 
 
 def from_json(threads: list[dict[str, Any]]) -> list[ThreadStack]:

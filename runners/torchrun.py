@@ -9,6 +9,7 @@ from .plan import LaunchPlan, LogSource, ProcSpec
 from .rankenv import base_env, workload_target
 
 _OUTPUT_FLAGS = ("-r", "--redirects", "-t", "--tee", "--log-dir", "--log_dir")
+DEFAULT_MASTER_ADDR = "127.0.0.1"  # Profile.master_addr's default
 
 
 def launcher_prefix(python: str) -> list[str]:
@@ -24,6 +25,19 @@ def rank_sources(log_dir: Path, node: int, nproc: int) -> list[LogSource]:
     return out
 
 
+def _standalone(profile) -> bool:
+    # --standalone binds a port of its own choosing on localhost: only right when the profile chose neither
+    return profile.nnodes == 1 and profile.master_port == "auto" and profile.master_addr == DEFAULT_MASTER_ADDR
+
+
+def rendezvous_args(profile, node: int, port: int) -> list[str]:
+    """torchrun's rendezvous flags for one agent: --standalone, or a static rendezvous at master_addr:port."""
+    if _standalone(profile):
+        return ["--standalone"]
+    return ["--nnodes", str(profile.nnodes), "--node-rank", str(node),
+            "--master-addr", profile.master_addr, "--master-port", str(port)]
+
+
 def plan(profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
     if profile.workload.command:
         return _adhoc_plan(profile, run_dir, dashboard_pid)
@@ -32,12 +46,7 @@ def plan(profile, run_dir: Path, port: int, dashboard_pid: int | None = None) ->
     procs, sources, notes = [], [], []
     for node in range(profile.nnodes):
         log_dir = run_dir / "torchrun" / f"node{node}"
-        argv = launcher_prefix(python)
-        if profile.nnodes == 1:
-            argv += ["--standalone"]
-        else:
-            argv += ["--nnodes", str(profile.nnodes), "--node-rank", str(node),
-                     "--master-addr", profile.master_addr, "--master-port", str(port)]
+        argv = launcher_prefix(python) + rendezvous_args(profile, node, port)
         argv += ["--nproc-per-node", str(profile.nproc), "--log-dir", str(log_dir), "--redirects", "3"]
         argv += workload_target(profile)
         ranks = tuple(range(node * profile.nproc, (node + 1) * profile.nproc))
@@ -48,6 +57,9 @@ def plan(profile, run_dir: Path, port: int, dashboard_pid: int | None = None) ->
     if profile.nnodes > 1:
         notes.append(f"{profile.nnodes} torchrun agents on this machine, static rendezvous at "
                      f"{profile.master_addr}:{port}; global rank = node_rank * {profile.nproc} + local_rank")
+    elif not _standalone(profile):
+        notes.append(f"static rendezvous at {profile.master_addr}:{port} (the profile's master_addr/master_port;"
+                     " --standalone would pick its own)")
     return LaunchPlan("torchrun", profile.world_size, tuple(procs), tuple(sources), tuple(notes))
 
 

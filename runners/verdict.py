@@ -7,7 +7,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable
 
-from .stacks import Frame, ThreadStack
+from .stacks import Frame, StackResult, ThreadStack, is_helper, is_user_frame, qualified, worker_label
 
 CATEGORIES = ("collective", "compute", "sleep", "io", "dataloader", "xla", "unknown")
 WAITING = ("collective", "xla")  # categories in which a rank waits for its peers
@@ -46,7 +46,7 @@ _IO_FILES = ("socket.py", "selectors.py", "ssl.py", "multiprocessing/connection.
              "urllib/request.py", "subprocess.py", "asyncio/")
 _IO_CODE = re.compile(r"\.(recv|recv_into|accept|read|readinto|readline|readlines|connect)\(|\binput\(|\burlopen\(")
 _SLEEP_CODE = re.compile(r"\bsleep\(")
-_LIB_PATH = re.compile(r"(site-packages|dist-packages)/|/lib/python3\.\d+/|^<|runners/inject/")
+_SLEEP_CALL = re.compile(r"\b((?:time|asyncio)\.sleep)\(")
 
 
 @dataclass
@@ -58,6 +58,8 @@ class Where:
     line: int | None = None
     code: str | None = None
     thread: str | None = None
+    calls: str | None = None  # the library function the user frame is in a call to ("threading.Event.wait")
+    worker: dict[str, Any] | None = None  # a DataLoader rank: the worker it waits for, and where that worker is
 
     def to_dict(self, step: int | None = None) -> dict[str, Any]:
         """The HangVerdict.where entry."""
@@ -75,7 +77,26 @@ def _base(func: str) -> str:
 
 
 def _is_user(f: Frame) -> bool:
-    return bool(f.file) and not _LIB_PATH.search(f.file)
+    return is_user_frame(f)
+
+
+def collective_frame(func: str, file: str) -> tuple[str, str] | None:
+    """(category, detail) when this frame is inside a collective or an XLA op that waits for the peers, else None."""
+    f = Frame(func, file or "", 0)
+    name = _base(func)
+    if _in(f, "torch/distributed/") and name in _C10D_OPS:
+        if name in ("init_process_group", "_store_based_barrier"):
+            return "collective", "rendezvous (init_process_group waits for the other ranks)"
+        return "collective", name
+    if _in(f, "torch/distributed/rendezvous.py") or (_in(f, "torch/distributed/") and "store" in name.lower()):
+        return "collective", "rendezvous (waiting for the other ranks to join the store)"
+    if (_in(f, "torch/nn/parallel/distributed.py") or _in(f, "torch/distributed/utils.py")) and name in _DDP_SYNC:
+        return "collective", _DDP_SYNC[name]
+    if f.file.endswith("ddptui_xla.py") and name == "before":  # the injected turnstile (_Turnstile.before)
+        return "xla", "ordinal-ordered sync (waits for its turn after the lower ordinals)"
+    if _in(f, "torch_xla/") and _XLA_OPS.get(name):
+        return "xla", _XLA_OPS[name]
+    return None
 
 
 def _in(f: Frame, part: str) -> bool:
@@ -83,7 +104,9 @@ def _in(f: Frame, part: str) -> bool:
 
 
 def pick_thread(threads: list[ThreadStack], thread_filter: Callable[[ThreadStack], bool] | None = None) -> ThreadStack | None:
-    """The thread that speaks for the rank: the filter's, else MainThread, else the first with frames."""
+    """The thread that speaks for the rank: the filter's, else MainThread, else the first with frames; never
+    ddptui's own helper thread."""
+    threads = [t for t in threads if not is_helper(t)]
     if thread_filter is not None:
         for t in threads:
             if thread_filter(t):
@@ -101,35 +124,68 @@ def xla_thread_filter(ordinal: int) -> Callable[[ThreadStack], bool]:
     return lambda t: bool(pat.search(t.name))
 
 
+def _calls(frames: list[Frame], at: Frame) -> str | None:
+    """What the user frame ``at`` is in a call to: the library frame right inside it, or the sleep it calls."""
+    i = next((k for k, f in enumerate(frames) if f is at), None)
+    if i and not _is_user(frames[i - 1]):
+        return qualified(frames[i - 1])
+    m = _SLEEP_CALL.search(at.code or "")  # a C function: no frame of its own, only the call in the code
+    return m.group(1) if m else None
+
+
 def _where(cat: str, detail: str, frames: list[Frame], hit: Frame | None, thread: ThreadStack) -> Where:
     at = hit if hit is not None and _is_user(hit) else next((f for f in frames if _is_user(f)), hit)
     if at is None:
         return Where(cat, detail, thread=thread.name)
-    return Where(cat, detail, _base(at.func), at.file, at.line, at.code, thread.name)
+    calls = _calls(frames, at) if _is_user(at) else None
+    return Where(cat, detail, _base(at.func), at.file, at.line, at.code, thread.name, calls)
 
 
-def classify(threads: list[ThreadStack], thread_filter: Callable[[ThreadStack], bool] | None = None) -> Where:
-    """Where the rank's relevant thread is, judged from its frames innermost → outermost."""
+def _worker_where(w: StackResult) -> dict[str, Any]:
+    """Where a DataLoader worker process is: its innermost user frame inside _worker_loop (None: waits for work)."""
+    base = {"pid": w.pid, "worker_id": w.worker_id, "label": worker_label(w), "method": w.method}
+    t = pick_thread(w.threads)
+    if t is None or not t.frames:
+        return {**base, "busy": None}
+    loop = next((i for i, f in enumerate(t.frames) if _base(f.func) == "_worker_loop" and _in(f, "torch/utils/data/")),
+                len(t.frames))
+    inner = t.frames[:loop]  # the fetch: the dataset's __getitem__, the collate function, ...
+    at = next((f for f in inner if _is_user(f)), None)
+    if at is None:
+        return {**base, "busy": False}
+    return {**base, "busy": True, "func": _base(at.func), "file": at.file, "line": at.line, "code": at.code,
+            "calls": _calls(inner, at)}
+
+
+def _dataloader(where: Where, workers: list[StackResult]) -> Where:
+    """A rank blocked on its DataLoader: name the worker it waits for, the one busy in the user's code."""
+    seen = [_worker_where(w) for w in workers]
+    busy = [w for w in seen if w["busy"]]
+    if busy:
+        where.worker = busy[0]
+        where.worker["others"] = [w["label"] for w in busy[1:]]
+        where.detail = f"waits for its {busy[0]['label']}"
+    elif seen:
+        where.worker = {"label": ", ".join(w["label"] for w in seen), "busy": False}
+        where.detail = f"waits for its DataLoader workers ({', '.join(w['label'] for w in seen)}), none in user code"
+    return where
+
+
+def classify(threads: list[ThreadStack], thread_filter: Callable[[ThreadStack], bool] | None = None,
+             workers: list[StackResult] | None = None) -> Where:
+    """Where the rank's relevant thread is, judged from its frames innermost → outermost (and from its
+    DataLoader workers' stacks when it waits for them)."""
     t = pick_thread(threads, thread_filter)
     if t is None or not t.frames:
         return Where("unknown", "no Python frames", thread=t.name if t else None)
     fr = t.frames
     for f in fr:  # collectives and XLA: wherever they are in the stack, the rank waits for its peers
-        name = _base(f.func)
-        if _in(f, "torch/distributed/") and name in _C10D_OPS:
-            detail = "rendezvous (init_process_group waits for the other ranks)" if name in ("init_process_group", "_store_based_barrier") else name
-            return _where("collective", detail, fr, f, t)
-        if _in(f, "torch/distributed/rendezvous.py") or (_in(f, "torch/distributed/") and "store" in name.lower()):
-            return _where("collective", "rendezvous (waiting for the other ranks to join the store)", fr, f, t)
-        if (_in(f, "torch/nn/parallel/distributed.py") or _in(f, "torch/distributed/utils.py")) and name in _DDP_SYNC:
-            return _where("collective", _DDP_SYNC[name], fr, f, t)
-        if f.file.endswith("ddptui_xla.py") and name == "before":  # the injected turnstile (_Turnstile.before)
-            return _where("xla", "ordinal-ordered sync (waits for its turn after the lower ordinals)", fr, f, t)
-        if _in(f, "torch_xla/") and name in _XLA_OPS and _XLA_OPS[name]:
-            return _where("xla", _XLA_OPS[name], fr, f, t)
+        hit = collective_frame(f.func, f.file)
+        if hit:
+            return _where(hit[0], hit[1], fr, f, t)
     for f in fr:
         if _in(f, "torch/utils/data/"):
-            return _where("dataloader", f"data loader ({_base(f.func)})", fr, f, t)
+            return _dataloader(_where("dataloader", f"data loader ({_base(f.func)})", fr, f, t), workers or [])
     for f in fr:
         if _SLEEP_CODE.search(f.code or ""):
             what = "time.sleep" if "time.sleep(" in f.code else ("asyncio.sleep" if "asyncio.sleep(" in f.code else "sleep")
@@ -153,7 +209,8 @@ def classify(threads: list[ThreadStack], thread_filter: Callable[[ThreadStack], 
     return _where("compute", detail, fr, top, t)
 
 
-def _ranks(rs: Iterable[int]) -> str:
+def ranks_text(rs: Iterable[int]) -> str:
+    """"rank 1" or "ranks 0, 2"."""
     rs = sorted(rs)
     if len(rs) == 1:
         return f"rank {rs[0]}"
@@ -169,15 +226,48 @@ def _is_verb(rs: list[int]) -> str:
     return "is" if len(rs) == 1 else "are"
 
 
+def _doing(w: Where) -> str | None:
+    """What a culprit without a library call is doing, where its category says more than its frame."""
+    if w.category == "compute":
+        return None if "activity unknown" in w.detail else "computing"
+    return {"io": "in I/O", "unknown": w.detail, "sleep": w.detail}.get(w.category)
+
+
+def _in_code(func: str | None, at: str, calls: str | None, doing: str | None) -> str:
+    name = func if func and func.startswith("<") else f"{func}()"
+    return f"{name} at {at}" + (f" (calls {calls})" if calls else f" ({doing})" if doing else "")
+
+
+def where_phrase(w: Where) -> str:
+    """Where a culprit is, in the user's own code: "wait_for_lock() at hang.py:9 (calls threading.Event.wait)"."""
+    if w.category == "dataloader" and w.worker and w.worker.get("busy"):
+        wk = w.worker
+        text = f"waits for its {wk['label']}, which is in " + _in_code(
+            wk["func"], f"{os.path.basename(wk['file'])}:{wk['line']}", wk.get("calls"), None)
+        if wk.get("others"):
+            text += f" (also in user code: {', '.join(wk['others'])})"
+        return text
+    if w.category == "dataloader":
+        text = f"waits for its DataLoader in {_in_code(w.func, w.at, w.calls, None)}" if w.func else f"is in {w.detail}"
+        if w.worker:
+            text += f"; its workers ({w.worker['label']}) are not in user code"
+        return text
+    if w.func is None or w.file is None or not is_user_frame(Frame(w.func, w.file, w.line or 0)):
+        return f"is stuck in {w.detail} at {w.at}"  # no frame of the user's own: say what the library does
+    return "is stuck in " + _in_code(w.func, w.at, w.calls, _doing(w))
+
+
 def _culprit_phrase(r: int, w: Where, steps: dict[int, int | None]) -> str:
-    return f"rank {r} in {w.detail} at {w.at} ({_step(steps, r)})"
+    return f"rank {r} {where_phrase(w)}, {_step(steps, r)}"
 
 
 def _wait_group(waiting: list[int], wheres: dict[int, Where]) -> str:
     details = {wheres[r].detail for r in waiting}
     if len(details) == 1:
-        return f"{_ranks(waiting)} wait{'s' if len(waiting) == 1 else ''} in {details.pop()}"
-    return f"{_ranks(waiting)} wait in collectives (" + ", ".join(f"{r}: {wheres[r].detail}" for r in waiting) + ")"
+        ats = {wheres[r].at for r in waiting}
+        at = f" at {ats.pop()}" if len(ats) == 1 and "?" not in ats else ""
+        return f"{ranks_text(waiting)} wait{'s' if len(waiting) == 1 else ''} in {details.pop()}{at}"
+    return f"{ranks_text(waiting)} wait in collectives (" + ", ".join(f"{r}: {wheres[r].detail} at {wheres[r].at}" for r in waiting) + ")"
 
 
 def hang_sentence(wheres: dict[int, Where], steps: dict[int, int | None], stalled: Iterable[int],
@@ -198,27 +288,26 @@ def hang_sentence(wheres: dict[int, Where], steps: dict[int, int | None], stalle
         if got and len(set(got.values())) > 1:
             low = min(got.values())
             slow = [r for r, s in got.items() if s == low]
-            lag = f"; {_ranks(slow)} {_is_verb(slow)} behind ({low} vs {max(got.values())} steps) but progressing"
+            lag = f"; {ranks_text(slow)} {_is_verb(slow)} behind ({low} vs {max(got.values())} steps) but progressing"
         return f"no rank is stalled{lag}", (), ()
 
     if culprits:
         if len(culprits) == 1:
-            r = culprits[0]
-            head = f"rank {r} is stuck in {known[r].detail} at {known[r].at} ({_step(steps, r)})"
+            head = _culprit_phrase(culprits[0], known[culprits[0]], steps)
         else:
-            head = f"{_ranks(culprits)} are outside any collective: " + "; ".join(_culprit_phrase(r, known[r], steps) for r in culprits)
+            head = f"{ranks_text(culprits)} are outside any collective: " + "; ".join(_culprit_phrase(r, known[r], steps) for r in culprits)
         if waiting:
-            text = f"{head}; {_wait_group(waiting, known)} for {'it' if len(culprits) == 1 else 'them'} since {since}"
+            text = f"{head}; {_wait_group(waiting, known)} since {since}"
         else:
             text = f"{head}, no progress since {since}"
         if blind:
-            text += f" ({_ranks(blind)}: no stacks)"
+            text += f" ({ranks_text(blind)}: no stacks)"
         return text, tuple(culprits), tuple(waiting)
 
     if waiting and progressing:
         # the stalled ranks wait for ranks that still make progress: those are slow, not stuck
         steps_txt = ", ".join(f"rank {r} {_step(steps, r)}" for r in progressing)
-        text = (f"{_ranks(progressing)} {_is_verb(progressing)} slow but still progressing ({steps_txt}); "
+        text = (f"{ranks_text(progressing)} {_is_verb(progressing)} slow but still progressing ({steps_txt}); "
                 f"{_wait_group(waiting, known)} for {'it' if len(progressing) == 1 else 'them'} since {since}")
         return text, tuple(progressing), tuple(waiting)
 
@@ -231,13 +320,13 @@ def hang_sentence(wheres: dict[int, Where], steps: dict[int, int | None], stalle
                     + "; ".join(f"rank {r} in {known[r].detail} at {known[r].at} ({_step(steps, r)})" for r in waiting)
                     + "): mismatched collectives — the ranks call different collectives or in a different order")
         else:
-            text = (f"{'all ranks' if not blind else _ranks(waiting)} wait in {details.pop()} at {known[waiting[0]].at} since {since} "
+            text = (f"{'all ranks' if not blind else ranks_text(waiting)} wait in {details.pop()} at {known[waiting[0]].at} since {since} "
                     f"({step_txt}) and no rank is outside it: a lost peer (a rank that died or never joined) "
                     f"or a collective that not every rank calls")
         if blind:
-            text += f"; {_ranks(blind)}: no stacks, likely the culprit"
+            text += f"; {ranks_text(blind)}: no stacks, likely the culprit"
         return text, tuple(blind), tuple(waiting)
 
     step_txt = ", ".join(f"{r}: {_step(steps, r)}" for r in stalled)
-    return (f"{_ranks(stalled)} stopped progressing since {since} ({step_txt}); no stacks available "
+    return (f"{ranks_text(stalled)} stopped progressing since {since} ({step_txt}); no stacks available "
             f"(py-spy failed and no faulthandler dump): see the ranks' last log lines", (), ())

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -58,9 +59,10 @@ def test_full_profile_round_trips_through_json(tmp_path):
     path = write(tmp_path, """\
         name: full
         description: every field
-        runner: mirage
+        runner: env
         nproc: 3
         nnodes: 2
+        max_world_size: 100
         workload:
           script: train.py
           args: [--lr, 0.10, 010, true]
@@ -90,7 +92,7 @@ def test_full_profile_round_trips_through_json(tmp_path):
     assert p.workload.args == ("--lr", "0.10", "010", "true")  # as written, not as YAML numbers
     assert p.workload.python == str(exe)
     assert p.env == {"A": "1", "B": "x y", "C": "010"}
-    assert p.world_size == 6 and p.fault == prof.Fault("slow", 5, 3, 0.2)
+    assert p.world_size == 6 and p.fault == prof.Fault("slow", 5, 3, 0.2) and p.max_world_size == 100
     assert p.mirage.gpus_per_node == 3 and p.mirage.num_nodes == 2
     assert p.mirage.workspace == str(tmp_path / "ws") and p.mirage.env == {"NCCL_P2P_DISABLE": "1"}
     assert p.xla == prof.XlaOptions("TPU", 4, True, 8, str(tmp_path / "cache"))
@@ -438,3 +440,214 @@ def test_import_is_light():
                          cwd=Path(__file__).resolve().parent.parent)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------- bounds on what a profile may ask for
+
+@pytest.fixture
+def two_cores(monkeypatch):
+    """The default world bound of a 2-core machine: 64 ranks."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+
+
+def test_default_max_world_size_is_4_per_core_at_least_64(monkeypatch):
+    assert [prof.default_max_world_size(c) for c in (1, 2, 16, 17, 64)] == [64, 64, 64, 68, 256]
+    monkeypatch.setattr(os, "cpu_count", lambda: None)  # unknown: the floor
+    assert prof.default_max_world_size() == 64
+
+
+def test_world_problem_decisions():
+    assert prof.world_problem("", 64, 64, explicit=False) is None
+    assert prof.world_problem("nproc 8 x nnodes 2", 16, 8, explicit=True) == \
+        "nproc 8 x nnodes 2 = 16 ranks, more than max_world_size 8"
+    msg = prof.world_problem("", 120, 64, explicit=False)
+    assert msg.startswith("120 ranks, more than the 64 allowed by default on this machine")
+    assert msg.endswith("set max_world_size: 120 (or --set max_world_size=120)")
+    assert prof.world_problem("", 65537, 64, explicit=False).endswith("max_world_size can allow at most 65536")
+    assert "about 10^999 ranks" in prof.world_problem("", 10**999 + 1, 64, explicit=False)  # str() would raise
+    assert "10^" not in prof.world_problem("", 10**22, 64, explicit=False)
+
+
+def test_world_size_bound_is_located_and_overridable(tmp_path, two_cores):
+    assert load_profile(write(tmp_path, BASE + "nproc: 64\n")).world_size == 64
+    path = write(tmp_path, BASE + "nproc: 40\nnnodes: 3\n")
+    e = error(path)
+    assert (e.line, e.col, e.field) == (3, 8, "nproc")
+    assert e.message.startswith("nproc 40 x nnodes 3 = 120 ranks, more than the 64 allowed by default")
+    assert load_profile(path, ["max_world_size=120"]).world_size == 120
+    e = error(path, ["max_world_size=100"])
+    assert str(e) == f"{path}:3:8: field 'nproc': nproc 40 x nnodes 3 = 120 ranks, more than max_world_size 100"
+    e = error(write(tmp_path, BASE + "nnodes: 100000\n"))  # the factor that is too big, where it was written
+    assert (e.line, e.col, e.field) == (3, 9, "nnodes")
+    e = error(write(tmp_path, BASE + "max_world_size: 65537\n"))
+    assert e.message == "expected an integer in 1..65536 or null, got 65537"
+    big = write(tmp_path, BASE + "nproc: 200\nmax_world_size: 200\n")
+    assert load_profile(big).max_world_size == 200 and load_profile(big).to_json()["max_world_size"] == 200
+
+
+def test_world_size_bound_on_many_cores(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 32)
+    assert load_profile(write(tmp_path, BASE + "nproc: 128\n")).world_size == 128
+    assert "more than the 128 allowed" in error(write(tmp_path, BASE + "nproc: 129\n")).message
+
+
+@pytest.mark.parametrize("text, where, field", [
+    ("xla: {num_devices: 65}\n", "3:20", "xla.num_devices"),
+    ("mirage: {gpus_per_node: 33, num_nodes: 2}\n", "3:25", "mirage.gpus_per_node"),
+    ("nproc: 4\nmirage: {num_nodes: 17}\n", "4:21", "mirage.num_nodes"),  # 4 ranks on each of mirage's nodes
+])
+def test_runner_counts_are_bounded_too(tmp_path, two_cores, text, where, field):
+    path = write(tmp_path, BASE + text)
+    e = error(path)
+    assert str(e).startswith(f"{path}:{where}: field '{field}': ") and "more than the 64 allowed" in e.message
+
+
+def test_huge_world_from_override_and_command(tmp_path, two_cores):
+    e = error(write(tmp_path, BASE), ["nproc=99999999999999999999999"])
+    assert str(e).startswith("--set nproc=99999999999999999999999: field 'nproc': nproc 99999999999999999999999"
+                             " x nnodes 1 = 99999999999999999999999 ranks, more than the 64")
+    with pytest.raises(ProfileError) as info:
+        adhoc_profile(["torchrun", "--nproc_per_node=100000", "t.py"])
+    assert str(info.value).startswith("<command line>: field 'nproc': nproc 100000 x nnodes 1 = 100000 ranks")
+    assert adhoc_profile(["torchrun", "--nproc_per_node=100", "t.py"], ["max_world_size=100"]).nproc == 100
+
+
+@pytest.mark.parametrize("field", ["timeout", "startup_grace", "stall_after"])
+def test_numbers_past_float_range_are_field_errors(tmp_path, field):
+    path = write(tmp_path, BASE + f"{field}: 1{'0' * 400}\n")
+    e = error(path)  # was: OverflowError from math.isfinite
+    assert (e.line, e.field) == (3, field) and e.message.startswith("expected a number") and "got 1000" in e.message
+    e = error(write(tmp_path, BASE + f"fault: {{kind: slow, seconds: 1{'0' * 400}}}\n"))
+    assert e.field == "fault.seconds" and e.message.startswith("expected a number >= 0")
+
+
+# ---------------------------------------------------------------- YAML tags on mappings and lists
+
+@pytest.mark.parametrize("text, where, field, tag", [
+    ("env: !!python/object:os.system {A: 1}\n", "3:6", "env", "python/object:os.system on a mapping"),
+    ("workload: !!python/object/apply:os.system {script: train.py}\n", "1:11", "workload",
+     "python/object/apply:os.system on a mapping"),
+    ("fault: !!python/object:x\n  kind: hang\n", "3:8", "fault", "python/object:x on a mapping"),
+    ("env: !!set {A: null}\n", "3:6", "env", "set on a mapping"),
+    ("env: !!omap [{A: 1}]\n", "3:6", "env", "omap on a list"),
+    ("mirage: {command: !!python/tuple [a, b]}\n", "3:19", "mirage.command", "python/tuple on a list"),
+    ("env: {<<: !!python/object:x {A: 1}}\n", "3:11", "env", "python/object:x on a mapping"),  # a merge source
+    ("env: {<<: [{B: 2}, !!python/object:x {A: 1}]}\n", "3:20", "env", "python/object:x on a mapping"),
+    ("env: {<<: !!python/list [{A: 1}]}\n", "3:11", "env", "python/list on a list"),
+    ("env: {<<: {<<: !!python/object:y {A: 1}}}\n", "3:16", "env", "python/object:y on a mapping"),  # nested
+])
+def test_tags_on_mappings_and_lists_are_errors(tmp_path, text, where, field, tag):
+    path = write(tmp_path, BASE + text if not text.startswith("workload") else text)
+    name, _, kind = tag.partition(" on a ")
+    assert str(error(path)) == (f"{path}:{where}: field '{field}': cannot read value:"
+                                f" unsupported tag 'tag:yaml.org,2002:{name}' on a {kind}")
+
+
+def test_tag_on_a_field_name_is_an_error_and_plain_tags_load(tmp_path):
+    path = write(tmp_path, BASE + "!!python/object:os.system nproc: 2\n")
+    assert str(error(path)) == (f"{path}:3:1: cannot read field name: could not determine a constructor for the"
+                                " tag 'tag:yaml.org,2002:python/object:os.system'")
+    p = load_profile(write(tmp_path, BASE + "env: !!map {A: !!str 1}\nmirage: {command: !!seq [m]}\n"))
+    assert p.env == {"A": "1"} and p.mirage.command == ("m",)
+
+
+# ---------------------------------------------------------------- input size
+
+def test_file_over_the_size_bound_is_refused_unread(tmp_path, monkeypatch):
+    path = tmp_path / "big.yaml"
+    with open(path, "wb") as fh:
+        fh.truncate(50 * 1024 * 1024)  # sparse: stat says 50 MB
+    reads = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda *a, **k: reads.append(a) or real_open(*a, **k))
+    e = error(path)
+    assert str(e) == f"{path}: profile too large: 52428800 bytes, at most 65536 (a profile is a few hundred bytes of YAML)"
+    assert reads == []  # refused from the stat alone
+
+
+def test_file_at_the_size_bound_loads(tmp_path):
+    text = BASE + "# pad\n" * 1000
+    text += "#" * (prof.MAX_PROFILE_BYTES - len(text) - 1) + "\n"
+    path = write(tmp_path, text)
+    assert path.stat().st_size == prof.MAX_PROFILE_BYTES and load_profile(path).workload.script == "train.py"
+    path.write_text(text + "\n")
+    assert "profile too large: 65537 bytes" in str(error(path))
+
+
+def test_not_a_regular_file(tmp_path):
+    os.mkfifo(tmp_path / "fifo.yaml")  # opening it would block until a writer came
+    assert str(error(tmp_path / "fifo.yaml")) == f"{tmp_path / 'fifo.yaml'}: not a regular file, expected a YAML file"
+    assert str(error(Path("/dev/zero"))) == "/dev/zero: not a regular file, expected a YAML file"
+    assert find_profile("/dev/zero") == Path("/dev/zero")  # handed on, so the loader says what it is
+
+
+def test_yaml_node_bound_stops_the_parse(tmp_path):
+    path = write(tmp_path, BASE + "env: [" + "1," * 30000 + "1]\n")
+    t0 = time.process_time()
+    e = error(path)
+    assert time.process_time() - t0 < 5  # composing stops at the bound (all 30,000 took ~1 s more)
+    assert (e.line, e.field) == (3, None) and e.message == "profile too large: more than 20000 YAML values"
+    assert e.col == 7 + 2 * (prof._MAX_NODES - 7)  # the node past the bound (7 came before the list's items)
+
+
+def test_alias_expansion_is_bounded(tmp_path):
+    laughs = "a0: &a0 [1,1,1,1,1,1,1,1,1,1]\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10))  # 10^10 values expanded
+    t0 = time.process_time()
+    e = error(write(tmp_path, BASE + laughs))
+    assert time.process_time() - t0 < 5
+    assert e.message == "profile too large or too deeply nested"
+
+
+def test_override_values_are_bounded(tmp_path):
+    path = write(tmp_path, BASE)
+    e = error(path, ["env.A=" + "x" * (prof.MAX_PROFILE_BYTES + 1)])
+    assert str(e) == f"--set env.A={'x' * 34}...: override too large: 65543 characters, at most 65536"
+    e = error(path, ["workload.args=[" + "a," * 20001 + "a]"])
+    assert e.field == "workload.args" and e.message == "value too large: more than 20000 YAML values"
+
+
+# ---------------------------------------------------------------- master_port means what it says
+
+def test_master_port_problem_decisions():
+    assert prof.master_port_problem("torchrun", "auto", wrapped_command=True) is None
+    assert prof.master_port_problem("torchrun", 29500, wrapped_command=False) is None
+    assert prof.master_port_problem("env", 29500, wrapped_command=True) is None
+    assert "mirage picks" in prof.master_port_problem("mirage", 29500, wrapped_command=False)
+    assert "xla runner uses no rendezvous port" in prof.master_port_problem("xla", 29500, wrapped_command=False)
+    assert "--master-port or --rdzv-endpoint" in prof.master_port_problem("torchrun", 1, wrapped_command=True)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("runner: mirage\nmaster_port: 29500\n", "mirage picks the rendezvous port itself"),
+    ("runner: xla\nmaster_port: 29500\n", "the xla runner uses no rendezvous port"),
+])
+def test_master_port_a_runner_would_ignore_is_an_error(tmp_path, text, words):
+    path = write(tmp_path, BASE + text)
+    e = error(path)
+    assert (e.line, e.col, e.field) == (4, 14, "master_port") and words in e.message
+    assert load_profile(path, ["master_port=auto"]).master_port == "auto"
+
+
+def test_master_port_of_a_wrapped_torchrun_command_is_an_error():
+    with pytest.raises(ProfileError) as info:
+        adhoc_profile(["torchrun", "--standalone", "t.py"], ["master_port=29500"])
+    assert str(info.value).startswith("--set master_port=29500: field 'master_port': the wrapped torchrun command")
+    assert adhoc_profile(["python", "t.py"], ["master_port=29500"]).master_port == 29500  # env runner: used
+
+
+def test_single_node_torchrun_uses_the_profiles_rendezvous(tmp_path):
+    from runners.torchrun import plan, rendezvous_args
+
+    standalone = load_profile(write(tmp_path, BASE))
+    assert rendezvous_args(standalone, 0, 1234) == ["--standalone"]
+    fixed = load_profile(write(tmp_path, BASE + "master_port: 29511\n"))
+    static = ["--nnodes", "1", "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", "29511"]
+    assert rendezvous_args(fixed, 0, 29511) == static
+    addr = load_profile(write(tmp_path, BASE + "master_addr: 127.0.0.2\n"))
+    assert rendezvous_args(addr, 0, 4321)[-4:] == ["--master-addr", "127.0.0.2", "--master-port", "4321"]
+    two = load_profile(write(tmp_path, BASE + "nnodes: 2\n"))
+    assert rendezvous_args(two, 1, 4321)[:4] == ["--nnodes", "2", "--node-rank", "1"]
+    p = plan(fixed, tmp_path / "run", 29511)
+    assert p.procs[0].argv[3:11] == tuple(static)
+    assert any("static rendezvous at 127.0.0.1:29511" in n for n in p.notes)

@@ -44,6 +44,14 @@ def valid_profiles(draw):
             "async_client": st.booleans(), "thread_pool_size": st.none() | st.integers(1, 64)}),
     }))
     world = d.get("nproc", 2) * d.get("nnodes", 1)
+    m, x = d.get("mirage", {}), d.get("xla", {})
+    nodes = m.get("num_nodes", d.get("nnodes", 1))
+    counts = [world, m.get("gpus_per_node", d.get("nproc", 2)) * nodes, d.get("nproc", 2) * nodes,
+              x.get("num_devices", d.get("nproc", 2))]
+    if max(counts) > prof.default_max_world_size() or draw(st.booleans()):
+        d["max_world_size"] = draw(st.integers(max(counts), prof.WORLD_CEILING))  # a big run asked for on purpose
+    if d.get("runner", "torchrun") != "env" and d.get("master_port", "auto") != "auto":
+        del d["master_port"]  # the other runners choose their own port (torchrun: the command is wrapped)
     if draw(st.booleans()):
         d["fault"] = draw(st.fixed_dictionaries({"kind": st.sampled_from(prof.FAULT_KINDS)}, optional={
             "rank": st.integers(0, world - 1), "step": st.integers(0, 10**6), "seconds": NONNEG}))
@@ -69,6 +77,7 @@ def expected(d: dict, source: Path) -> dict:
         "timeout": float(d.get("timeout", 0)), "master_addr": d.get("master_addr", "127.0.0.1"),
         "master_port": d.get("master_port", "auto"), "replica_check": d.get("replica_check", True),
         "fault": fault, "source": str(source), "world_size": nproc * nnodes,
+        "max_world_size": d.get("max_world_size"),
         "workload": {"builtin": None, "script": None, "module": None, "command": w["command"],
                      "args": w.get("args", []), "python": sys.executable, "script_path": None},
         "mirage": {"command": m.get("command", ["mirage"]), "workspace": str(source.parent),
@@ -220,3 +229,36 @@ def test_override_values_validated_like_the_file(tmp_path, key, value):
     else:
         same = {"source": "", "name": ""}
         assert load_profile(path, [f"{key}={literal}"]).to_json() | same == from_file.to_json() | same
+
+
+@pytest.mark.timeout(120)
+@SETTINGS
+@given(nproc=st.integers(1, 10**30), nnodes=st.integers(1, 10**6) | st.integers(1, 8),
+       max_world=st.none() | st.integers(1, prof.WORLD_CEILING))
+def test_world_size_loads_exactly_when_within_the_bound(tmp_path, nproc, nnodes, max_world):
+    path = tmp_path / "w.yaml"
+    path.write_text(f"nproc: {nproc}\nnnodes: {nnodes}\nworkload: {{command: [x]}}\n"
+                    + ("" if max_world is None else f"max_world_size: {max_world}\n"))
+    limit = prof.default_max_world_size() if max_world is None else max_world
+    if nproc * nnodes <= limit:
+        assert load_profile(path).world_size == nproc * nnodes
+        return
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    e = info.value
+    assert e.field in ("nproc", "nnodes") and e.line == (1 if e.field == "nproc" else 2)
+    assert "\n" not in str(e) and " ranks, more than " in e.message
+
+
+@pytest.mark.timeout(120)
+@SETTINGS
+@given(tag=st.from_regex(r"!(![a-z]+|[a-z]+)(/[a-z]+)?(:[a-z.]+)?", fullmatch=True).filter(
+    lambda t: t not in ("!!map", "!!seq")), on_list=st.booleans())
+def test_any_tag_on_a_mapping_or_list_is_refused(tmp_path, tag, on_list):
+    path = tmp_path / "t.yaml"
+    value = f"mirage: {{command: {tag} [a]}}" if on_list else f"env: {tag} {{A: b}}"
+    path.write_text(f"workload: {{command: [x]}}\n{value}\n")
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    assert info.value.line == 2 and "unsupported tag" in info.value.message
+    assert info.value.field == ("mirage.command" if on_list else "env")

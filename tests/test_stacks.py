@@ -36,8 +36,8 @@ def sleeper(tmp_path):
         import faulthandler, signal, sys, threading, time
         if sys.argv[1] == "fh":
             faulthandler.register(signal.SIGUSR1, all_threads=True)
-        def worker():
-            time.sleep(120)  # WORKER
+        def worker():  # answers each line on stdin: proof of life that a signal would have prevented
+            for _ in sys.stdin: print("pong", flush=True)  # WORKER
         threading.Thread(target=worker, name="worker", daemon=True).start()
         print("ready", flush=True)
         time.sleep(120)  # MAIN
@@ -47,8 +47,8 @@ def sleeper(tmp_path):
     def start(mode="fh"):
         err = tmp_path / f"stderr-{len(started)}.txt"
         with open(err, "wb") as ef:
-            p = subprocess.Popen([runhelp.PY, str(script), mode], stdout=subprocess.PIPE, stderr=ef,
-                                 start_new_session=True, text=True)
+            p = subprocess.Popen([runhelp.PY, str(script), mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=ef, start_new_session=True, text=True)
         started.append(p)
         assert p.stdout.readline().strip() == "ready"
         return p, str(err)
@@ -118,8 +118,9 @@ def test_no_signal_to_a_process_without_faulthandler(sleeper, tmp_path):
     r = stacks.collect([stacks.Target(0, p.pid, err)], pyspy=_fake(tmp_path, "exit 1"))[0]
     assert r.method.startswith("unavailable") and "faulthandler" in r.method
     assert r.threads == []
-    time.sleep(0.3)
-    assert runhelp.alive(p.pid)
+    p.stdin.write("ping\n")  # a SIGUSR1 sent above would have ended it before it could answer
+    p.stdin.flush()
+    assert p.stdout.readline().strip() == "pong" and runhelp.alive(p.pid)
 
 
 @pytest.mark.timeout(60)
@@ -178,9 +179,14 @@ def hang(tmp_path_factory):
         pids = list(runhelp.rank_pids(p.pid, 2).values())
         runhelp.wait_for_text(lambda: runhelp.rank_file(log_dir, 1, "stdout.log"), "hanging at step 3", 60)
         runhelp.wait_for_text(lambda: runhelp.rank_file(log_dir, 0, "stdout.log"), "step 2 loss", 30)
-        time.sleep(1.0)  # rank 0 runs step 3's forward (milliseconds) and enters backward
         ranks = runhelp.rank_pids(p.pid, 2)
-        yield [stacks.Target(r, pid, str(runhelp.rank_file(log_dir, r, "stderr.log"))) for r, pid in ranks.items()]
+        targets = [stacks.Target(r, pid, str(runhelp.rank_file(log_dir, r, "stderr.log"))) for r, pid in ranks.items()]
+        # rank 0 runs step 3's forward, then blocks in backward's all-reduce: wait until its stack says so
+        rank0, deadline = [t for t in targets if t.rank == 0], time.monotonic() + 30
+        while verdict.classify(stacks.collect(rank0, method="py-spy", workers=False)[0].threads).category != "collective":
+            assert time.monotonic() < deadline, "rank 0 never blocked in backward's all-reduce"
+            time.sleep(0.1)  # the poll's period, not a guess at how long rank 0 takes
+        yield targets
     finally:
         runhelp.kill_session(p, pids)
 
@@ -200,8 +206,9 @@ def test_real_gloo_hang_pyspy_then_faulthandler(hang, tmp_path, record_property)
     assert (w0.file, w0.line) == (str(HANG), BACKWARD_LINE)
     text, culprits, waiting = verdict.hang_sentence({0: w0, 1: w1}, {0: 3, 1: 3}, {0, 1}, time.time() - 30)
     assert culprits == (1,) and waiting == (0,)
-    assert text.startswith(f"rank 1 is stuck in time.sleep at hang_ddp.py:{HANG_LINE} (step 3); "
-                           "rank 0 waits in all_reduce inside backward"), text
+    assert text.startswith(f"rank 1 is stuck in culprit_wait() at hang_ddp.py:{HANG_LINE} (calls time.sleep), step 3; "
+                           f"rank 0 waits in all_reduce inside backward (DDP bucket all-reduce) at hang_ddp.py:{BACKWARD_LINE} "
+                           "since "), text
     assert "culprit_wait" in stacks.render(res[1])
 
     # the same hang with ptrace refused: faulthandler through SIGUSR1 gives the same verdict

@@ -84,7 +84,7 @@ async def test_hang_run_shows_banner_stacks_and_collective_frames():
         plain = text.plain
         assert "rank 1 (culprit)" in plain and "rank 0 (waiting)" in plain
         hit = [s for s in text.spans if "magenta" in str(s.style)]
-        assert any("wait" in plain[s.start:s.end] for s in hit)
+        assert any("all_reduce" in plain[s.start:s.end] for s in hit)
         assert not any("culprit_wait" in plain[s.start:s.end] for s in hit)
         await pilot.press("escape")
         assert screen.query_one(TabbedContent).active == "ranks"

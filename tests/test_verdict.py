@@ -5,8 +5,11 @@ import time
 
 import pytest
 
-from runners.stacks import Frame, ThreadStack
-from runners.verdict import Where, classify, hang_sentence, xla_thread_filter
+import json
+
+from runners import stacks
+from runners.stacks import Frame, StackResult, ThreadStack
+from runners.verdict import Where, classify, collective_frame, hang_sentence, xla_thread_filter
 
 SP = "/venv/lib/python3.11/site-packages"
 LIB = "/usr/lib/python3.11"
@@ -101,7 +104,7 @@ def test_where_to_dict_has_hang_verdict_fields():
     assert {"category", "func", "file", "line", "code", "step"} <= set(d) and d["step"] == 12
 
 
-SLEEP = Where("sleep", "time.sleep", "culprit", "/w/ddp_mlp.py", 88, "time.sleep(600)")
+SLEEP = Where("sleep", "time.sleep", "culprit", "/w/ddp_mlp.py", 88, "time.sleep(600)", "MainThread", "time.sleep")
 BWD = Where("collective", "all_reduce inside backward (DDP bucket all-reduce)", "main", "/w/ddp_mlp.py", 70, "loss.backward()")
 BAR = Where("collective", "barrier", "main", "/w/ddp_mlp.py", 99, "dist.barrier()")
 SPIN = Where("compute", "compute in spin", "spin", "/w/other.py", 10, "x += 1")
@@ -110,17 +113,18 @@ T = time.mktime((2026, 1, 2, 14, 2, 11, 0, 0, -1))
 
 def test_sentence_one_culprit():
     text, c, w = hang_sentence({0: BWD, 1: SLEEP, 2: BWD, 3: BWD}, {0: 12, 1: 12, 2: 12, 3: 12}, {0, 1, 2, 3}, T)
-    assert text == ("rank 1 is stuck in time.sleep at ddp_mlp.py:88 (step 12); ranks 0, 2, 3 wait in all_reduce inside "
-                    "backward (DDP bucket all-reduce) for it since 14:02:11")
+    assert text == ("rank 1 is stuck in culprit() at ddp_mlp.py:88 (calls time.sleep), step 12; ranks 0, 2, 3 wait in "
+                    "all_reduce inside backward (DDP bucket all-reduce) at ddp_mlp.py:70 since 14:02:11")
     assert (c, w) == ((1,), (0, 2, 3))
 
 
 def test_sentence_several_culprits():
     text, c, w = hang_sentence({0: BWD, 1: SLEEP, 2: SPIN}, {0: 5, 1: 5, 2: None}, [0, 1, 2], T)
     assert (c, w) == ((1, 2), (0,))
-    assert text.startswith("ranks 1, 2 are outside any collective: rank 1 in time.sleep at ddp_mlp.py:88 (step 5); "
-                           "rank 2 in compute in spin at other.py:10 (no step yet); rank 0 waits in")
-    assert text.endswith("for them since 14:02:11")
+    assert text.startswith("ranks 1, 2 are outside any collective: rank 1 is stuck in culprit() at ddp_mlp.py:88 "
+                           "(calls time.sleep), step 5; rank 2 is stuck in spin() at other.py:10 (computing), no step yet; "
+                           "rank 0 waits in all_reduce inside backward (DDP bucket all-reduce) at ddp_mlp.py:70")
+    assert text.endswith(" since 14:02:11")
 
 
 def test_sentence_all_in_same_collective_is_a_lost_peer():
@@ -161,3 +165,137 @@ def test_sentence_nothing_stalled():
     text, c, w = hang_sentence({}, {0: 40, 1: 30}, set(), T)
     assert (c, w) == ((), ())
     assert text == "no rank is stalled; rank 1 is behind (30 vs 40 steps) but progressing"
+
+
+# ---- the culprit named in the user's own code, ddptui's helper thread, DataLoader workers ----
+
+HANG_PY = "/w/hang.py"
+HELPER = ThreadStack("ddptui-report", 9, True, [
+    Frame("Event.wait", f"{LIB}/threading.py", 629, "signaled = self._cond.wait(timeout)"),
+    Frame("_flush_quiet", "/opt/ddptui/runners/inject/ddptui_report.py", 141, "while main.is_alive()"),
+    Frame("Thread.run", f"{LIB}/threading.py", 982, "self._target(*self._args, **self._kwargs)")])
+
+
+def lock_frames(qualified=True):
+    """rank 1 in the user's wait_for_lock(), which waits on a threading.Event nobody sets."""
+    q = (lambda n: n) if qualified else (lambda n: n.rsplit(".", 1)[-1])  # faulthandler has plain names
+    return [Frame(q("Condition.wait"), f"{LIB}/threading.py", 327, "waiter.acquire()"),
+            Frame(q("Event.wait"), f"{LIB}/threading.py", 629, "signaled = self._cond.wait(timeout)"),
+            Frame("wait_for_lock", HANG_PY, 9, "threading.Event().wait()"),
+            Frame("train", HANG_PY, 21, "wait_for_lock()"),
+            Frame("<module>", HANG_PY, 30, "train()")]
+
+
+def test_culprit_is_the_innermost_user_frame_and_what_it_calls():
+    w1 = classify([HELPER, ThreadStack("MainThread", 1, True, lock_frames())])
+    assert (w1.func, w1.file, w1.line, w1.calls, w1.thread) == ("wait_for_lock", HANG_PY, 9, "threading.Event.wait", "MainThread")
+    w0 = classify(th([("all_reduce", f"{SP}/torch/distributed/distributed_c10d.py", 3252, "work.wait()"),
+                      ("wrapper", f"{SP}/torch/distributed/c10d_logger.py", 83, ""),
+                      ("train", HANG_PY, 18, "dist.all_reduce(t)")]))
+    text, c, w = hang_sentence({0: w0, 1: w1}, {0: 10, 1: 10}, {0, 1}, T)
+    assert text == ("rank 1 is stuck in wait_for_lock() at hang.py:9 (calls threading.Event.wait), step 10; "
+                    "rank 0 waits in all_reduce at hang.py:18 since 14:02:11")
+    assert (c, w) == ((1,), (0,))
+    assert w1.to_dict(10)["calls"] == "threading.Event.wait" and w1.to_dict(10)["step"] == 10
+
+
+def test_faulthandler_names_still_give_the_user_function():
+    w = classify([ThreadStack("MainThread", 1, None, lock_frames(qualified=False))])
+    assert (w.func, w.line, w.calls) == ("wait_for_lock", 9, "threading.wait")
+
+
+def test_library_call_names_read_as_users_import_them():
+    assert stacks.qualified(Frame("Tensor.backward", f"{SP}/torch/_tensor.py", 1, "")) == "torch.Tensor.backward"
+    assert stacks.qualified(Frame("all_reduce", f"{SP}/torch/distributed/distributed_c10d.py", 1, "")) == "torch.distributed.all_reduce"
+    assert stacks.qualified(Frame("Queue.get", f"{LIB}/multiprocessing/queues.py", 1, "")) == "multiprocessing.queues.Queue.get"
+    w = classify(th([("step", "/w/t.py", 3, "time.sleep(5)")]))  # a C function: named from the call in the code
+    assert (w.func, w.calls) == ("step", "time.sleep")
+
+
+def test_culprit_without_any_user_frame_says_what_the_library_does():
+    w = classify(th([("Condition.wait", f"{LIB}/threading.py", 327, "waiter.acquire()"),
+                     ("Thread.join", f"{LIB}/threading.py", 1100, "")]))
+    text, _, _ = hang_sentence({0: w}, {0: 2}, {0}, T)
+    assert text.startswith("rank 0 is stuck in waits on threading (wait) at threading.py:327, step 2"), text
+
+
+def test_helper_thread_never_speaks_for_the_rank_and_goes_last():
+    # faulthandler names no thread: the helper is known by its loop's frame, and the main thread by having no _bootstrap
+    helper = ThreadStack("Thread 0x7f01", 0x7F01, None, HELPER.frames)
+    main = ThreadStack("MainThread", 0x7F00, None, lock_frames())
+    other = ThreadStack("Thread 0x7f02", 0x7F02, None, [Frame("loop", "/w/x.py", 1, "")])
+    assert stacks.is_helper(helper) and not stacks.is_helper(main)
+    assert [t.name for t in stacks.ordered([helper, other, main])] == ["MainThread", "Thread 0x7f02", "Thread 0x7f01"]
+    assert classify([helper, other]).thread == "Thread 0x7f02"  # no MainThread: the first thread that is not ours
+    assert classify([helper]).category == "unknown"
+    text = stacks.render(StackResult(0, 1, "faulthandler", [helper, main]))
+    assert text.index("MainThread") < text.index("ddptui's own helper thread")
+    assert [t["thread"] for t in stacks.to_json(StackResult(0, 1, "py-spy", [HELPER, main]))] == ["MainThread", "ddptui-report"]
+
+
+def test_folded_stack_puts_the_user_frame_first():
+    frames = lock_frames() + [Frame("Module._call_impl", f"{SP}/torch/nn/modules/module.py", 1, ""),
+                              Frame("Module.__call__", f"{SP}/torch/nn/modules/module.py", 2, ""),
+                              Frame("main", HANG_PY, 40, "model(x)")]
+    kinds = [k for k, _ in stacks.fold(frames)]
+    assert kinds == ["user", "calls", "user", "user", "lib", "user"]
+    lines = stacks.folded_lines(frames, indent="")
+    assert lines[0] == "wait_for_lock() at hang.py:9    threading.Event().wait()"
+    assert lines[1] == "    ... calls threading.Event.wait: 2 frames in threading.py"
+    assert lines[4] == "    ... 2 frames in torch/nn/modules/module.py" and lines[5].startswith("main() at hang.py:40")
+
+
+DL = f"{SP}/torch/utils/data"
+RANK_IN_LOADER = th([("_PollLikeSelector.select", f"{LIB}/selectors.py", 415, ""),
+                     ("Queue.get", f"{LIB}/multiprocessing/queues.py", 113, ""),
+                     ("_MultiProcessingDataLoaderIter._try_get_data", f"{DL}/dataloader.py", 1291, ""),
+                     ("_BaseDataLoaderIter.__next__", f"{DL}/dataloader.py", 725, ""),
+                     ("train", "/w/data.py", 30, "for x in loader:")])
+
+
+def worker(pid, wid, inner):
+    frames = [Frame(*f) for f in inner] + [Frame("_worker_loop", f"{DL}/_utils/worker.py", 334, ""),
+                                           Frame("BaseProcess.run", f"{LIB}/multiprocessing/process.py", 108, "")]
+    return StackResult(0, pid, "py-spy", [ThreadStack("MainThread", pid, True, frames)], worker_id=wid)
+
+
+IDLE_WORKER = [("Queue.get", f"{LIB}/multiprocessing/queues.py", 113, "")]
+STUCK_WORKER = [("slow_load", "/w/data.py", 12, "time.sleep(600)"), ("D.__getitem__", "/w/data.py", 20, "return slow_load(i)"),
+                ("_MapDatasetFetcher.fetch", f"{DL}/_utils/fetch.py", 54, "")]
+
+
+def test_dataloader_hang_names_the_worker_and_where_it_is():
+    w = classify(RANK_IN_LOADER, workers=[worker(4320, 0, IDLE_WORKER), worker(4321, 1, STUCK_WORKER)])
+    assert w.category == "dataloader" and w.worker["pid"] == 4321 and w.worker["worker_id"] == 1
+    text, c, _ = hang_sentence({0: w, 1: BWD}, {0: 3, 1: 3}, {0, 1}, T)
+    assert text.startswith("rank 0 waits for its DataLoader worker 1 (pid 4321), which is in slow_load() at data.py:12 "
+                           "(calls time.sleep), step 3; rank 1 waits in all_reduce inside backward"), text
+    assert c == (0,)
+    assert json.loads(json.dumps(w.to_dict(3)))["worker"]["label"] == "DataLoader worker 1 (pid 4321)"
+
+
+def test_dataloader_without_a_busy_worker_names_none():
+    w = classify(RANK_IN_LOADER, workers=[worker(4320, 0, IDLE_WORKER)])
+    text, _, _ = hang_sentence({0: w}, {0: 3}, {0}, T)
+    assert "DataLoader" in text and "train() at data.py:30" in text and "not in user code" in text
+    assert "worker 0" in text and "which is in" not in text
+
+
+def test_worker_id_read_from_pyspy_locals():
+    dump = [{"thread_name": "MainThread", "frames": [
+        {"name": "_worker_loop", "filename": f"{DL}/_utils/worker.py", "line": 374,
+         "locals": [{"name": "dataset_kind", "repr": "0"}, {"name": "worker_id", "repr": "3"}]}]}]
+    assert stacks.worker_id(json.dumps(dump)) == 3
+    assert stacks.worker_id("[]") is None and stacks.worker_id("not json") is None
+
+
+@pytest.mark.parametrize("func,file,expected", [
+    ("all_reduce", f"{SP}/torch/distributed/distributed_c10d.py", ("collective", "all_reduce")),
+    ("barrier", f"{SP}/torch/distributed/distributed_c10d.py", ("collective", "barrier")),
+    ("optimizer_step", f"{SP}/torch_xla/core/xla_model.py", ("xla", "gradient all-reduce in xm.optimizer_step")),
+    ("all_reduce", "/w/train.py", None),  # the user's own function of that name is not the collective
+    ("forward", f"{SP}/torch/nn/modules/linear.py", None),
+    ("culprit_wait", "/w/hang_ddp.py", None),
+])
+def test_collective_frame(func, file, expected):
+    assert collective_frame(func, file) == expected

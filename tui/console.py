@@ -6,6 +6,7 @@ import sys
 import time
 
 from runners import events as ev
+from runners import stacks as stk
 
 _COLOURS = ("36", "33", "35", "32", "34", "31", "96", "93", "95", "92", "94", "91")
 
@@ -24,6 +25,7 @@ class Console:
         self.steps_total = None
         self.summary: dict | None = None
         self.replica: ev.ReplicaVerdict | None = None
+        self.stacks: ev.StacksCollected | None = None  # the latest collection: a verdict's culprit stack comes from it
 
     def _tag(self, rank: int | None) -> str:
         tag = "[launcher]" if rank is None else f"[rank {rank}]"
@@ -56,10 +58,12 @@ class Console:
                 parts.append(self._note(e.wall, f"stall: ranks {', '.join(map(str, e.stalled))} made no progress "
                                         f"for {e.threshold:g} s", "stall"))
             elif isinstance(e, ev.StacksCollected):
+                self.stacks = e
                 parts.append(self._note(e.wall, f"stacks of {len(e.threads)} ranks collected in {e.seconds:.2f} s "
                                         f"({', '.join(sorted(set(e.method.values())))}) -> {e.path}"))
             elif isinstance(e, ev.HangVerdict):
-                parts.append(self._note(e.wall, e.text, "stall"))
+                parts.append(self._note(e.wall, e.text, "slow" if e.reason == "slow" else "stall"))
+                parts += [f"{ln}\n" for ln in culprit_stacks(e, self.stacks)]
             elif isinstance(e, ev.CrashVerdict):
                 parts.append(self._note(e.wall, e.text, "crash"))
                 parts += [f"    {ln}\n" for ln in e.excerpt[-12:]]
@@ -98,3 +102,27 @@ class Console:
             rows.append(f"hint: {h['title']}: {h['fix']}")
         rows.append(f"status: {s.get('status')} (exit {e.exit_code})   record: {s.get('run_dir')}")
         return "\n".join(rows) + "\n"
+
+
+def culprit_stacks(hang: ev.HangVerdict, stacks: ev.StacksCollected | None) -> list[str]:
+    """The culprits' stacks as the verdict names them (user frames first, library frames folded) and the folder."""
+    if stacks is None or not hang.path or stacks.path != hang.path:
+        return []
+    out = []
+    for r in hang.culprits:
+        where = hang.where.get(r) or {}
+        worker = where.get("worker") or {}
+        if worker.get("pid") is not None:
+            found = [w for w in stacks.workers.get(r, []) if w.get("pid") == worker["pid"]]
+            threads, who = stk.from_json(found[0]["threads"] if found else []), f"rank {r}'s {worker.get('label')}"
+        else:
+            threads, who = stk.from_json(stacks.threads.get(r, [])), f"rank {r}"
+        thread = next((t for t in threads if t.name == where.get("thread")), None) or next(
+            (t for t in threads if t.name == "MainThread"), None)
+        if thread is None or not thread.frames:
+            out.append(f"    {who}: no stack")
+            continue
+        out.append(f"    {who}, thread {thread.name}, innermost user frame first:")
+        out += stk.folded_lines(thread.frames, indent="      ")
+    out.append(f"    stacks: {stacks.path.rstrip('/')}/")
+    return out

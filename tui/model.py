@@ -16,17 +16,6 @@ REPORT_PREFIX = "@ddptui"
 Line = tuple[float, str, str]
 TimelineLine = tuple[float, "int | None", str, str]
 
-COLLECTIVE_NAMES = ("all_reduce", "allreduce", "broadcast", "barrier", "all_gather", "allgather", "reduce_scatter")
-COLLECTIVE_FILES = ("torch/distributed", "torch_xla", "c10d")
-
-
-def is_collective(func: str, file: str) -> bool:
-    """A frame inside a collective (by file) or calling one (by name): what the stacks view highlights."""
-    f = (file or "").replace("\\", "/")
-    name = (func or "").lower()
-    return any(x in f for x in COLLECTIVE_FILES) or any(c in name for c in COLLECTIVE_NAMES)
-
-
 @dataclass
 class RankView:
     rank: int

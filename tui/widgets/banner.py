@@ -16,17 +16,18 @@ def banner_text(model: RunModel) -> tuple[str, str]:
         c = model.crash
         return "-crash", f"CRASH {c.exit}: {c.text}"
     if model.stall is not None:
-        if model.hang is not None:
+        if model.hang is not None and model.hang.reason == "stall":
             return "-stall", f"STALL: {model.hang.text}"
         s = model.stall
         ranks = ",".join(map(str, s.stalled))
-        return "-stall", f"STALL: rank {ranks} made no progress for {s.threshold:g}s; collecting stacks…"
+        said = s.reason or f"made no progress for {s.threshold:g}s"
+        return "-stall", f"STALL: rank {ranks}: {said}; collecting stacks…"
     if f is not None:
         text = f"run {f.status} (exit code {f.exit_code})"
         if model.replica is not None:
             text += f" · replicas: {model.replica.text}"
         return ("-ok" if f.status == "ok" else "-failed"), text
-    if model.hang is not None:  # a verdict without a stall: the engine saw the run slow down
+    if model.hang is not None and model.hang.reason == "slow":  # the engine saw the run slow down
         return "-info", f"SLOW: {model.hang.text}"
     return "", ""
 
