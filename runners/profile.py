@@ -296,29 +296,44 @@ class _Converter:
         return _Node("map", out, loc)
 
 
-class _TooManyNodes(Exception):
-    def __init__(self, mark: Any):
-        super().__init__("too many YAML nodes")
-        self.mark = mark
+class _OverBound(Exception):
+    """The YAML is past a bound (nodes, nesting): stop reading it there."""
+
+    def __init__(self, mark: Any, message: str):
+        super().__init__(message)
+        self.mark, self.message = mark, message
 
 
 _LOADER: Any = None
 
 
 def _compose(text: str) -> Any:
-    """SafeLoader's node graph, composing at most _MAX_NODES nodes (aliases are not expanded here)."""
+    """SafeLoader's node graph, composing at most _MAX_NODES nodes, _MAX_DEPTH deep (aliases are not expanded here)."""
     global _LOADER
     if _LOADER is None:
         import yaml
 
         class BoundedLoader(yaml.SafeLoader):
-            composed = 0
+            composed = depth = 0
 
             def compose_node(self, parent: Any, index: Any) -> Any:
                 self.composed += 1
                 if self.composed > _MAX_NODES:
-                    raise _TooManyNodes(self.peek_event().start_mark)
-                return super().compose_node(parent, index)
+                    raise _OverBound(self.peek_event().start_mark, f"too large: more than {_MAX_NODES} YAML values")
+                self.depth += 1
+                try:
+                    if self.depth > _MAX_DEPTH + 1:
+                        raise _OverBound(self.peek_event().start_mark,
+                                         f"too deeply nested: more than {_MAX_DEPTH} levels")
+                    return super().compose_node(parent, index)
+                finally:
+                    self.depth -= 1
+
+            def fetch_flow_collection_start(self, TokenClass: Any) -> None:
+                # the scanner reads a run of '[' / '{' ahead of the composer, in time quadratic in its length
+                if self.flow_level >= _MAX_DEPTH:
+                    raise _OverBound(self.get_mark(), f"too deeply nested: more than {_MAX_DEPTH} levels")
+                super().fetch_flow_collection_start(TokenClass)
 
         _LOADER = BoundedLoader
     loader = _LOADER(text)  # the reader already rejects unprintable characters here
@@ -335,9 +350,9 @@ def _parse_text(text: str, file: str) -> _Node | None:
         root = _compose(text)
     except yaml.YAMLError as exc:
         raise _yaml_error_to_profile(exc, file, text) from None
-    except _TooManyNodes as exc:
-        raise ProfileError(file, exc.mark.line + 1, exc.mark.column + 1, None, "profile too large:"
-                           f" more than {_MAX_NODES} YAML values") from None
+    except _OverBound as exc:
+        raise ProfileError(file, exc.mark.line + 1, exc.mark.column + 1, None,
+                           f"profile {exc.message}") from None
     except RecursionError:
         raise ProfileError(file, 1, 1, None, "profile too deeply nested") from None
     if root is None:
@@ -366,8 +381,8 @@ def _apply_override(root: _Node, item: str) -> None:
     try:
         y = _compose(raw)
         value = _Node("scalar", None, loc, "") if y is None else _Converter(lambda m: loc).convert(y, key)
-    except _TooManyNodes:
-        raise loc.error(key, f"value too large: more than {_MAX_NODES} YAML values") from None
+    except _OverBound as exc:
+        raise loc.error(key, f"value {exc.message}") from None
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or exc
         raise loc.error(key, f"invalid YAML value: {problem}") from None

@@ -561,7 +561,8 @@ def test_file_over_the_size_bound_is_refused_unread(tmp_path, monkeypatch):
     real_open = open
     monkeypatch.setattr("builtins.open", lambda *a, **k: reads.append(a) or real_open(*a, **k))
     e = error(path)
-    assert str(e) == f"{path}: profile too large: 52428800 bytes, at most 65536 (a profile is a few hundred bytes of YAML)"
+    assert str(e) == (f"{path}: profile too large: 52428800 bytes, at most 65536"
+                      " (a profile is a few hundred bytes of YAML)")
     assert reads == []  # refused from the stat alone
 
 
@@ -588,6 +589,21 @@ def test_yaml_node_bound_stops_the_parse(tmp_path):
     assert time.process_time() - t0 < 5  # composing stops at the bound (all 30,000 took ~1 s more)
     assert (e.line, e.field) == (3, None) and e.message == "profile too large: more than 20000 YAML values"
     assert e.col == 7 + 2 * (prof._MAX_NODES - 7)  # the node past the bound (7 came before the list's items)
+
+
+@pytest.mark.parametrize("nested, where", [
+    ("env: " + "[" * 30000 + "]" * 30000, "3:70"),  # the scanner alone took ~5 s on a run of brackets
+    ("env: " + "{a: " * 10000 + "1" + "}" * 10000, "3:259"),
+    ("env:\n" + "".join(" " * (i + 1) + f"k{i}:\n" for i in range(100)) + " " * 101 + "v", "67:65"),
+], ids=["brackets", "braces", "blocks"])
+def test_nesting_bound_stops_the_parse(tmp_path, nested, where):
+    path = write(tmp_path, BASE + nested + "\n")
+    t0 = time.process_time()
+    e = error(path)
+    assert time.process_time() - t0 < 2
+    assert str(e) == f"{path}:{where}: profile too deeply nested: more than 64 levels"
+    e = error(write(tmp_path, BASE), ["env.A=" + "[" * 100 + "]" * 100])
+    assert e.field == "env.A" and e.message == "value too deeply nested: more than 64 levels"
 
 
 def test_alias_expansion_is_bounded(tmp_path):
