@@ -302,3 +302,147 @@ async def test_tail_repaints_only_when_its_lines_change():
         assert len(painted) == 3
         await pilot.pause(0.1)
         assert "step 2" in str(tail.render()) and "step 1" not in str(tail.render())
+
+
+# -- the newest line of every rank stays on screen (issue 11, item 8) ------------------------------
+
+def screen_text(app) -> str:
+    """What the terminal shows now: the compositor's current strips, as the driver would write them."""
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+class GatedSource:
+    """Emits one batch per stage; stage i > 0 waits until the test calls release(i), as a live run would."""
+
+    kind = "live"
+
+    def __init__(self, stages) -> None:
+        self.stages = stages
+        self.go = [threading.Event() for _ in stages]
+        self.emit = None
+
+    def prepare(self, emit):
+        self.emit = emit
+
+    def run(self):
+        import time
+        for i, stage in enumerate(self.stages):
+            if i and not self.go[i].wait(30):
+                return 1
+            self.emit(stage(time.time()))
+        return 0
+
+    def release(self, i):
+        self.go[i].set()
+
+    def request_stop(self):
+        for g in self.go:
+            g.set()
+
+    def request_dump(self):
+        return False
+
+    def again(self):
+        return GatedSource(self.stages)
+
+
+def long_line(rank: int, n: int) -> str:
+    return f"r{rank}-line{n:04d} " + "loss 0.1234 grad 5.678 " * 12  # wider than any pane: cropped, never wrapped
+
+
+def pane_run(ranks: int):
+    """60 lines per rank, 10 more while the ranks tab shows, then the ranks exit and the run ends ok."""
+    from runners import events as ev
+
+    def first(t):
+        return ([ev.RunStarted("/tmp/panes", "panes", "torchrun", ranks, 70, t)]
+                + [ev.RankState(r, "running", "", t) for r in range(ranks)]
+                + [ev.LogLines(r, "out", t, 0.0, tuple(long_line(r, n) for n in range(60))) for r in range(ranks)]
+                + [ev.Progress(r, 60, 0.5, t, "parsed") for r in range(ranks)])
+
+    def more(t):
+        return ([ev.LogLines(r, "out", t, 0.0, tuple(long_line(r, n) for n in range(60, 70))) for r in range(ranks)]
+                + [ev.Progress(r, 70, 0.4, t, "parsed") for r in range(ranks)])
+
+    def end(t):
+        return ([ev.RankState(r, "exited", "exit 0", t) for r in range(ranks)]
+                + [ev.ProcessExited(f"rank{r}", (r,), 0, None, t) for r in range(ranks)]
+                + [ev.ReplicaVerdict("identical", f"all {ranks} ranks hold byte-identical weights (6 parameters)",
+                                     None, (), (), {}, t),
+                   ev.RunFinished("ok", 0, "", t)])
+    return [first, more, end]
+
+
+async def newest_on_screen(pilot, app, ranks: int, n: int) -> list[int]:
+    """Ranks whose line n is on screen, once the dashboard had ticks enough to draw it (or 5 s passed)."""
+    for _ in range(100):
+        shown = [r for r in range(ranks) if f"r{r}-line{n:04d}" in screen_text(app)]
+        if len(shown) == ranks:
+            return shown
+        await pilot.pause(0.05)
+    return shown
+
+
+@pytest.mark.timeout(40)
+@pytest.mark.parametrize("size,ranks", [((160, 48), 2), ((80, 24), 2), ((80, 24), 4), ((80, 24), 16), ((120, 40), 16)])
+@aio
+async def test_rank_panes_show_the_newest_line_while_running_and_after_the_run_ended(size, ranks):
+    src = GatedSource(pane_run(ranks))
+    app = DdpApp(source=src)
+    everyone = list(range(ranks))
+    async with app.run_test(size=size) as pilot:
+        assert await newest_on_screen(pilot, app, ranks, 59) == everyone, screen_text(app)
+        src.release(1)  # lines keep coming
+        assert await newest_on_screen(pilot, app, ranks, 69) == everyone, screen_text(app)
+        src.release(2)  # the end: the banner takes rows from the grid, the verdict tab comes forward
+        await settle(pilot, app)
+        assert app.screen.query_one(TabbedContent).active == "verdict"
+        await pilot.press("escape")
+        assert await newest_on_screen(pilot, app, ranks, 69) == everyone, screen_text(app)
+
+
+@pytest.mark.timeout(60)
+@aio
+async def test_too_many_ranks_for_the_rows_scroll_and_each_pane_still_shows_its_newest_line():
+    import re
+
+    from textual.containers import Grid
+
+    def panes_in_view() -> list[int]:
+        return sorted(int(r) for r in re.findall(r"─ rank (\d+) ", screen_text(app)))
+
+    src = GatedSource(pane_run(32)[:2])
+    app = DdpApp(source=src)
+    async with app.run_test(size=(100, 24)) as pilot:  # 6 columns of panes 12 characters wide inside
+        src.release(1)
+        await newest_on_screen(pilot, app, 6, 69)  # the first row of panes
+        grid = app.screen.query_one("#rank-grid", Grid)
+        assert not app.screen.query_one("#loss").display and grid.max_scroll_y > 0
+        first = panes_in_view()
+        assert len(first) >= 6 and [r for r in first if f"r{r}-line0069" in screen_text(app)] == first
+        grid.scroll_end(animate=False)
+        await pilot.pause(0.3)
+        last = panes_in_view()
+        assert 31 in last and [r for r in last if f"r{r}-line0069" in screen_text(app)] == last, screen_text(app)
+
+
+def test_tail_rows_are_cut_for_the_height_it_has_now():
+    from collections import deque
+
+    from textual.geometry import Size
+
+    class Sized(TailView):
+        """A tail painted at whatever size the test says, as Textual may before the Resize message arrives."""
+        now = Size(40, 5)
+
+        @property
+        def size(self):
+            return self.now
+
+    tail = Sized()
+    tail.lines = deque((float(i), "out", f"line {i}") for i in range(20))
+    assert [t for _, _, t in tail.rows()] == [f"line {i}" for i in range(15, 20)]
+    tail.now = Size(40, 3)  # the banner took two rows: the newest line must still be the last row
+    assert [t for _, _, t in tail.rows()] == ["line 17", "line 18", "line 19"]
+    tail.now = Size(40, 30)
+    assert len(tail.rows()) == 20 and tail.rows()[-1][2] == "line 19"

@@ -11,6 +11,7 @@ from textual.containers import Grid, Vertical
 from textual.screen import Screen
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
+from tui.fit import chart_rows, fit
 from tui.model import RunModel, grid_columns
 from tui.widgets.banner import Banner
 from tui.widgets.crash_view import CrashView
@@ -26,6 +27,14 @@ TICK = 0.25  # widget refresh period: the model absorbs events in between; keys 
 CHART_PERIOD = 1.0  # seconds between loss chart redraws while losses stream in (plotext is the costly part)
 TAB_FOCUS = {"timeline": "#timeline-log", "stacks": "#stacks-view", "crash": "#crash-view", "hints": "#hints-view",
              "verdict": "#summary-table"}
+
+
+class RanksBox(Vertical):
+    """The rank grid and the loss chart; its height changes with the terminal and the banner."""
+
+    def on_resize(self) -> None:
+        if isinstance(self.screen, RunScreen):
+            self.screen.fit_panes()
 
 
 def head_text(model: RunModel, source_kind: str) -> Text:
@@ -83,7 +92,7 @@ class RunScreen(Screen):
                     disabled=True)  # disabled while closed, so it can never hold focus unseen
         with TabbedContent(initial="ranks", id="tabs"):
             with TabPane("Ranks", id="ranks"):
-                with Vertical(id="ranks-box"):
+                with RanksBox(id="ranks-box"):
                     yield Grid(id="rank-grid")
                     yield LossChart(id="loss")
             with TabPane("Timeline", id="timeline"):
@@ -133,6 +142,8 @@ class RunScreen(Screen):
         """Redraw the chart at most once a second while losses stream in, and always once they settle."""
         v = self.model.loss_version
         chart = self.query_one(LossChart)
+        if not chart.display:
+            return  # no room for it now (fit_panes); drawn when it comes back
         now = time.monotonic()
         if v != chart.drawn and (v == self._loss_prev or now - self._chart_at >= CHART_PERIOD):
             chart.update_from(self.model)
@@ -152,7 +163,24 @@ class RunScreen(Screen):
             n = len(want)
             grid.set_class(n > 4, "-many")
             grid.set_class(n > 9, "-lots")
-            self.query_one(LossChart).styles.height = 8 if n > 16 else 12  # rows go to the panes
+            self.fit_panes()
+
+    def fit_panes(self) -> None:
+        """Share the ranks tab's rows so every pane has room for its newest line (tui/fit.py)."""
+        rows = self.query_one(RanksBox).size.height
+        n = len(self.model.rank_ids())
+        if rows <= 0:
+            return  # the tab is hidden: fitted again when it shows (its size changes then)
+        f = fit(rows, -(-n // grid_columns(n)) if n else 0, chart_rows(n))
+        chart = self.query_one(LossChart)
+        chart.display = f.chart > 0
+        if f.chart:
+            chart.styles.height = f.chart
+        grid = self.query_one("#rank-grid", Grid)
+        grid.styles.grid_rows = str(f.row) if f.row else None  # None: the rows share the grid's height
+        grid.styles.overflow_y = "auto" if f.row else "hidden"
+        for pane in self.query(RankPane):
+            pane.show_bar(f.bars)
 
     def _auto_switch(self) -> None:
         """Bring the troubleshooting view forward once, when its verdict arrives and the user is on the grid."""

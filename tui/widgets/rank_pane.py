@@ -42,6 +42,7 @@ class RankPane(Vertical, can_focus=True):
         self._drawn: tuple = ()
         self._ready = False  # children exist only after mount; ticks may come first
         self._bar_q = -1
+        self._bar_room = True  # the run screen takes the bar row away when panes are short of rows
 
     def compose(self) -> ComposeResult:
         yield LineView(classes="rank-status")
@@ -72,12 +73,22 @@ class RankPane(Vertical, can_focus=True):
             self.add_class(cls)
         self.query_one(".rank-status", LineView).set(status_line(rv, model.steps))
         bar = self.query_one(ProgressBar)
-        if model.steps:
-            if not bar.display:
-                bar.display = True
+        shown = bool(model.steps) and self._bar_room
+        if bar.display != shown:
+            bar.display = shown
+        if shown:
             done = min(rv.step or 0, model.steps)
             q = done * 200 // model.steps  # redraw the bar only when it can look different
             if q != self._bar_q:
                 self._bar_q = q
                 bar.update(total=model.steps, progress=done)
         self.query_one(TailView).show(rv.lines, model.start_wall, needle, rv.seq)
+
+    def show_bar(self, room: bool) -> None:
+        """Keep the progress bar row (room) or give it to the log lines; drawn at the next update."""
+        if room != self._bar_room:
+            self._bar_room = room
+            self._drawn = ()
+            self._bar_q = -1
+            if self._ready and not room:
+                self.query_one(ProgressBar).display = False

@@ -14,6 +14,13 @@ from textual.widget import Widget
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 STAMP = Style(dim=True)
 ERR = Style(color="red")
+STAMP_WIDTH = 9  # "%8.3f " seconds since the start
+TEXT_MIN = 24  # a narrower tail drops the timestamps, or a pane of 16 ranks on 80 columns shows almost no text
+
+
+def stamped(width: int) -> bool:
+    """Whether a tail this wide shows read-time stamps before the text."""
+    return width >= STAMP_WIDTH + TEXT_MIN
 
 
 def clean(text: str) -> str:
@@ -22,9 +29,10 @@ def clean(text: str) -> str:
     return _CONTROL.sub("", text) if not text.isprintable() else text
 
 
-def format_line(rel: float, stream: str, text: str, prefix: str = "") -> Text:
+def format_line(rel: float, stream: str, text: str, prefix: str = "", stamp: bool = True) -> Text:
     t = Text(no_wrap=True, overflow="ellipsis", end="")
-    t.append(f"{rel:8.3f} ", style="dim")
+    if stamp:
+        t.append(f"{rel:8.3f} ", style="dim")
     if prefix:
         t.append(prefix, style="bold cyan")
     t.append(clean(text), style="red" if stream == "err" else "")
@@ -57,6 +65,7 @@ class TailView(Widget):
         self.start_wall = 0.0
         self.needle = ""
         self._rows: list | None = None
+        self._rows_h = -1  # the height _rows was cut for
         self._base: Style | None = None  # rich_style walks the ancestors: once per refresh, not per row
         self._shown: tuple = ()
 
@@ -72,13 +81,17 @@ class TailView(Widget):
         self.refresh()
 
     def rows(self) -> list:
-        if self._rows is None or len(self._rows) < min(self.size.height, len(self.lines)):
-            self._rows = matching_tail(self.lines, self.needle, self.size.height)
-        return self._rows
+        """The newest matching lines that fit, cut for the height the widget has now.
 
-    def on_resize(self) -> None:
-        self._rows = None
-        self._base = None
+        Keyed by height rather than cleared on Resize: Textual can paint a widget at its new size before the
+        Resize message arrives (a tab shown again after the banner took a row), and rows cut for the old,
+        taller size would then start at the top and push the newest lines out of sight.
+        """
+        h = self.size.height
+        if self._rows is None or self._rows_h != h:
+            self._rows = matching_tail(self.lines, self.needle, h)
+            self._rows_h = h
+        return self._rows
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
@@ -92,8 +105,8 @@ class TailView(Widget):
         if y >= len(rows):
             return Strip.blank(width, base)
         w, s, t = rows[y]
-        segs = [Segment(f"{w - self.start_wall:8.3f} ", base + STAMP),
-                Segment(clean(t), base + ERR if s == "err" else base)]
+        text = Segment(clean(t), base + ERR if s == "err" else base)
+        segs = [Segment(f"{w - self.start_wall:8.3f} ", base + STAMP), text] if stamped(width) else [text]
         return Strip(segs).crop_extend(0, width, base)
 
     def render(self) -> Text:  # for tests and exports: the same rows as text
@@ -101,7 +114,7 @@ class TailView(Widget):
         if not rows:
             return Text("(no output yet)" if not self.needle else f"(no line matches {self.needle!r})", style="dim")
         return Text("\n", no_wrap=True, overflow="ellipsis", end="").join(
-            format_line(w - self.start_wall, s, t) for w, s, t in rows)
+            format_line(w - self.start_wall, s, t, stamp=stamped(self.size.width)) for w, s, t in rows)
 
 
 class LineView(Widget):

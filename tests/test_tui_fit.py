@@ -1,0 +1,41 @@
+"""The run screen's row split between rank panes and the loss chart (pure decisions of tui/fit.py)."""
+from __future__ import annotations
+
+from tui.fit import CHART_MIN, PANE_FRAME, TAIL_MIN, Fit, chart_rows, fit
+
+
+def tail_rows(box: int, grid_rows: int, f: Fit) -> int:
+    """Log rows of the smallest pane under fit f (panes share the grid's rows evenly, or have f.row)."""
+    pane = f.row if f.row is not None else (box - f.chart) // grid_rows
+    return pane - PANE_FRAME - (1 if f.bars else 0)
+
+
+def test_plenty_of_rows_changes_nothing():
+    assert fit(44, 1, 12) == Fit(12, True, None)  # 2 ranks at 160x48
+    assert fit(44, 4, 12) == Fit(12, True, None)  # 16 ranks at 160x48
+    assert fit(20, 1, 12) == Fit(12, True, None)  # 2 ranks at 80x24
+
+
+def test_the_chart_shrinks_first_then_the_bars_go_then_the_chart_then_the_grid_scrolls():
+    assert fit(20, 2, 12) == Fit(CHART_MIN, True, None)  # 4 ranks at 80x24
+    assert fit(36, 4, 12) == Fit(CHART_MIN, True, None)  # 16 ranks at 120x40
+    assert fit(20, 4, 12) == Fit(0, True, None)  # 16 ranks at 80x24
+    assert fit(18, 4, 12) == Fit(0, False, None)  # the same with a two-row banner
+    assert fit(20, 6, 8) == Fit(0, False, PANE_FRAME + TAIL_MIN)  # 32 ranks at 80x24
+
+
+def test_every_pane_keeps_its_newest_line_and_the_chart_is_never_a_sliver():
+    for grid_rows in (1, 2, 3, 4, 5, 6, 8):
+        pref = chart_rows(grid_rows * 4)
+        for box in range(4, 60):
+            f = fit(box, grid_rows, pref)
+            assert tail_rows(box, grid_rows, f) >= TAIL_MIN, (box, grid_rows, f)
+            assert f.chart == 0 or CHART_MIN <= f.chart <= pref, (box, grid_rows, f)
+            if f.row is None:
+                assert f.chart + grid_rows * (PANE_FRAME + TAIL_MIN) <= box, (box, grid_rows, f)
+            else:
+                assert grid_rows * (PANE_FRAME + TAIL_MIN) > box, (box, grid_rows, f)  # scroll only when nothing fits
+
+
+def test_no_ranks_yet_keeps_the_chart():
+    assert fit(20, 0, 12) == Fit(12, True, None)

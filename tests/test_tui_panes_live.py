@@ -1,0 +1,55 @@
+"""The dashboard's rank panes on a REAL torchrun run: each pane ends on its rank's newest line, live and after the end."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from textual.widgets import TabbedContent
+
+from runners.profile import load_profile
+from tests.test_tui_app import aio, screen_text
+from tui.app import DdpApp, LiveSource
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def chatty_profile(tmp_path: Path, hold: Path) -> Path:
+    prof = tmp_path / "chatty.yaml"
+    prof.write_text(f"name: chatty\nnproc: 2\nsteps: 40\nworkload:\n  script: {FIXTURES / 'chatty_ddp.py'}\n"
+                    f"  args: ['40']\nenv:\n  HOLD_FILE: {hold}\ntimeout: 120\n")
+    return prof
+
+
+async def wait_for(pilot, cond, limit: float) -> bool:
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if cond():
+            return True
+        await pilot.pause(0.1)
+    return cond()
+
+
+def last_lines_shown(app) -> list[int]:
+    text = screen_text(app)
+    return [r for r in (0, 1) if f"[rank {r}] done, final loss" in text]
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("size", [(160, 48), (80, 24)])
+@aio
+async def test_each_pane_ends_on_its_ranks_last_line_live_and_after_the_end(size, tmp_path, runs_dir):
+    hold = tmp_path / "hold"
+    app = DdpApp(source=LiveSource(load_profile(chatty_profile(tmp_path, hold)), runs_dir))
+    async with app.run_test(size=size) as pilot:
+        # the ranks printed their last line and wait: the panes must show it while the run is live
+        assert await wait_for(pilot, lambda: last_lines_shown(app) == [0, 1] or not app.running, 90)
+        assert app.running, screen_text(app)
+        assert last_lines_shown(app) == [0, 1], screen_text(app)
+        hold.touch()
+        assert await wait_for(pilot, lambda: not app.running, 60), "run did not finish in time"
+        assert app.run_code == 0, app.run_error
+        # the end banner took rows from the grid while the verdict tab was in front
+        assert await wait_for(pilot, lambda: app.screen.query_one(TabbedContent).active == "verdict", 5)
+        await pilot.press("escape")
+        assert await wait_for(pilot, lambda: last_lines_shown(app) == [0, 1], 5), screen_text(app)

@@ -1,0 +1,47 @@
+"""How the run screen shares its rows between the rank panes and the loss chart, so every pane keeps its newest lines in view."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PANE_FRAME = 3  # a pane's border rows (top, bottom) and its status line
+BAR = 1  # the progress bar row under the status line
+TAIL_MIN = 1  # log rows a pane keeps whatever the screen: its newest line
+TAIL_WANT = 3  # log rows per pane the chart gives up rows for
+CHART_MIN = 9  # three rows of curve; fewer and plotext draws nothing readable: the chart is hidden instead
+
+
+@dataclass(frozen=True)
+class Fit:
+    chart: int  # rows of the loss chart; 0: hidden
+    bars: bool  # whether the panes keep their progress bar row
+    row: int | None  # fixed pane height when not even that fits (the grid scrolls); None: panes share the rows
+
+
+def chart_rows(ranks: int) -> int:
+    """The chart's height when rows are plenty: smaller for many ranks, whose panes need the rows."""
+    return CHART_MIN if ranks > 16 else 12
+
+
+def fit(box: int, grid_rows: int, chart: int) -> Fit:
+    """Split `box` rows between `grid_rows` rows of panes and a chart that would like `chart` rows.
+
+    In order, until every pane has room for its newest line: the chart shrinks (not below CHART_MIN),
+    the progress bars go (the status line still says step N/M), the chart goes, then the panes get a
+    fixed height and the grid scrolls.
+    """
+    if grid_rows <= 0:
+        return Fit(chart, True, None)
+
+    def need(bars: bool, tail: int) -> int:
+        return grid_rows * (PANE_FRAME + (BAR if bars else 0) + tail)
+
+    for bars in (True, False):
+        if box - chart >= need(bars, TAIL_WANT):
+            return Fit(chart, bars, None)
+        shrunk = min(chart, max(CHART_MIN, box - need(bars, TAIL_WANT)))
+        if box - shrunk >= need(bars, TAIL_MIN):
+            return Fit(shrunk, bars, None)
+    for bars in (True, False):
+        if box >= need(bars, TAIL_MIN):
+            return Fit(0, bars, None)
+    return Fit(0, False, PANE_FRAME + TAIL_MIN)
