@@ -131,3 +131,41 @@ def test_dataloader_worker_hang_names_the_worker_and_its_function(tmp_path, runs
     assert f"    rank 0's DataLoader worker 1 (pid {wk['pid']}), thread MainThread, innermost user frame first:" in text
     assert f"      slow_load() at dataloader_worker_hang.py:{slow}    time.sleep(3600)  # SLOW_LOAD_LINE" in text
     assert "DataLoader worker 1" in (session.run_dir / "stacks" / "01-stall" / "rank0.txt").read_text()
+
+
+@pytest.mark.timeout(150)
+def test_d_in_the_dashboard_on_a_healthy_run_shows_stacks_and_no_diagnosis(tmp_path, runs_dir):
+    import asyncio
+    import time
+
+    from tests.test_tui_app import SIZE
+    from tui.app import DdpApp, LiveSource
+    from tui.widgets.banner import Banner
+
+    profile = load_profile(_profile(tmp_path, "healthy_ddp_loop.py", stall_after=60), [])
+
+    async def drive():
+        app = DdpApp(source=LiveSource(profile, runs_dir))
+        async with app.run_test(size=SIZE) as pilot:
+            end = time.monotonic() + 120
+            m = app.model
+            while not (m.ranks and all((rv.step or 0) >= 20 for rv in m.ranks.values())):
+                assert time.monotonic() < end and app.running, "the run did not reach step 20"
+                await pilot.pause(0.1)
+            await pilot.press("d")
+            while m.stacks is None:
+                assert time.monotonic() < end, "no stacks after d"
+                await pilot.pause(0.1)
+            await pilot.pause(0.5)  # the engine's turn after the dump, and a redraw
+            banner = str(app.screen.query_one(Banner).render())
+            view = str(app.screen.query_one("#stacks-view .stacks-text").render())
+            await pilot.press("s")
+            while app.running and time.monotonic() < end:
+                await pilot.pause(0.2)
+            return m, banner, view
+
+    m, banner, view = asyncio.run(drive())
+    assert m.hang is None and m.stall is None and set(m.stacks.threads) == {0, 1}
+    assert not NOT_A_VERDICT.search(banner), banner
+    assert "no rank is stalled, so no verdict" in view and "(culprit)" not in view and "(waiting)" not in view, view
+    assert "rank 0" in view and "thread MainThread" in view
