@@ -128,8 +128,9 @@ class StallDetected(Event):
     stalled: tuple[int, ...]
     progressing: tuple[int, ...]
     since: float  # wall time of the last progress of the stalled ranks
-    threshold: float  # the stall_after in force (seconds)
+    threshold: float  # the limit that applied to the rank that triggered it (seconds)
     wall: float
+    reason: str = ""  # which rule fired, with its numbers: "no step or output for 61 s (startup_grace 60 s ...)"
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,13 @@
 """Per-rank progress bookkeeping and the decisions made from it: stalled, slow, crashed, completed."""
 from __future__ import annotations
 
-import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
+from .steptime import StepClock
+
 MAX_POINTS = 2000  # loss points kept per rank (older ones thinned, first and last always kept)
 POINTS_PER_EVENT = 500  # loss points one Progress event carries at most
-QUIET = 1.0  # seconds without progress that make a rank part of a stall another rank triggered
 
 
 @dataclass
@@ -22,8 +22,8 @@ class RankTrack:
     summary_loss: dict | None = None  # the workload's own "loss: A -> B over N steps"
     last_progress: float = 0.0  # monotonic
     last_progress_wall: float = 0.0
-    last_step_at: float | None = None
-    intervals: deque = field(default_factory=lambda: deque(maxlen=64))
+    clock: StepClock = field(default_factory=StepClock)  # step durations
+    cpu_hist: deque = field(default_factory=lambda: deque(maxlen=16))  # (monotonic, CPU seconds) samples
     pid: int | None = None
     host: str = ""
     returncode: int | None = None
@@ -57,10 +57,9 @@ class RankTrack:
         """Record a step/loss (`reported`: from the rank's own report, not a parsed log line); True if it is news."""
         news = False
         if step is not None and (self.step is None or step > self.step):
-            if self.last_step_at is not None and self.step is not None and mono > self.last_step_at:
-                # steps read in one chunk share a read time: only gaps between reads measure step time
-                self.intervals.append((mono - self.last_step_at) / max(1, step - self.step))
-            self.step, self.last_step_at, news = step, mono, True
+            if not reported:  # reported steps are timed by the rank's own clock (Session._report)
+                self.clock.read(step, mono)
+            self.step, news = step, True
         if loss is not None and self._curve_takes(step, reported):
             self.loss, news = loss, True
             if self.first_loss is None:
@@ -102,37 +101,6 @@ class RankTrack:
         return self.digests is not None and self.exc is None and reached
 
 
-def median_interval(tracks) -> float | None:
-    vals = [v for t in tracks for v in t.intervals]
-    return statistics.median(vals) if len(vals) >= 3 else None
-
-
-def stall_threshold(profile, tracks) -> float:
-    """Seconds without progress that count as a stall, learned from step times unless the profile fixes it."""
-    if profile.stall_after != "auto":
-        return float(profile.stall_after)
-    med = median_interval(tracks)
-    return 30.0 if med is None else max(10.0, 20.0 * med)
-
-
-def find_stall(profile, tracks, now: float) -> tuple[list[int], list[int], float] | None:
-    """(stalled ranks, still progressing ranks, threshold) when some live rank exceeded the threshold."""
-    live = [t for t in tracks if t.alive and not t.completed]  # a finished rank may take seconds to exit
-    if not live:
-        return None
-    base = stall_threshold(profile, tracks)
-    over = []
-    for t in live:
-        limit = base if t.step is not None else max(base, profile.startup_grace)
-        if now - t.last_progress > limit:
-            over.append(t)
-    if not over:
-        return None
-    stalled = sorted({t.rank for t in over} | {t.rank for t in live if now - t.last_progress > QUIET})
-    progressing = sorted(t.rank for t in live if t.rank not in stalled)
-    return stalled, progressing, base
-
-
 def find_slow(tracks) -> list[int]:
     """Ranks progressing but far behind the others (a straggler in a workload not in lock-step)."""
     live = [t for t in tracks if t.alive and t.step is not None]
@@ -140,16 +108,3 @@ def find_slow(tracks) -> list[int]:
         return []
     lead = max(t.step for t in live)
     return sorted(t.rank for t in live if lead - t.step > max(5, 0.25 * lead))
-
-
-def slowed_down(tracks, baseline: float | None) -> float | None:
-    """How many times slower the recent steps are than the early baseline (None when not notably)."""
-    if not baseline:
-        return None
-    # three slow steps in a row on every rank still training: one hiccup of a loaded machine is not a slow-down
-    recent = [statistics.median(list(t.intervals)[-3:]) for t in tracks
-              if t.alive and not t.completed and len(t.intervals) >= 3]
-    if not recent:
-        return None
-    r = statistics.median(recent) / baseline
-    return r if r >= 4.0 else None

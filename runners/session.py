@@ -13,7 +13,9 @@ import psutil
 
 from . import events as ev
 from . import parse, procs, replica
-from .monitor import RankTrack, find_slow, find_stall, median_interval, slowed_down
+from . import stall as stall_rule
+from .monitor import RankTrack, find_slow
+from .steptime import slowed_down, take_report
 from .record import RunRecord, new_run_dir
 from .tail import Tailer
 
@@ -79,8 +81,10 @@ class Session:
         self._matcher = None
         self._torchrun_rank: int | None = None
         self._first_failure: float | None = None
-        self._baseline: float | None = None
-        self._slow_reported = False
+        self.slow_info: dict | None = None  # the slow ranks named, once per run
+        self._slow_samples: list[float] = []  # when stacks were sampled to find the slow rank
+        self._held_said = False  # the current stall hold (busy ranks past their limit) was said
+        self._cpu_pid: dict[int, int] = {}  # rank -> pid its CPU history belongs to
         self._tearing_down = False
         self._pending_progress: dict[int, tuple[float, str]] = {}  # rank -> (wall, source), one event per turn
         self._started_mono = time.monotonic()
@@ -329,12 +333,15 @@ class Session:
             pairs = rep.get("steps")  # a rank's batched [[step, loss], ...] since its last report
             if not isinstance(pairs, list):
                 pairs = [(rep.get("step"), rep.get("loss"))]
-            news = False
+            news, steps = False, []
             for pair in pairs:
                 step, loss = pair if isinstance(pair, (list, tuple)) and len(pair) == 2 else (None, None)
                 step = step if isinstance(step, int) else None
                 loss = loss if isinstance(loss, (int, float)) else None
                 news = t.saw_step(step, loss, mono, wall, reported=True) or news
+                if step is not None:
+                    steps.append(step)
+            take_report(t.clock, rep, steps, mono)  # step time by the rank's own clock (`at`, `dt`)
             if news:
                 self._pending_progress[rank] = (wall, "hook" if kind == "step" else "report")
         elif kind == "digest":
@@ -438,19 +445,45 @@ class Session:
                 elif not t.completed and self._first_failure is None and t.exc is not None:
                     self._first_failure = time.monotonic()
 
-    def _sample_resources(self) -> None:
-        cpu, rss = {}, {}
+    def _sample_resources(self, emit: bool = True) -> None:
+        """CPU % and RSS of every live rank; each rank's CPU seconds are kept for the stall rule's busy test.
+
+        A rank whose process is not known yet (a launcher still starting it) is judged by its launcher's CPU."""
+        cpu, rss, seen = {}, {}, {}
         for t in self.tracks.values():
-            if not t.pid or not t.alive:
+            if not t.alive:
                 continue
-            try:
-                pr = _psproc(t.pid)
-                cpu[t.rank] = pr.cpu_percent(None)
-                rss[t.rank] = pr.memory_info().rss
-            except psutil.Error:
-                pass
-        if cpu:
+            pid = t.pid or self._starter_pid(t.rank)
+            if not pid:
+                continue
+            if pid not in seen:
+                try:
+                    pr = _psproc(pid)
+                    with pr.oneshot():
+                        times = pr.cpu_times()
+                        seen[pid] = (time.monotonic(), times.user + times.system, pr.memory_info().rss)
+                except psutil.Error:
+                    seen[pid] = None
+            if seen[pid] is None:
+                continue
+            mono, used, size = seen[pid]
+            if self._cpu_pid.get(t.rank) != pid:  # another process now (started, restarted): history starts over
+                self._cpu_pid[t.rank] = pid
+                t.cpu_hist.clear()
+            prev = t.cpu_hist[-1] if t.cpu_hist else None
+            t.cpu_hist.append((mono, used))
+            if t.pid:
+                cpu[t.rank] = 100.0 * (used - prev[1]) / (mono - prev[0]) if prev and mono > prev[0] else 0.0
+                rss[t.rank] = size
+        if cpu and emit:
             self._emit(ev.Resources(cpu, rss, time.time()))
+
+    def _starter_pid(self, rank: int) -> int | None:
+        """The live launcher that is to start `rank`, while the rank has not said its pid."""
+        for pr in self.procs:
+            if pr.returncode is None and rank in pr.spec.ranks:
+                return pr.pid
+        return None
 
     # ---- decisions -----------------------------------------------------------------------------------
     def _check(self, mono: float):
@@ -465,28 +498,48 @@ class Session:
                                     + ", ".join(map(str, live)))
                 return "failed", EXIT_FAILED
         if self._first_failure is None:
-            found = find_stall(p, self.tracks.values(), mono)
-            if found and self.stall_info is None:
-                return self._stalled(*found)
-            if not found and self.stall_info is not None:
-                self.stall_info = None  # it moved again: a later stall is a new one
-                for t in self.tracks.values():
-                    if t.stalled:
-                        t.stalled = False
-                        self._set_status(t, "running", "progressing again")
-            self._check_slow()
+            found = self._judge_stall(mono)
+            if isinstance(found, stall_rule.Stall) and self.stall_info is None:
+                return self._stalled(found)
+            if isinstance(found, stall_rule.Held) and self.stall_info is None and not self._held_said:
+                self._held_said = True
+                self._launcher_line(f"ddptui: {found.reason}")
+            if found is None:
+                self._held_said = False
+                if self.stall_info is not None:
+                    self.stall_info = None  # it moved again: a later stall is a new one
+                    for t in self.tracks.values():
+                        if t.stalled:
+                            t.stalled = False
+                            self._set_status(t, "running", "progressing again")
+            self._check_slow(mono)
         return None
 
-    def _stalled(self, stalled, progressing, threshold):
+    def _judge_stall(self, mono: float):
+        """None, a Stall, or Held: ranks past their limit while a quiet one still burns CPU."""
+        tracks = self.tracks.values()
+        if not stall_rule.any_over(stall_rule.quiet_ranks(self.profile, tracks, mono, with_cpu=False)):
+            return None
+        self._sample_resources(emit=False)  # the CPU evidence as of now, not as of the last 1 s sample
+        now = time.monotonic()
+        live = stall_rule.live_tracks(tracks)
+        floor = stall_rule.busy_floor(len(os.sched_getaffinity(0)), len(live), os.getloadavg()[0])
+        return stall_rule.judge(stall_rule.quiet_ranks(self.profile, tracks, now), floor)
+
+    def _stalled(self, found):
         wall = time.time()
+        stalled, progressing, limit = found.stalled, found.progressing, found.trigger.limit
         since = min(self.tracks[r].last_progress_wall for r in stalled)
-        self.stall_info = {"stalled": stalled, "progressing": progressing, "threshold": threshold,
+        self.stall_info = {"stalled": stalled, "progressing": progressing, "threshold": limit.seconds,
+                           "rule": limit.rule, "reason": found.reason, "trigger": found.trigger.rank,
                            "detected": wall, "since": since}
-        for r in stalled:
-            t = self.tracks[r]
-            t.stalled = True
-            self._set_status(t, "stalled", f"no progress for {time.monotonic() - t.last_progress:.1f} s")
-        self._emit(ev.StallDetected(tuple(stalled), tuple(progressing), since, threshold, wall))
+        for q in found.quiet:
+            if q.rank in stalled:
+                t = self.tracks[q.rank]
+                t.stalled = True
+                self._set_status(t, "stalled", f"no step or output for {q.quiet:.0f} s ({q.limit.rule})"
+                                 + ("" if q.cpu is None else f", {q.cpu * 100:.0f} % of a core"))
+        self._emit(ev.StallDetected(tuple(stalled), tuple(progressing), since, limit.seconds, wall, found.reason))
         if self.profile.runner == "mirage" and self.world > 1 and self._matcher is not None:
             hint = self._matcher.raise_code("mirage-multigpu-hang")
             if hint is not None:
@@ -502,21 +555,54 @@ class Session:
             return "stalled", EXIT_STALLED
         return None
 
-    def _check_slow(self) -> None:
-        if self._baseline is None and sum(len(x.intervals) for x in self.tracks.values()) >= 10:
-            self._baseline = median_interval(self.tracks.values())  # the early step time, to compare with
-        if self._slow_reported:
+    def _check_slow(self, mono: float) -> None:
+        """Name a rank whose steps got SLOWER x its own early steps (by its own clock), or a straggler, once."""
+        if self.slow_info is not None:
             return
-        slow = find_slow(self.tracks.values())
-        ratio = slowed_down(self.tracks.values(), self._baseline)
-        if slow:
-            self._slow_reported = True
-            for r in slow:
-                self._set_status(self.tracks[r], "slow", "far behind the other ranks")
-        elif ratio:
-            self._slow_reported = True
-            self._launcher_line(f"ddptui: steps are {ratio:.0f}x slower than at the start; sampling stacks once")
-            self._collect_stacks("slow", slow=True)
+        lag = find_slow(self.tracks.values())
+        if lag:
+            lead = max(t.step for t in self.tracks.values() if t.alive and t.step is not None)
+            for r in lag:
+                self._set_status(self.tracks[r], "slow", f"at step {self.tracks[r].step}, "
+                                 f"{lead - self.tracks[r].step} steps behind the lead ({lead})")
+            self._slow_named(lag, f"{_ranks_word(lag)} far behind the other ranks (lead at step {lead})")
+            return
+        clocks = {t.rank: t.clock for t in self.tracks.values() if t.alive and not t.completed}
+        downs = slowed_down(clocks)
+        if not downs:
+            return
+        timed = [r for r, c in clocks.items() if c.baseline() is not None and c.recent() is not None]
+        if len(timed) == 1 or {d.rank for d in downs} != set(timed):
+            self._slow_ranks(downs, "")  # the others kept their pace: no doubt which ranks are slow
+            return
+        # Every rank slowed together (lock-step collectives): the slow one is the rank whose own work grew, the
+        # one NOT waiting in a collective when sampled. A sample can catch it in the collective too: up to 3.
+        if self._slow_samples and (len(self._slow_samples) >= 3 or mono - self._slow_samples[-1] < 1.0):
+            return
+        if not self._slow_samples:
+            self._launcher_line("ddptui: every rank's steps got slower (" + "; ".join(d.text() for d in downs)
+                                + "); sampling stacks to find the rank whose own work grew")
+        self._slow_samples.append(mono)
+        prev, self.hang = self.hang, None
+        self._collect_stacks("slow", slow=True)
+        hv = self.hang
+        if prev is not None:
+            self.hang = prev  # a stall's verdict stays the run's verdict
+        culprits = set(hv.culprits) if hv is not None else set()
+        named = [d for d in downs if d.rank in culprits]
+        if named:
+            self._slow_ranks(named, " (every rank slowed in lock-step; it is the one not waiting in a collective)")
+        elif len(self._slow_samples) >= 3:
+            self._slow_ranks(downs, " (every rank slowed in lock-step; 3 stack samples did not single one out)")
+
+    def _slow_ranks(self, downs, why: str) -> None:
+        for d in downs:
+            self._set_status(self.tracks[d.rank], "slow", d.text().split("'s ", 1)[1])
+        self._slow_named([d.rank for d in downs], "; ".join(d.text() for d in downs) + why)
+
+    def _slow_named(self, ranks, text: str) -> None:
+        self.slow_info = {"ranks": list(ranks), "text": text, "wall": time.time()}
+        self._launcher_line(f"ddptui: {text}")
 
     # ---- stacks and verdicts -------------------------------------------------------------------------
     def _targets(self):
@@ -701,6 +787,7 @@ class Session:
             "replica": None if rep is None else {"status": rep.status, "text": rep.text, "param": rep.param,
                                                  "ranks": list(rep.ranks)},
             "stall": self.stall_info,
+            "slow": self.slow_info,
             "hang": None if self.hang is None else {"text": self.hang.text, "culprits": list(self.hang.culprits),
                                                     "waiting": list(self.hang.waiting), "where": self.hang.where},
             "crash": None if self.crash is None else {"text": self.crash.text, "root_rank": self.crash.root_rank,
@@ -725,6 +812,10 @@ def _psproc(pid: int) -> psutil.Process:
     if pr is None:
         pr = _PS_CACHE[pid] = psutil.Process(pid)
     return pr
+
+
+def _ranks_word(ranks) -> str:
+    return f"rank {ranks[0]} is" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))} are"
 
 
 def _thread_filter(profile, rank: int):

@@ -157,6 +157,34 @@ def test_step_hook_counts_and_throttles(tmp_path):
     assert not [x for x in reports(p.stdout) if x["k"] == "digest"]  # no DDP model, nothing to digest
 
 
+@pytest.mark.timeout(90)
+def test_progress_lines_carry_the_ranks_own_step_clock(tmp_path):
+    p = run_py(tmp_path, """
+        import time, torch
+        w = torch.nn.Parameter(torch.ones(3))
+        opt = torch.optim.SGD([w], lr=0.01)
+        for i in range(60):
+            opt.zero_grad(); (w * w).sum().backward(); opt.step()
+            if i < 40:
+                time.sleep(0.03)  # steps 2..41 take at least 30 ms each
+        """, DDPTUI="1", RANK="0")
+    assert p.returncode == 0, p.stderr
+    lines = [x for x in reports(p.stdout) if x["k"] == "step"]
+    assert 2 <= len(lines) < 60  # still batched
+    assert all(x["at"][0] == x["step"] for x in lines)  # stamped at the step the line reports
+    ats = [x["at"] for x in lines]
+    assert [a[0] for a in ats] == sorted({a[0] for a in ats}) and [a[1] for a in ats] == sorted(a[1] for a in ats)
+    timed = {}  # step -> its own duration, from the dt lists (newest last, ending at the line's step)
+    for x in lines:
+        for k, d in enumerate(reversed(x.get("dt", []))):
+            timed[x["step"] - k] = d
+    assert set(timed) == set(range(2, 61))  # every step but the first, one by one (at most 64 per line)
+    assert all(timed[n] >= 0.03 for n in range(2, 42)), timed
+    for a, b in zip(lines, lines[1:]):  # a line's durations fit in the time since the previous line
+        span = [timed[n] for n in range(a["step"] + 1, b["step"] + 1)]
+        assert sum(span) == pytest.approx(b["at"][1] - a["at"][1], abs=1e-4)
+
+
 PLAIN_DDP = """
 import os, sys
 import torch
@@ -260,6 +288,8 @@ def test_report_helpers_in_process(capfd, monkeypatch):
                  list(p.shape), "torch.float64"] for n, p in inner.named_parameters()]
     assert dig == {"k": "digest", "r": 2, "source": "explicit", "params": expected}
     assert [p[0] for p in dig["params"]] == ["0.weight", "0.bias", "1.weight"]
+    assert loss.pop("at")[0] == 5 and step.pop("at")[0] == 6  # the rank's clock: [step, monotonic time]
+    assert len(step.pop("dt")) == 1  # step 6 came right after step 5: its duration, by the rank's clock
     assert loss == {"k": "loss", "r": 2, "steps": [[5, 0.25]]}
     assert step == {"k": "step", "r": 2, "step": 6}
     assert verdict == {"k": "verdict", "r": 2, "ok": False, "text": "nope"}
@@ -269,7 +299,8 @@ def test_report_helpers_in_process(capfd, monkeypatch):
     monkeypatch.delenv("RANK")
     ddptui_report.step(1)
     ddptui_report.flush_progress()
-    assert reports(capfd.readouterr().out) == [{"k": "step", "r": None, "step": 1}]
+    [last] = reports(capfd.readouterr().out)
+    assert last.pop("at")[0] == 1 and last == {"k": "step", "r": None, "step": 1}
 
 
 @pytest.mark.timeout(60)
@@ -303,7 +334,10 @@ def test_report_thread_never_holds_the_process_at_exit(tmp_path):
         import threading, time, ddptui_report
         for n in (1, 2, 3):
             ddptui_report.loss(n, 0.5)
-        time.sleep(0.3)  # the thread is running and has written what was pending
+        deadline = time.monotonic() + 30  # until the thread runs and has written what was pending
+        while ddptui_report._losses and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not ddptui_report._losses
         assert [t.name for t in threading.enumerate() if t.name == "ddptui-report"] == ["ddptui-report"]
         ddptui_report.loss(4, 0.25)  # pending at exit: written by the exit hook
         print("leaving", time.time(), flush=True)

@@ -55,8 +55,8 @@ class Console:
                 who = "" if e.rank is None else f" (rank {e.rank})"
                 parts.append(self._note(e.wall, f"{e.title}{who}: {e.explanation} Fix: {e.fix}", "hint"))
             elif isinstance(e, ev.StallDetected):
-                parts.append(self._note(e.wall, f"stall: ranks {', '.join(map(str, e.stalled))} made no progress "
-                                        f"for {e.threshold:g} s", "stall"))
+                said = e.reason or f"made no progress for {e.threshold:g} s"
+                parts.append(self._note(e.wall, f"stall: ranks {', '.join(map(str, e.stalled))}: {said}", "stall"))
             elif isinstance(e, ev.StacksCollected):
                 self.stacks = e
                 parts.append(self._note(e.wall, f"stacks of {len(e.threads)} ranks collected in {e.seconds:.2f} s "
@@ -94,6 +94,10 @@ class Console:
         rep = s.get("replica")
         if rep:
             rows.append(f"replicas: {rep['text']}")
+        if s.get("slow"):
+            rows.append(f"slow: {s['slow']['text']}")
+        if s.get("stall") and s["stall"].get("reason"):
+            rows.append(f"stall: {s['stall']['reason']}")
         if s.get("hang"):
             rows.append(f"stall: {s['hang']['text']}")
         if s.get("crash"):

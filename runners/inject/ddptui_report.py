@@ -103,6 +103,11 @@ _hook_counts: dict[int | None, int] = {}  # rank -> optimizer steps counted by t
 # may still wait for its peers in the step's sync). A rank that reports only every N steps still gets the
 # hook's steps in between.
 _explicit: dict[int | None, int] = {}
+# rank -> (newest step, monotonic time it was counted), and the durations of its newest single steps since the
+# last line: the engine times steps by the rank's own clock, not by when it happened to read the line
+DT_KEEP = 64
+_stamps: dict[int | None, tuple[int, float]] = {}
+_dts: "dict[int | None, collections.deque[tuple[int, float]]]" = {}  # (step, its duration)
 _last = {"written": 0.0, "called": 0.0}  # monotonic times of the last progress line and the last progress call
 _flush_lock = threading.Lock()
 _start_lock = threading.Lock()
@@ -112,9 +117,16 @@ if hasattr(threading, "_register_atexit"):  # runs before non-daemon threads are
     threading._register_atexit(_exiting.set)
 
 
-def _progress_added() -> None:
+def _progress_added(r: int | None, n: int) -> None:
     now = time.monotonic()
     _last["called"] = now
+    st = _stamps.get(r)
+    if st is None or n > st[0]:
+        if st is None:
+            _dts[r] = collections.deque(maxlen=DT_KEEP)
+        elif n == st[0] + 1:
+            _dts[r].append((n, now - st[1]))
+        _stamps[r] = (n, now)
     if now - _last["written"] >= FLUSH_EVERY:
         flush_progress()
     elif _flusher is None:
@@ -154,12 +166,35 @@ def flush_progress() -> None:
             except IndexError:
                 break
             by_rank.setdefault(r, []).append([n, value])
-        for r, pairs in by_rank.items():
-            _write({"k": "loss", "r": r, "steps": pairs})
+        lines: dict[int | None, list] = {r: [{"k": "loss", "r": r, "steps": pairs}] for r, pairs in by_rank.items()}
         for r in list(_steps):
             n = _steps.pop(r, None)
             if n is not None and not any(p[0] >= n for p in by_rank.get(r, ())):
-                _write({"k": "step", "r": r, "step": n})
+                lines.setdefault(r, []).append({"k": "step", "r": r, "step": n})
+        for r, bodies in lines.items():
+            _stamp(bodies[-1], r)
+            for body in bodies:
+                _write(body)
+
+
+def _stamp(body: dict, r: int | None) -> None:
+    """The rank's clock on its last line of a flush: `at` [step, monotonic time], `dt` single-step durations."""
+    st, d, dts, later = _stamps.get(r), _dts.get(r), [], []
+    while d:  # popped one by one: the stepping thread may append meanwhile
+        try:
+            n, dt = d.popleft()
+        except IndexError:
+            break
+        if st is None or n <= st[0]:
+            dts.append(round(dt, 6))
+        else:  # stepped after `st` was read: it belongs to the next line
+            later.append((n, dt))
+    for item in reversed(later):
+        d.appendleft(item)
+    if st is not None:
+        body["at"] = [st[0], round(st[1], 6)]
+        if dts:
+            body["dt"] = dts
 
 
 def _after_fork_in_child() -> None:
@@ -170,6 +205,8 @@ def _after_fork_in_child() -> None:
     _steps.clear()
     _hook_counts.clear()
     _explicit.clear()
+    _stamps.clear()
+    _dts.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -182,7 +219,7 @@ def step(n: int, loss: Any = None) -> None:
         return
     r, n = rank(), int(n)
     _explicit[r] = _steps[r] = n
-    _progress_added()
+    _progress_added(r, n)
 
 
 def loss(step: int, value: Any) -> None:
@@ -194,7 +231,7 @@ def _add_loss(n: int, value: Any) -> None:
     r = rank()
     _explicit[r] = n
     _losses.append((r, n, _num(value)))
-    _progress_added()
+    _progress_added(r, n)
 
 
 def count_step() -> None:
@@ -204,7 +241,7 @@ def count_step() -> None:
     mine = _explicit.get(r)
     if mine is None or n > mine + 1:
         _steps[r] = n
-        _progress_added()
+        _progress_added(r, n)
 
 
 def verdict(ok: bool, text: str) -> None:

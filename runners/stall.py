@@ -1,0 +1,148 @@
+"""When quiet ranks count as stalled: the limit rule that applies to each rank, and CPU evidence that a quiet rank is busy."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .steptime import fmt_seconds, median_step
+
+QUIET = 1.0  # seconds without progress that make a rank part of a stall another rank triggered
+AUTO_FACTOR, AUTO_MIN, AUTO_UNKNOWN = 20.0, 10.0, 30.0  # stall_after auto: 20 x median step, >= 10 s; 30 s before
+BUSY_WINDOW = 3.0  # seconds of CPU time looked at (never more than the rank has been quiet)
+BUSY_HOLD = 3.0  # a busy quiet rank holds a stall off until the quiet time reaches this many times the limit
+BLOCKED_CPU = 0.03  # a rank blocked in a collective uses ~0.5 % of a core; never call less than 3 % busy
+BUSY_CPU = 0.25  # enough to be busy on a machine with a core to spare per rank
+
+
+@dataclass(frozen=True)
+class Limit:
+    seconds: float
+    rule: str  # which rule set it, with its numbers
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """One live rank as the stall rule sees it."""
+
+    rank: int
+    quiet: float  # seconds since its last step or output
+    limit: Limit
+    cpu: float | None  # share of a core over the recent window; None: not measured
+
+    @property
+    def over(self) -> bool:
+        return self.quiet > self.limit.seconds
+
+
+@dataclass(frozen=True)
+class Stall:
+    stalled: list[int]
+    progressing: list[int]
+    trigger: Quiet  # the rank furthest past its limit
+    reason: str  # what fired, with the numbers that applied
+    quiet: tuple[Quiet, ...] = ()  # every live rank as judged
+
+
+@dataclass(frozen=True)
+class Held:
+    """Ranks are past their limit but some quiet rank keeps burning CPU: not a stall (yet)."""
+
+    busy: dict[int, float]  # rank -> share of a core
+    trigger: Quiet
+    until: float  # quiet seconds at which the hold ends
+    reason: str
+
+
+def base_limit(profile, median: float | None) -> Limit:
+    if profile.stall_after != "auto":
+        return Limit(float(profile.stall_after), f"stall_after {float(profile.stall_after):g} s")
+    if median is None:
+        return Limit(AUTO_UNKNOWN, f"stall_after auto: {AUTO_UNKNOWN:g} s until step times are known")
+    return Limit(max(AUTO_MIN, AUTO_FACTOR * median),
+                 f"stall_after auto = {AUTO_FACTOR:g} x median step {fmt_seconds(median)}, min {AUTO_MIN:g} s")
+
+
+def limit_for(profile, started: bool, median: float | None) -> Limit:
+    """The limit of one rank: `started` once it made its first step."""
+    base = base_limit(profile, median)
+    if not started and profile.startup_grace > base.seconds:
+        return Limit(float(profile.startup_grace),
+                     f"startup_grace {float(profile.startup_grace):g} s applies before the first step")
+    return base
+
+
+def cpu_share(hist, now: float, window: float) -> float | None:
+    """Share of one core used over about the last `window` seconds, from (monotonic, cpu seconds) samples."""
+    if not hist or window < 0.5:
+        return None
+    m1, c1 = hist[-1]
+    if now - m1 > 1.5:  # stale: the rank is gone or sampling stopped
+        return None
+    start = None
+    for m, c in reversed(hist):
+        if m1 - m > window + 0.5:
+            break
+        start = (m, c)
+    if start is None or m1 - start[0] < 0.5:
+        return None
+    return max(0.0, (c1 - start[1]) / (m1 - start[0]))
+
+
+def busy_floor(ncpu: int, ranks: int, load: float) -> float:
+    """The CPU share above which a quiet rank counts as busy: a quarter of its fair share of the machine."""
+    share = ncpu / max(ncpu, ranks, load, 1)
+    return min(BUSY_CPU, max(BLOCKED_CPU, 0.25 * share))
+
+
+def live_tracks(tracks) -> list:
+    return [t for t in tracks if t.alive and not t.completed]  # a finished rank may take seconds to exit
+
+
+def quiet_ranks(profile, tracks, now: float, with_cpu: bool = True) -> list[Quiet]:
+    live = live_tracks(tracks)
+    median = median_step([t.clock for t in tracks])
+    out = []
+    for t in live:
+        quiet = now - t.last_progress
+        cpu = cpu_share(t.cpu_hist, now, min(BUSY_WINDOW, quiet)) if with_cpu else None
+        out.append(Quiet(t.rank, quiet, limit_for(profile, t.step is not None, median), cpu))
+    return out
+
+
+def any_over(quiet: list[Quiet]) -> bool:
+    return any(q.over for q in quiet)
+
+
+def judge(quiet: list[Quiet], floor: float) -> Stall | Held | None:
+    """Stall, Held (past the limit, but a quiet rank is busy on CPU) or None."""
+    over = [q for q in quiet if q.over]
+    if not over:
+        return None
+    trigger = max(over, key=lambda q: (q.quiet / q.limit.seconds, q.quiet))
+    stalled = sorted({q.rank for q in over} | {q.rank for q in quiet if q.quiet > QUIET})
+    progressing = sorted(q.rank for q in quiet if q.rank not in stalled)
+    said = f"no step or output for {trigger.quiet:.0f} s ({trigger.limit.rule})"
+    busy = {q.rank: q.cpu for q in quiet if q.rank in stalled and q.cpu is not None and q.cpu >= floor}
+    if busy:
+        until = BUSY_HOLD * trigger.limit.seconds
+        cpu = _cpu_words(busy)
+        if trigger.quiet <= until:
+            return Held(busy, trigger, until, f"{said}, but {cpu}: busy, not stalled; "
+                                                f"held until {until:g} s ({BUSY_HOLD:g} x the limit)")
+        return Stall(stalled, progressing, trigger,
+                     f"{said}; {cpu}, held {BUSY_HOLD:g} x the limit ({until:g} s) without a step: "
+                     f"busy but not progressing", tuple(quiet))
+    return Stall(stalled, progressing, trigger, said, tuple(quiet))
+
+
+def _cpu_words(busy: dict[int, float]) -> str:
+    ranks = sorted(busy)
+    lo, hi = min(busy.values()) * 100, max(busy.values()) * 100
+    pct = f"{lo:.0f} %" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f} %"
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_span(ranks)}"
+    return f"{who} still {'uses' if len(ranks) == 1 else 'use'} {pct} of a core{'' if len(ranks) == 1 else ' each'}"
+
+
+def _span(ranks: list[int]) -> str:
+    if len(ranks) > 3 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ", ".join(map(str, ranks))

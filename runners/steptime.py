@@ -1,0 +1,157 @@
+"""Step durations per rank, from the rank's own clock (read times only as a fallback), and the slow-down rule."""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+BASE_STEPS = 20  # the early steps a rank's baseline step time is the median of
+SLOWER = 4.0  # recent steps this many times the baseline: the rank slowed down
+RECENT_STEPS, RECENT_SECONDS = 3, 1.0  # "recent" spans at least 3 steps and 1 s: one hiccup of a loaded machine is not a slow-down
+KEEP = 256  # samples kept per rank
+
+
+def weighted_median(samples) -> float | None:
+    """Median of (value, weight) pairs, each value counted weight times."""
+    pairs = sorted(samples)
+    total = sum(w for _, w in pairs)
+    if total <= 0:
+        return None
+    acc = 0.0
+    for v, w in pairs:
+        acc += w
+        if acc >= total / 2:
+            return v
+    return pairs[-1][0]
+
+
+class StepClock:
+    """One rank's step durations as (seconds per step, steps) samples, newest last.
+
+    A rank that reports `at` ([step, its own monotonic time]) and `dt` (the durations of its newest single
+    steps) is timed by its own clock only. Otherwise steps are timed by the engine's read times, from the
+    newest step of one read to the newest of the next (steps read together share one read time).
+    """
+
+    def __init__(self) -> None:
+        self.own = False
+        self.samples: deque = deque(maxlen=KEEP)
+        self.early: list = []  # the first samples, until they cover BASE_STEPS steps
+        self.timed_steps = 0  # steps the early samples cover
+        self._mark: tuple[int, float] | None = None  # (step, time) the next span starts from
+        self._read: tuple[int, float] | None = None  # (newest step, read time) of the current read
+
+    def _add(self, per_step: float, steps: int) -> None:
+        if steps <= 0 or per_step < 0:
+            return
+        self.samples.append((per_step, steps))
+        if self.timed_steps < BASE_STEPS:
+            self.early.append((per_step, steps))
+            self.timed_steps += steps
+
+    def reported(self, step: int, at: float, dts=()) -> None:
+        """A report stamped by the rank: step `step` was counted at its time `at`; `dts` are the durations
+        of the single steps that led to it (newest last, possibly fewer than the steps since the last report)."""
+        if not self.own:  # the rank's clock replaces read-time estimates from here on
+            self.own, self._read, self._mark = True, None, None
+            self.samples.clear()
+            self.early.clear()
+            self.timed_steps = 0
+        mark, self._mark = self._mark, (step, at)
+        dts = [d for d in dts if isinstance(d, (int, float)) and d >= 0]
+        if mark is None or step <= mark[0] or at < mark[1]:
+            for d in dts:  # no span to check them against (first report, or the rank's count restarted)
+                self._add(d, 1)
+            return
+        span, seconds = step - mark[0], at - mark[1]
+        dts = dts[-span:]
+        rest, rest_s = span - len(dts), max(0.0, seconds - sum(dts))
+        if rest:  # the steps the rank did not time one by one: their mean
+            self._add(rest_s / rest, rest)
+        for d in dts:
+            self._add(d, 1)
+
+    def read(self, step: int, mono: float) -> None:
+        """A step parsed from output (or reported without a stamp), read at engine time `mono`."""
+        if self.own:
+            return
+        cur = self._read
+        if cur is not None and mono == cur[1]:
+            if step > cur[0]:
+                self._read = (step, mono)
+            return
+        if cur is not None:  # a new read: the previous one is complete, time it against the one before
+            mark = self._mark
+            if mark is not None and cur[0] > mark[0] and cur[1] > mark[1]:
+                self._add((cur[1] - mark[1]) / (cur[0] - mark[0]), cur[0] - mark[0])
+            self._mark = cur
+        self._read = (step, mono)
+
+    def baseline(self) -> float | None:
+        """Median duration of the rank's first BASE_STEPS timed steps (its first step, start-up, is never timed)."""
+        return weighted_median(self.early) if self.timed_steps >= BASE_STEPS else None
+
+    def recent(self) -> float | None:
+        """Median duration of the newest steps: at least RECENT_STEPS of them covering RECENT_SECONDS."""
+        picked, steps, seconds = [], 0, 0.0
+        for per_step, n in reversed(self.samples):
+            picked.append((per_step, n))
+            steps, seconds = steps + n, seconds + per_step * n
+            if steps >= RECENT_STEPS and seconds >= RECENT_SECONDS:
+                break
+        if steps < RECENT_STEPS or seconds < RECENT_SECONDS:
+            return None
+        return weighted_median(picked)
+
+
+def median_step(clocks) -> float | None:
+    """The typical step time across ranks (recent samples of every rank), or None before 3 steps are timed."""
+    pool = [s for c in clocks for s in list(c.samples)[-64:]]
+    return weighted_median(pool) if sum(n for _, n in pool) >= 3 else None
+
+
+@dataclass(frozen=True)
+class SlowDown:
+    rank: int
+    recent: float  # seconds per step now
+    baseline: float  # seconds per step over its first steps
+    base_steps: int  # how many steps the baseline covers
+
+    @property
+    def ratio(self) -> float:
+        return self.recent / self.baseline if self.baseline > 0 else float("inf")
+
+    def text(self) -> str:
+        return (f"rank {self.rank}'s steps take {fmt_seconds(self.recent)}, {self.ratio:.0f}x its first "
+                f"{self.base_steps} steps' {fmt_seconds(self.baseline)}")
+
+
+def slowed_down(clocks: dict) -> list[SlowDown]:
+    """Ranks whose recent steps take SLOWER times their own baseline or more. `clocks`: rank -> StepClock."""
+    out = []
+    for rank, c in sorted(clocks.items()):
+        base, now = c.baseline(), c.recent()
+        if base is None or now is None:
+            continue
+        if now >= SLOWER * base and now - base >= 0.001:  # a microsecond loop jittering is not a slow-down
+            out.append(SlowDown(rank, now, base, c.timed_steps))
+    return out
+
+
+def fmt_seconds(s: float) -> str:
+    if s >= 10:
+        return f"{s:.0f} s"
+    if s >= 0.1:
+        return f"{s:.2f} s"
+    if s >= 0.001:
+        return f"{s * 1000:.0f} ms" if s >= 0.01 else f"{s * 1000:.1f} ms"
+    return f"{s * 1e6:.0f} us"
+
+
+def take_report(clock: StepClock, rep: dict, steps: list, mono: float) -> None:
+    """Time a `step`/`loss` report: by the rank's `at`/`dt` stamps, or by read time when it has none."""
+    at, dts = rep.get("at"), rep.get("dt")
+    if (isinstance(at, list) and len(at) == 2 and isinstance(at[0], int)
+            and isinstance(at[1], (int, float)) and not isinstance(at[1], bool)):
+        clock.reported(at[0], float(at[1]), dts if isinstance(dts, list) else ())
+    elif steps:
+        clock.read(max(steps), mono)

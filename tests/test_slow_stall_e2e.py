@@ -1,0 +1,95 @@
+"""Slow-down and stall decisions on real torchrun + gloo runs of plain user scripts, on this loaded machine."""
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from runners import events as ev
+from runners.session import EXIT_OK, EXIT_STALLED
+from tests.engine_helpers import run_profile
+from tui.console import Console
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def profile(tmp_path: Path, script: str, env: dict, **fields) -> Path:
+    """A profile for a fixture script under torchrun, 2 ranks, gloo."""
+    lines = ["name: " + Path(script).stem, "runner: torchrun", "nproc: 2", "workload:",
+             f"  script: {FIXTURES / script}", "backend: gloo", "timeout: 120"]
+    lines += [f"{k}: {v}" for k, v in fields.items()]
+    lines += ["env:"] + [f"  {k}: '{v}'" for k, v in env.items()]
+    path = tmp_path / f"{Path(script).stem}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def launcher_lines(rec) -> list[str]:
+    return rec.lines(None)
+
+
+@pytest.mark.timeout(150)
+def test_plain_script_whose_rank_1_slows_down_is_named(runs_dir, tmp_path):
+    # lock-step DDP: rank 1 sleeps 0.3 s per step from step 20, rank 0 waits for it in the all-reduce, so both
+    # ranks' steps slow down; the engine must name rank 1, the one whose own work grew
+    path = profile(tmp_path, "slow_rank_ddp.py", {"SLOW_SECONDS": "0.3", "SLOW_FROM": "20", "STEPS": "36"})
+    code, rec, session = run_profile(path, runs_dir)
+    assert code == EXIT_OK and not rec.of(ev.StallDetected)
+    slow = [e for e in rec.of(ev.RankState) if e.status == "slow"]
+    assert [e.rank for e in slow] == [1], slow
+    m = re.fullmatch(r"steps take ([\d.]+) s, (\d+)x its first (\d+) steps' .*", slow[0].detail)
+    assert m and float(m[1]) >= 0.3 and int(m[2]) >= 4 and int(m[3]) >= 20, slow[0].detail
+    assert any(ln.startswith("ddptui: rank 1's steps take") for ln in launcher_lines(rec))
+    summary = json.loads((session.run_dir / "summary.json").read_text())
+    assert summary["slow"]["ranks"] == [1]
+    text = Console(io.StringIO(), color=False).render_summary(rec.one(ev.RunFinished))
+    assert "\nslow: rank 1's steps take" in text
+
+
+@pytest.mark.timeout(150)
+def test_ranks_busy_on_cpu_before_their_first_step_are_not_stalled(runs_dir, tmp_path):
+    # 14 s of pure CPU work without output before the first step, under startup_grace 10: busy, not stalled
+    # (held up to 3 x 10 s: start-up on this loaded machine also takes seconds without output)
+    path = profile(tmp_path, "busy_first_step_ddp.py", {"BUSY_SECONDS": "14", "STEPS": "20"},
+                   startup_grace=10, stall_after=3)
+    code, rec, session = run_profile(path, runs_dir)
+    assert not rec.of(ev.StallDetected), [e.reason for e in rec.of(ev.StallDetected)]
+    assert code == EXIT_OK
+    held = [ln for ln in launcher_lines(rec) if "busy, not stalled" in ln]
+    assert held and "(startup_grace 10 s applies before the first step)" in held[0], launcher_lines(rec)
+    assert all(t.step == 20 for t in session.tracks.values())
+
+
+@pytest.mark.timeout(150)
+def test_a_hang_before_the_first_step_names_the_startup_grace_that_applied(runs_dir, tmp_path):
+    # rank 1 sleeps forever before its first step; rank 0 blocks in the all-reduce. On this loaded machine rank 0
+    # may still be starting up (busy on CPU) when the grace runs out: then the stall comes at 3 x the grace
+    path = profile(tmp_path, "hang_ddp.py", {"HANG_STEP": "0", "PG_TIMEOUT": "300"}, startup_grace=5,
+                   stall_after=3)
+    code, rec, session = run_profile(path, runs_dir)
+    assert code == EXIT_STALLED
+    stall = rec.one(ev.StallDetected)
+    assert stall.threshold == 5.0  # the grace applied, not stall_after
+    assert re.match(r"no step or output for \d+ s \(startup_grace 5 s applies before the first step\)($|; )",
+                    stall.reason), stall.reason
+    assert stall.wall - stall.since <= 3 * 5 + 3
+    assert 1 in rec.of(ev.HangVerdict)[0].culprits
+    assert json.loads((session.run_dir / "summary.json").read_text())["stall"]["reason"] == stall.reason
+
+
+@pytest.mark.timeout(150)
+def test_a_rank_spinning_forever_is_held_then_called_stalled(runs_dir, tmp_path):
+    # rank 1 spins in a busy loop at step 3 (100 % of a core, no step), rank 0 waits for it in the all-reduce
+    path = profile(tmp_path, "hang_ddp.py", {"HANG_STEP": "3", "HANG_MODE": "spin", "PG_TIMEOUT": "300"},
+                   stall_after=2)
+    code, rec, session = run_profile(path, runs_dir)
+    assert code == EXIT_STALLED
+    stall = rec.one(ev.StallDetected)
+    assert "rank 1 still uses" in stall.reason and "busy but not progressing" in stall.reason, stall.reason
+    assert stall.reason.startswith("no step or output for ") and "(stall_after 2 s)" in stall.reason
+    assert 6 - 0.5 <= stall.wall - stall.since <= 6 + 4  # held to 3 x stall_after, not called at 2 s
+    assert any("busy, not stalled" in ln for ln in launcher_lines(rec))
+    assert rec.of(ev.HangVerdict)[0].culprits == (1,)

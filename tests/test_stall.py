@@ -1,0 +1,93 @@
+"""The stall rule without processes: which limit applies and says so, and CPU evidence that holds a stall off."""
+from __future__ import annotations
+
+from collections import deque
+from types import SimpleNamespace
+
+import pytest
+
+from runners.monitor import RankTrack
+from runners.stall import (Held, Limit, Quiet, Stall, busy_floor, cpu_share, judge, limit_for, quiet_ranks)
+from runners.steptime import StepClock
+
+
+def prof(stall_after="auto", startup_grace=60.0):
+    return SimpleNamespace(stall_after=stall_after, startup_grace=startup_grace)
+
+
+def test_startup_grace_applies_before_the_first_step_and_says_so():
+    lim = limit_for(prof(), started=False, median=None)
+    assert lim == Limit(60.0, "startup_grace 60 s applies before the first step")
+    assert limit_for(prof(), started=True, median=None) == Limit(30.0, "stall_after auto: 30 s until step times are known")
+
+
+def test_auto_limit_from_the_median_step():
+    assert limit_for(prof(), True, 0.05) == Limit(10.0, "stall_after auto = 20 x median step 50 ms, min 10 s")
+    assert limit_for(prof(), True, 2.0).seconds == 40.0
+    assert limit_for(prof(stall_after=4.0), True, 2.0) == Limit(4.0, "stall_after 4 s")
+    # a fixed stall_after above the grace applies before the first step too
+    assert limit_for(prof(stall_after=100.0, startup_grace=60.0), False, None).seconds == 100.0
+
+
+def q(rank, quiet, limit=Limit(60.0, "startup_grace 60 s applies before the first step"), cpu=None):
+    return Quiet(rank, quiet, limit, cpu)
+
+
+def test_idle_ranks_past_the_limit_are_a_stall_naming_the_rule_and_its_numbers():
+    found = judge([q(0, 61.2, cpu=0.005), q(1, 61.4, cpu=0.0)], floor=0.25)
+    assert isinstance(found, Stall) and found.stalled == [0, 1] and found.trigger.rank == 1
+    assert found.reason == "no step or output for 61 s (startup_grace 60 s applies before the first step)"
+    assert found.trigger.limit.seconds == 60.0  # what StallDetected.threshold carries: the limit that applied
+
+
+def test_a_busy_quiet_rank_holds_the_stall_off():
+    found = judge([q(0, 61.0, cpu=0.004), q(1, 50.0, cpu=0.9)], floor=0.25)
+    assert isinstance(found, Held) and found.busy == {1: 0.9} and found.until == 180.0
+    assert "rank 1 still uses 90 % of a core: busy, not stalled" in found.reason
+
+
+def test_a_busy_rank_is_a_stall_after_three_times_the_limit():
+    lim = Limit(2.0, "stall_after 2 s")
+    found = judge([q(0, 6.5, lim, cpu=0.005), q(1, 6.4, lim, cpu=1.0)], floor=0.25)
+    assert isinstance(found, Stall) and found.stalled == [0, 1]
+    assert found.reason == ("no step or output for 6 s (stall_after 2 s); rank 1 still uses 100 % of a core, "
+                            "held 3 x the limit (6 s) without a step: busy but not progressing")
+
+
+def test_progressing_ranks_are_not_stalled_and_unmeasured_cpu_does_not_hold():
+    lim = Limit(10.0, "stall_after 10 s")
+    found = judge([q(0, 0.2, lim, cpu=0.9), q(1, 11.0, lim, cpu=None)], floor=0.25)
+    assert isinstance(found, Stall) and found.stalled == [1] and found.progressing == [0]
+    assert judge([q(0, 9.0, lim), q(1, 9.9, lim)], floor=0.25) is None
+
+
+def test_many_ranks_sharing_two_cores_still_count_as_busy():
+    floor = busy_floor(ncpu=2, ranks=32, load=30.0)
+    assert floor == pytest.approx(0.03)  # a rank blocked in gloo uses ~0.5 %, a computing one 2/32 = 6 %
+    found = judge([q(r, 61.0, cpu=0.06) for r in range(32)], floor)
+    assert isinstance(found, Held) and len(found.busy) == 32
+    assert "ranks 0-31 still use 6 % of a core each" in found.reason
+    assert busy_floor(ncpu=2, ranks=2, load=0.5) == 0.25
+    assert busy_floor(ncpu=2, ranks=2, load=8.0) == pytest.approx(0.0625)
+
+
+def test_cpu_share_over_the_window():
+    hist = deque([(10.0, 1.0), (11.0, 2.0), (12.0, 2.0), (13.0, 2.01)])
+    assert cpu_share(hist, 13.1, 2.0) == pytest.approx(0.005)  # idle for the last 2 s
+    assert cpu_share(hist, 13.1, 3.0) == pytest.approx(1.01 / 3)
+    assert cpu_share(hist, 20.0, 2.0) is None  # stale: no recent sample
+    assert cpu_share(deque([(13.0, 2.0)]), 13.0, 2.0) is None  # one sample measures nothing
+    assert cpu_share(hist, 13.1, 0.2) is None
+
+
+def test_quiet_ranks_from_tracks():
+    tracks = [RankTrack(0, 0.0, last_progress=0.0), RankTrack(1, 0.0, last_progress=0.0)]
+    tracks[1].step = 5
+    tracks[1].clock = StepClock()
+    for r, t in enumerate(tracks):
+        t.cpu_hist.extend([(97.0, 1.0 + r), (100.0, 1.0 + 4 * r)])
+    got = {x.rank: x for x in quiet_ranks(prof(stall_after=30.0), tracks, 100.0)}
+    assert got[0].limit.seconds == 60.0 and got[1].limit.seconds == 30.0
+    assert got[0].cpu == pytest.approx(0.0) and got[1].cpu == pytest.approx(1.0)
+    tracks[0].verdict = {"ok": True, "text": ""}  # completed: waiting to exit is not a stall
+    assert [x.rank for x in quiet_ranks(prof(), tracks, 100.0)] == [1]

@@ -1,0 +1,126 @@
+"""Step time from the ranks' own clocks, the early baseline, and the slow-down rule (pure, no processes)."""
+from __future__ import annotations
+
+import pytest
+
+from runners.steptime import (BASE_STEPS, StepClock, fmt_seconds, median_step, slowed_down, take_report,
+                              weighted_median)
+
+
+def feed(clock: StepClock, durations, start_step=1, start=100.0, every=0.1):
+    """Report `durations` (one per step) the way the rank's batching does: a line whenever `every` s passed."""
+    t, n = start, start_step
+    clock.reported(n, t)  # the first step: its own duration (start-up) is never known
+    pending, last_line = [], t
+    for d in durations:
+        t, n = t + d, n + 1
+        pending.append(d)
+        if t - last_line >= every:
+            clock.reported(n, t, pending[-64:])
+            pending, last_line = [], t
+    if pending:
+        clock.reported(n, t, pending[-64:])
+    return n, t
+
+
+def test_weighted_median():
+    assert weighted_median([(1.0, 1), (5.0, 1), (2.0, 1)]) == 2.0
+    assert weighted_median([(1.0, 10), (100.0, 1)]) == 1.0
+    assert weighted_median([]) is None
+
+
+def test_batched_steps_are_timed_by_the_rank_clock_not_the_read_cadence():
+    # 200 steps of 5 ms reported in 0.1 s batches: every step is 5 ms, whatever the engine's read times were
+    c = StepClock()
+    feed(c, [0.005] * 200)
+    assert c.own and c.baseline() == pytest.approx(0.005) and c.recent() == pytest.approx(0.005)
+
+
+def test_read_time_fallback_spans_every_step_of_a_read():
+    # plain printed steps, read 4 times a second with ~50 steps per read: 5 ms per step, not the 0.25 s cadence
+    c = StepClock()
+    step = 0
+    for k in range(1, 12):
+        for _ in range(50):
+            step += 1
+            c.read(step, 10.0 + 0.25 * k)
+    assert not c.own
+    assert c.baseline() == pytest.approx(0.005)
+
+
+def test_baseline_is_the_median_of_the_first_steps_and_ignores_one_slow_step_among_them():
+    c = StepClock()
+    # step 21 is already slow and lands in the same 0.1 s batch as steps 2..20: the dt list separates it
+    feed(c, [0.005] * 19 + [0.5] + [0.5] * 5)
+    assert c.baseline() == pytest.approx(0.005)
+    assert c.recent() == pytest.approx(0.5)
+    [d] = slowed_down({1: c})
+    assert d.rank == 1 and d.ratio == pytest.approx(100)
+    assert d.text() == "rank 1's steps take 0.50 s, 100x its first 20 steps' 5.0 ms"
+
+
+def test_steps_beyond_the_dt_list_are_counted_by_their_mean():
+    c = StepClock()
+    c.reported(1, 0.0)
+    c.reported(1001, 1.0, [0.001] * 64)  # 1000 steps in 1 s, the last 64 timed one by one
+    assert sum(n for _, n in c.samples) == 1000
+    assert c.baseline() == pytest.approx(0.001)
+
+
+def test_a_hiccup_is_not_a_slow_down_but_three_slow_steps_over_a_second_are():
+    c = StepClock()
+    n, t = feed(c, [0.01] * 30)
+    c.reported(n + 1, t + 0.2, [0.2])  # one slow step
+    assert slowed_down({0: c}) == []
+    c.reported(n + 3, t + 1.2, [0.5, 0.5])
+    assert [d.rank for d in slowed_down({0: c})] == [0]
+
+
+def test_no_baseline_before_enough_steps():
+    c = StepClock()
+    feed(c, [0.01] * (BASE_STEPS - 2))
+    assert c.baseline() is None and slowed_down({0: c}) == []
+
+
+def test_only_the_rank_that_slowed_is_named():
+    fast, slow = StepClock(), StepClock()
+    feed(fast, [0.005] * 100)
+    feed(slow, [0.005] * 20 + [0.3] * 6)
+    assert [d.rank for d in slowed_down({0: fast, 1: slow})] == [1]
+
+
+def test_microsecond_jitter_is_not_a_slow_down():
+    c = StepClock()
+    feed(c, [0.00001] * 30 + [0.00005] * 200000, every=0.1)
+    assert slowed_down({0: c}) == []
+
+
+def test_report_without_stamps_falls_back_to_read_time():
+    c = StepClock()
+    take_report(c, {"k": "loss", "steps": [[1, 0.5]]}, [1], 5.0)
+    take_report(c, {"k": "loss", "steps": [[2, 0.5], [3, 0.4]]}, [2, 3], 5.5)
+    take_report(c, {"k": "loss", "steps": [[4, 0.5]]}, [4], 6.0)
+    assert not c.own and list(c.samples) == [(0.25, 2)]
+    take_report(c, {"k": "step", "step": 9, "at": [9, 50.0], "dt": [0.01]}, [9], 6.1)
+    assert c.own and list(c.samples) == [(0.01, 1)]  # the rank's clock replaces read-time estimates
+    take_report(c, {"k": "step", "step": 10, "at": ["x", 1]}, [10], 6.2)  # a malformed stamp: read time
+    assert list(c.samples) == [(0.01, 1)]
+
+
+def test_restarted_count_is_not_a_negative_span():
+    c = StepClock()
+    c.reported(50, 10.0)
+    c.reported(3, 11.0, [0.01, 0.01])
+    assert list(c.samples) == [(0.01, 1), (0.01, 1)]
+
+
+def test_median_step_across_ranks():
+    a, b = StepClock(), StepClock()
+    feed(a, [0.01] * 50)
+    feed(b, [0.02] * 10)
+    assert median_step([a, b]) == pytest.approx(0.01)
+    assert median_step([StepClock()]) is None
+
+
+def test_fmt_seconds():
+    assert [fmt_seconds(x) for x in (25, 0.5, 0.05, 0.005, 0.00002)] == ["25 s", "0.50 s", "50 ms", "5.0 ms", "20 us"]
