@@ -137,24 +137,51 @@ def catches_sigusr1(pid: int) -> bool:
     return False
 
 
-def worker_pids(pid: int, limit: int = MAX_WORKERS) -> list[int]:
-    """The rank's Python worker processes: forked by it (same command line) or started by multiprocessing."""
+def _children(pid: int) -> list[int]:
+    """Direct children from /proc/PID/task/*/children (no scan of the process table); psutil where that is absent."""
+    kids: list[int] = []
     try:
-        rank = psutil.Process(pid)
-        cmd = rank.cmdline()
-        kids = rank.children(recursive=True)
-    except psutil.Error:
-        return []
-    out = []
-    for c in sorted(kids, key=lambda c: c.pid):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids += [int(x) for x in f.read().split()]
+    except FileNotFoundError:  # gone, or a kernel without CONFIG_PROC_CHILDREN
+        if not os.path.exists(f"/proc/{pid}/task"):
+            return []
         try:
-            ccmd = c.cmdline()
+            return [c.pid for c in psutil.Process(pid).children()]
         except psutil.Error:
+            return []
+    except (OSError, ValueError):
+        return kids
+    return kids
+
+
+def worker_pids(pids: list[int], limit: int = MAX_WORKERS) -> dict[int, list[int]]:
+    """Each rank's Python worker processes: forked by it (same command line) or started by multiprocessing."""
+    out: dict[int, list[int]] = {}
+    for pid in pids:
+        try:
+            cmd = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            out[pid] = []
             continue
-        # a fork keeps the parent's argv; spawn/forkserver children run multiprocessing's entry point
-        if _is_python(c) and (ccmd == cmd or any("multiprocessing" in a for a in ccmd)):
-            out.append(c.pid)
-    return out[:limit]
+        found, todo, seen = [], _children(pid), set()
+        while todo and len(found) < limit:
+            kid = todo.pop(0)
+            if kid in seen:
+                continue
+            seen.add(kid)
+            todo += _children(kid)
+            try:
+                c = psutil.Process(kid)
+                ccmd = c.cmdline()
+            except psutil.Error:
+                continue
+            # a fork keeps the parent's argv; spawn/forkserver children run multiprocessing's entry point
+            if _is_python(c) and (ccmd == cmd or any("multiprocessing" in a for a in ccmd)):
+                found.append(kid)
+        out[pid] = sorted(found)
+    return out
 
 
 def _stderr_file(pid: int) -> str | None:
@@ -314,7 +341,7 @@ def collect(targets: list[Target], method: str = "auto", pyspy: str | None = Non
     if method in ("auto", "py-spy"):
         exe = find_pyspy(pyspy)
         if workers and exe is not None:
-            kids = {pid: [w for w in worker_pids(pid) if w not in by_pid] for pid in by_pid}
+            kids = {pid: [w for w in ws if w not in by_pid] for pid, ws in worker_pids(list(by_pid)).items()}
         worker_of = {w: pid for pid, ws in kids.items() for w in ws}
         procs: dict[int, subprocess.Popen] = {}
         for pid in [*by_pid, *worker_of]:
