@@ -40,7 +40,7 @@ _MAX_DEPTH = 64
 # the parse to well under a second whatever the file holds.
 MAX_PROFILE_BYTES = 64 * 1024
 # Ranks all run on this machine: past 4 per core (and 64 in all) a world size is almost surely a typo.
-# `max_world_size` raises the bound for a deliberate big run, up to a ceiling no machine's pid table fits.
+# `max_world_size` raises the bound for a deliberate big run, never past WORLD_CEILING.
 WORLD_PER_CPU, WORLD_FLOOR, WORLD_CEILING = 4, 64, 65536
 
 
@@ -783,18 +783,41 @@ def _check_world(factors: Sequence[tuple[str, _Node | None, int]], where: _Loc, 
     raise (node.loc if node is not None else where).error(name, problem)
 
 
-def master_port_problem(runner: str, port: int | str, wrapped_command: bool) -> str | None:
-    """Why a fixed master_port would be ignored by this runner, or None: a profile must mean what it says."""
-    if port == "auto":
-        return None
+def rendezvous_problem(field: str, runner: str, wrapped_command: bool) -> str | None:
+    """Why this runner would ignore the master_addr/master_port a profile chose, or None (then it is used)."""
     if runner == "mirage":
-        return "mirage picks the rendezvous port itself (it exports MASTER_PORT to the ranks); remove master_port"
+        return f"mirage picks the rendezvous itself (it exports MASTER_ADDR/MASTER_PORT to the ranks); remove {field}"
     if runner == "xla":
-        return "the xla runner uses no rendezvous port (torch_xla.launch sets up its replicas); remove master_port"
+        return f"the xla runner uses no rendezvous (torch_xla.launch sets up its replicas); remove {field}"
     if runner == "torchrun" and wrapped_command:
-        return ("the wrapped torchrun command chooses its own port: give it --master-port or --rdzv-endpoint"
-                " instead of master_port")
+        return (f"the wrapped torchrun command chooses its own rendezvous: give it --master-addr/--master-port or"
+                f" --rdzv-endpoint instead of {field}")
     return None
+
+
+def unbindable(addr: str) -> str | None:
+    """Why the ranks, which all run on this machine, could not listen on addr, or None."""
+    import socket
+
+    try:
+        with socket.socket() as s:  # as session.free_port binds it
+            s.bind((addr, 0))
+    except (OSError, UnicodeError) as exc:  # gaierror for a name that does not resolve, idna's UnicodeError
+        why = getattr(exc, "strerror", None) or exc
+        return f"cannot listen on {addr!r} on this machine, where every rank runs: {why}"
+    return None
+
+
+def _check_rendezvous(f: _Fields, profile: Profile) -> None:
+    for name, default in (("master_port", "auto"), ("master_addr", "127.0.0.1")):
+        node, value = f.node(name), getattr(profile, name)
+        if node is None or value == default:
+            continue
+        problem = rendezvous_problem(name, profile.runner, bool(profile.workload.command))
+        if problem is None and name == "master_addr":
+            problem = unbindable(value)
+        if problem is not None:
+            raise node.loc.error(name, problem)
 
 
 def _build(root: _Node, source: str, base: Path, default_name: str) -> Profile:
@@ -839,10 +862,7 @@ def _build(root: _Node, source: str, base: Path, default_name: str) -> Profile:
         max_world_size=max_world,
         source=source,
     )
-    port_node = f.node("master_port")
-    problem = master_port_problem(profile.runner, profile.master_port, bool(profile.workload.command))
-    if problem is not None and port_node is not None:
-        raise port_node.loc.error("master_port", problem)
+    _check_rendezvous(f, profile)
     return profile
 
 

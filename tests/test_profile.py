@@ -76,7 +76,7 @@ def test_full_profile_round_trips_through_json(tmp_path):
         startup_grace: 30
         on_stall: dump
         timeout: 600
-        master_addr: 10.0.0.1
+        master_addr: 127.0.0.2
         master_port: 29500
         replica_check: false
         fault: {kind: slow, rank: 5, step: 3}
@@ -623,29 +623,46 @@ def test_override_values_are_bounded(tmp_path):
     assert e.field == "workload.args" and e.message == "value too large: more than 20000 YAML values"
 
 
-# ---------------------------------------------------------------- master_port means what it says
+# ---------------------------------------------------------------- master_addr / master_port mean what they say
 
-def test_master_port_problem_decisions():
-    assert prof.master_port_problem("torchrun", "auto", wrapped_command=True) is None
-    assert prof.master_port_problem("torchrun", 29500, wrapped_command=False) is None
-    assert prof.master_port_problem("env", 29500, wrapped_command=True) is None
-    assert "mirage picks" in prof.master_port_problem("mirage", 29500, wrapped_command=False)
-    assert "xla runner uses no rendezvous port" in prof.master_port_problem("xla", 29500, wrapped_command=False)
-    assert "--master-port or --rdzv-endpoint" in prof.master_port_problem("torchrun", 1, wrapped_command=True)
+def test_rendezvous_problem_decisions():
+    assert prof.rendezvous_problem("master_port", "torchrun", wrapped_command=False) is None
+    assert prof.rendezvous_problem("master_addr", "env", wrapped_command=True) is None
+    assert prof.rendezvous_problem("master_port", "mirage", wrapped_command=False) == (
+        "mirage picks the rendezvous itself (it exports MASTER_ADDR/MASTER_PORT to the ranks); remove master_port")
+    assert prof.rendezvous_problem("master_addr", "xla", wrapped_command=False).endswith("; remove master_addr")
+    assert "--master-addr/--master-port or --rdzv-endpoint instead of master_port" in \
+        prof.rendezvous_problem("master_port", "torchrun", wrapped_command=True)
 
 
-@pytest.mark.parametrize("text, words", [
-    ("runner: mirage\nmaster_port: 29500\n", "mirage picks the rendezvous port itself"),
-    ("runner: xla\nmaster_port: 29500\n", "the xla runner uses no rendezvous port"),
+def test_unbindable_addresses():
+    assert prof.unbindable("127.0.0.1") is None and prof.unbindable("localhost") is None
+    assert prof.unbindable("192.0.2.77").endswith("where every rank runs: Cannot assign requested address")
+    assert prof.unbindable("no-such-host.invalid").startswith("cannot listen on 'no-such-host.invalid'")
+    assert prof.unbindable("a" * 70 + ".example") is not None  # idna refuses a 70-character label
+
+
+@pytest.mark.parametrize("text, where, words", [
+    ("runner: mirage\nmaster_port: 29500\n", "4:14", "mirage picks the rendezvous itself"),
+    ("runner: xla\nmaster_port: 29500\n", "4:14", "the xla runner uses no rendezvous"),
+    ("runner: mirage\nmaster_addr: 10.0.0.5\n", "4:14", "remove master_addr"),
+    ("master_addr: 192.0.2.77\n", "3:14", "cannot listen on '192.0.2.77' on this machine"),
+    ("runner: env\nmaster_addr: no-such-host.invalid\n", "4:14", "cannot listen on 'no-such-host.invalid'"),
 ])
-def test_master_port_a_runner_would_ignore_is_an_error(tmp_path, text, words):
+def test_rendezvous_a_runner_would_ignore_or_cannot_use_is_an_error(tmp_path, text, where, words):
     path = write(tmp_path, BASE + text)
     e = error(path)
-    assert (e.line, e.col, e.field) == (4, 14, "master_port") and words in e.message
-    assert load_profile(path, ["master_port=auto"]).master_port == "auto"
+    assert str(e).startswith(f"{path}:{where}: field '{e.field}': ") and words in e.message
+    assert e.field == ("master_port" if "master_port" in text else "master_addr")
 
 
-def test_master_port_of_a_wrapped_torchrun_command_is_an_error():
+def test_default_rendezvous_is_fine_everywhere(tmp_path):
+    for runner in prof.RUNNERS:  # written out but unchanged: nothing is ignored
+        p = load_profile(write(tmp_path, BASE + f"runner: {runner}\nmaster_port: auto\nmaster_addr: 127.0.0.1\n"))
+        assert (p.master_addr, p.master_port) == ("127.0.0.1", "auto")
+
+
+def test_rendezvous_of_a_wrapped_torchrun_command_is_an_error():
     with pytest.raises(ProfileError) as info:
         adhoc_profile(["torchrun", "--standalone", "t.py"], ["master_port=29500"])
     assert str(info.value).startswith("--set master_port=29500: field 'master_port': the wrapped torchrun command")

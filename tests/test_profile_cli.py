@@ -72,7 +72,8 @@ def assert_one_line_exit_2(rc: int, stdout: str, stderr: str, runs_dir: Path, wh
     ("timeout: 1" + "0" * 400 + "\n", "2:10", "timeout", "expected a number >= 0"),
     ("env: !!python/object:os.system {A: 1}\n", "2:6", "env", "unsupported tag"),
     ("workload: !!python/object/apply:os.system [{builtin: ddp_mlp}]\n", "1:11", "workload", "unsupported tag"),
-    ("runner: mirage\nmaster_port: 29500\n", "3:14", "master_port", "mirage picks the rendezvous port itself"),
+    ("runner: mirage\nmaster_port: 29500\n", "3:14", "master_port", "mirage picks the rendezvous itself"),
+    ("master_addr: 192.0.2.77\n", "2:14", "master_addr", "cannot listen on '192.0.2.77' on this machine"),
 ])
 def test_bad_profile_is_one_line_exit_2(tmp_path, runs_dir, text, line_col, field, words):
     path = tmp_path / "bad.yaml"
@@ -86,6 +87,7 @@ def test_bad_profile_is_one_line_exit_2(tmp_path, runs_dir, text, line_col, fiel
 @pytest.mark.parametrize("args, where, field", [
     (["--set", "nproc=99999999999999999999999"], "--set nproc=99999999999999999999999", "nproc"),
     (["--set", "nnodes=100000"], "--set nnodes=100000", "nnodes"),
+    (["--set", "master_addr=no-such-host.invalid"], "--set master_addr=no-such-host.invalid", "master_addr"),
     (["--set", "master_port=29500", "--", "torchrun", "--standalone", "--nproc_per_node=2", "x.py"],
      "--set master_port=29500", "master_port"),
     (["--", "torchrun", "--nproc_per_node=100000", "x.py"], "<command line>", "nproc"),

@@ -34,7 +34,8 @@ def valid_profiles(draw):
         "backend": st.sampled_from(prof.BACKENDS), "device": st.sampled_from(prof.DEVICES),
         "steps": st.none() | st.integers(1, 10**6), "seed": st.integers(0, 2**64),
         "stall_after": st.just("auto") | POS | st.integers(1, 10**6), "startup_grace": POS, "timeout": NONNEG,
-        "on_stall": st.sampled_from(prof.ON_STALL), "master_addr": TEXT,
+        "on_stall": st.sampled_from(prof.ON_STALL),
+        "master_addr": st.sampled_from(["127.0.0.1", "localhost", "127.0.0.2", "0.0.0.0"]),  # this machine's
         "master_port": st.just("auto") | st.integers(1, 65535), "replica_check": st.booleans(),
         "mirage": st.fixed_dictionaries({}, optional={
             "command": WORDS, "profile": TEXT, "gpus_per_node": st.integers(1, 16), "num_nodes": st.integers(1, 16),
@@ -50,8 +51,10 @@ def valid_profiles(draw):
               x.get("num_devices", d.get("nproc", 2))]
     if max(counts) > prof.default_max_world_size() or draw(st.booleans()):
         d["max_world_size"] = draw(st.integers(max(counts), prof.WORLD_CEILING))  # a big run asked for on purpose
-    if d.get("runner", "torchrun") != "env" and d.get("master_port", "auto") != "auto":
-        del d["master_port"]  # the other runners choose their own port (torchrun: the command is wrapped)
+    if d.get("runner", "torchrun") != "env":  # the others choose their own (torchrun: the command is wrapped)
+        for name, default in (("master_port", "auto"), ("master_addr", "127.0.0.1")):
+            if d.get(name, default) != default:
+                del d[name]
     if draw(st.booleans()):
         d["fault"] = draw(st.fixed_dictionaries({"kind": st.sampled_from(prof.FAULT_KINDS)}, optional={
             "rank": st.integers(0, world - 1), "step": st.integers(0, 10**6), "seconds": NONNEG}))
