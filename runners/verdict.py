@@ -161,10 +161,15 @@ def _dataloader(where: Where, workers: list[StackResult]) -> Where:
     """A rank blocked on its DataLoader: name the worker it waits for, the one busy in the user's code."""
     seen = [_worker_where(w) for w in workers]
     busy = [w for w in seen if w["busy"]]
+    blind = [w for w in seen if w["busy"] is None]
     if busy:
         where.worker = busy[0]
         where.worker["others"] = [w["label"] for w in busy[1:]]
         where.detail = f"waits for its {busy[0]['label']}"
+    elif blind:  # a worker we could not read may be the one: say so rather than blame none
+        labels = ", ".join(f"{w['label']}: {w['method']}" for w in blind)
+        where.worker = {"label": labels, "busy": None}
+        where.detail = f"waits for its DataLoader workers, unreadable ({labels})"
     elif seen:
         where.worker = {"label": ", ".join(w["label"] for w in seen), "busy": False}
         where.detail = f"waits for its DataLoader workers ({', '.join(w['label'] for w in seen)}), none in user code"
@@ -183,8 +188,10 @@ def classify(threads: list[ThreadStack], thread_filter: Callable[[ThreadStack], 
         hit = collective_frame(f.func, f.file)
         if hit:
             return _where(hit[0], hit[1], fr, f, t)
-    for f in fr:
-        if _in(f, "torch/utils/data/"):
+    for i, f in enumerate(fr):
+        # waiting on its workers; with the user's own code inside (num_workers=0: __getitem__ in this process)
+        # the rank is in that code, classified below like any other
+        if _in(f, "torch/utils/data/") and not any(_is_user(g) for g in fr[:i]):
             return _dataloader(_where("dataloader", f"data loader ({_base(f.func)})", fr, f, t), workers or [])
     for f in fr:
         if _SLEEP_CODE.search(f.code or ""):
@@ -249,7 +256,9 @@ def where_phrase(w: Where) -> str:
         return text
     if w.category == "dataloader":
         text = f"waits for its DataLoader in {_in_code(w.func, w.at, w.calls, None)}" if w.func else f"is in {w.detail}"
-        if w.worker:
+        if w.worker and w.worker.get("busy") is None:
+            text += f"; its workers' stacks could not be read ({w.worker['label']})"
+        elif w.worker:
             text += f"; its workers ({w.worker['label']}) are not in user code"
         return text
     if w.func is None or w.file is None or not is_user_frame(Frame(w.func, w.file, w.line or 0)):

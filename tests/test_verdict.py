@@ -299,3 +299,20 @@ def test_worker_id_read_from_pyspy_locals():
 ])
 def test_collective_frame(func, file, expected):
     assert collective_frame(func, file) == expected
+
+
+def test_dataloader_with_an_unreadable_worker_says_so():
+    unreadable = StackResult(0, 4322, "unavailable: py-spy timed out after 5s")
+    w = classify(RANK_IN_LOADER, workers=[worker(4320, 0, IDLE_WORKER), unreadable])
+    text, _, _ = hang_sentence({0: w}, {0: 3}, {0}, T)
+    assert "could not be read" in text and "pid 4322" in text and "not in user code" not in text
+
+
+def test_dataset_code_in_the_rank_itself_is_the_culprit_not_a_worker_wait():
+    # num_workers=0: the rank runs __getitem__ itself; the DataLoader frames are only on the way there
+    w = classify(th([("slow_load", "/w/data.py", 12, "time.sleep(600)"),
+                     ("Samples.__getitem__", "/w/data.py", 20, "return slow_load(i)"),
+                     ("_MapDatasetFetcher.fetch", f"{DL}/_utils/fetch.py", 54, ""),
+                     ("_BaseDataLoaderIter.__next__", f"{DL}/dataloader.py", 725, ""),
+                     ("train", "/w/data.py", 30, "for x in loader:")]))
+    assert (w.category, w.func, w.calls) == ("sleep", "slow_load", "time.sleep")
