@@ -19,7 +19,8 @@ from tui.console import Console
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-NOT_A_VERDICT = re.compile(r"stuck|mismatched|outside any collective|SLOW|\[stall\]|lost peer|waits? in")
+# every shape of hang sentence, and the console's verdict tags
+NOT_A_VERDICT = re.compile(r"stuck|mismatched|outside any collective|SLOW|slow but|lost peer|no rank is outside|\[stall\]|\[slow\]")
 
 
 def _line(script: str, marker: str) -> int:
