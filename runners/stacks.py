@@ -165,20 +165,26 @@ def worker_pids(pids: list[int], limit: int = MAX_WORKERS) -> dict[int, list[int
         except psutil.Error:
             out[pid] = []
             continue
-        found, todo, seen = [], _children(pid), set()
+        found, seen = [], set()
+        todo = [(k, False) for k in _children(pid)]  # (pid, forked by the rank's forkserver)
         while todo and len(found) < limit:
-            kid = todo.pop(0)
+            kid, served = todo.pop(0)
             if kid in seen:
                 continue
             seen.add(kid)
-            todo += _children(kid)
             try:
                 c = psutil.Process(kid)
                 ccmd = c.cmdline()
             except psutil.Error:
                 continue
-            # a fork keeps the parent's argv; spawn/forkserver children run multiprocessing's entry point
-            if _is_python(c) and (ccmd == cmd or any("multiprocessing" in a for a in ccmd)):
+            if not _is_python(c):
+                continue
+            mp = " ".join(ccmd)
+            if not served and "multiprocessing.forkserver" in mp:  # its children are the rank's workers
+                todo += [(k, True) for k in _children(kid)]
+            # a fork keeps the parent's argv, a spawned child runs multiprocessing's entry point (not its resource
+            # tracker); other subprocesses (python -c ..., compile workers) are not the rank's workers
+            elif served or ccmd == cmd or ("multiprocessing" in mp and "resource_tracker" not in mp):
                 found.append(kid)
         out[pid] = sorted(found)
     return out

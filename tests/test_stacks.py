@@ -1,6 +1,7 @@
 """Stacks of real processes: py-spy in parallel, the faulthandler fallback, and a real 2-rank gloo hang."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -224,3 +225,38 @@ def test_real_gloo_hang_pyspy_then_faulthandler(hang, tmp_path, record_property)
     _, culprits, waiting = verdict.hang_sentence({0: f0, 1: f1}, {0: 3, 1: 3}, {0, 1}, time.time())
     assert (culprits, waiting) == ((1,), (0,))
     assert all(runhelp.alive(t.pid) for t in hang)  # the dumps did not end the ranks
+
+
+WORKERS = """
+import json, multiprocessing as mp, subprocess, sys, time
+def work():
+    time.sleep(120)
+if __name__ == "__main__":
+    kids = {}
+    for method in ("fork", "spawn", "forkserver"):
+        p = mp.get_context(method).Process(target=work)
+        p.start()
+        kids[method] = p.pid
+    kids["python -c"] = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]).pid
+    print(json.dumps(kids), flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_worker_processes_of_a_rank_are_its_multiprocessing_children_only(tmp_path):
+    script = tmp_path / "workers.py"
+    script.write_text(WORKERS)
+    p = subprocess.Popen([runhelp.PY, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        kids = json.loads(p.stdout.readline())
+        found = stacks.worker_pids([p.pid])[p.pid]
+        # fork, spawn and forkserver workers (the last are the forkserver's children); not a plain subprocess,
+        # not the forkserver itself or multiprocessing's resource tracker
+        assert sorted(found) == sorted(kids[m] for m in ("fork", "spawn", "forkserver")), (found, kids)
+        res = stacks.collect([stacks.Target(0, p.pid)])[0]
+        assert {w.pid for w in res.workers} == set(found) and all(w.method == "py-spy" for w in res.workers)
+        assert all(any(f.func == "work" for t in w.threads for f in t.frames) for w in res.workers)
+    finally:
+        os.killpg(p.pid, 9)
+        p.wait(timeout=10)
