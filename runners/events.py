@@ -169,6 +169,9 @@ class CrashVerdict(Event):
     exit: str  # "exit 1", "SIGSEGV", ...
     excerpt: tuple[str, ...]  # traceback excerpt of the root cause
     wall: float
+    together: tuple[int, ...] = ()  # failed on their own at the same moment as the root cause
+    stopped: tuple[int, ...] = ()  # ended by the launcher's or ddptui's signal, with no error of their own
+    never_started: tuple[int, ...] = ()  # stopped before their program ran
 
 
 @dataclass(frozen=True)
@@ -202,7 +205,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
 }
 
 _TUPLE_FIELDS = {"ranks", "lines", "stalled", "progressing", "culprits", "waiting", "victims", "excerpt", "params",
-                 "losses"}
+                 "losses", "together", "stopped", "never_started"}
 _INT_KEY_FIELDS = {"cpu", "rss", "method", "threads", "where", "table", "workers"}
 
 

@@ -6,6 +6,7 @@ import signal
 from dataclasses import dataclass
 from typing import Mapping
 
+from .crash import PEER_GONE
 from .parse import any_of
 
 
@@ -114,7 +115,7 @@ RULES: tuple[_Rule, ...] = (
     _rule("peer-closed", "A peer rank crashed (this rank is a victim)",
           "`Connection closed by peer` means a remote rank went away; this rank's error is a consequence.",
           "Find the rank that failed first (the crash verdict) and fix its error.",
-          ("connection closed by peer", "connection reset by peer", "remote worker crashing")),
+          PEER_GONE),
     _rule("ddp-model-mismatch", "Ranks built different models",
           "DDP checks at construction that every rank has the same parameters (count and shapes); they differ.",
           "Build the model identically on every rank (same config, same code path, no rank-dependent layers).",
@@ -132,8 +133,10 @@ RULES: tuple[_Rule, ...] = (
           "group was destroyed (10–30% of runs here). The training itself finished.",
           "Call dist.barrier() before dist.destroy_process_group(); judge the run by its final checks.",
           ("terminate called without an active exception",)),
-    _rule("oom-kill", "Killed by the out-of-memory killer",
-          "The kernel's OOM killer ended the process (SIGKILL).",
+    _rule("oom-kill", "Killed by SIGKILL: out of memory?",
+          "Nothing can catch SIGKILL; the kernel's OOM killer sends it when memory runs out (so does `kill -9`). The "
+          "crash verdict says 'out of memory' outright only when the kernel log or the memory cgroup's OOM count "
+          "confirms it.",
           "Lower the batch size / model size or the number of ranks, or give the machine more memory (`dmesg | grep -i oom`).",
           ("out of memory", "oom-kill", "oom_kill", "killed process"), r"oom.?kill|Killed process \d+|out of memory: kill"),
 )

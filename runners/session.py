@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import re
 import socket
 import threading
 import time
@@ -12,7 +11,11 @@ from typing import Callable
 import psutil
 
 from . import events as ev
-from . import parse, procs, replica
+from . import oom, parse, procs, replica
+from .crash import RankEvidence
+from .crash import decide as decide_crash
+from .deathwatch import DeathWatch
+from .launcher_log import TorchrunLog
 from . import stall as stall_rule
 from .monitor import RankTrack, find_slow
 from .steptime import slowed_down, take_report
@@ -28,10 +31,6 @@ TEARDOWN_DEADLINE = 5.0
 # exit wakes the loop at once; the dashboard redraws at the same period.
 IDLE_POLL = 0.25
 DISCOVER_EARLY, DISCOVER_FOUND = 0.2, 2.0  # how often to look for launcher-created log files
-_TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
-_TORCHRUN_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
-_VICTIM = ("Connection closed by peer", "remote worker crashing", "Connection reset by peer",
-           "Broken pipe", "Socket Timeout", "DistBackendError", "NCCL communicator was aborted")
 
 
 def free_port(addr: str = "127.0.0.1") -> int:
@@ -79,7 +78,10 @@ class Session:
         self.crash: ev.CrashVerdict | None = None
         self.stack_collections: list[str] = []
         self._matcher = None
-        self._torchrun_rank: int | None = None
+        self._deaths = DeathWatch()  # ranks a launcher spawned: when each really died
+        self._launcher_log = TorchrunLog()  # what torchrun says about its ranks
+        self._oom_counters: dict[int, oom.CgroupCounter] = {}  # rank pid -> its memory cgroup's OOM count
+        self._died_at: dict[int, float] = {}  # pid -> wall time the watcher saw it die
         self._first_failure: float | None = None
         self.slow_info: dict | None = None  # the slow ranks named, once per run
         self._slow_samples: list[float] = []  # when stacks were sampled to find the slow rank
@@ -141,6 +143,7 @@ class Session:
                         import traceback
                         traceback.print_exc()
             finally:
+                self._deaths.close()
                 self.record.close()
 
     def _teardown(self) -> dict:
@@ -265,8 +268,11 @@ class Session:
                 r, text = split(ln)
                 r = rank if r is None else r
                 if r is None:
-                    self._torchrun_summary(text)
-                groups.setdefault(r if r is None or r in self.tracks else None, []).append(text)
+                    shown_now = self._torchrun_summary(text)  # a traceback may be held back, then folded
+                    if shown_now:
+                        groups.setdefault(None, []).extend(shown_now)
+                    continue
+                groups.setdefault(r if r in self.tracks else None, []).append(text)
         else:
             groups[rank] = lines
         for r, group in groups.items():
@@ -354,19 +360,23 @@ class Session:
             if t.first_failure_wall is None:
                 t.first_failure_wall = wall
 
-    def _torchrun_summary(self, text: str) -> None:
-        """torchrun's ChildFailedError table gives the exit code of ranks we did not start ourselves."""
-        m = _TORCHRUN_RANK.match(text)
-        if m:
-            self._torchrun_rank = int(m.group(1))
-            return
-        m = _TORCHRUN_EXIT.match(text)
-        if m and self._torchrun_rank in self.tracks:
-            t = self.tracks[self._torchrun_rank]
-            code = int(m.group(1))
-            t.returncode = code
-            t.signal = procs.signal_name(code)
-            self._torchrun_rank = None
+    def _torchrun_summary(self, text: str) -> list[str]:
+        """torchrun's own lines are evidence about ranks we did not start ourselves: whom it stopped and when, exit
+        codes, its Root Cause. Returns the lines to show (its SignalException traceback folded into one)."""
+        log = self._launcher_log
+        shown = log.feed(text, we_signalled=self._tearing_down)
+        if log.changed:
+            log.changed = False
+            for rank, code in log.exit_codes(self._pid_ranks(), self.world if len(self.plan.procs) == 1 else None):
+                t = self.tracks.get(rank)
+                if t is not None and t.returncode is None:
+                    t.returncode, t.signal = code, procs.signal_name(code)
+                    if t.exit_wall is not None:  # its death was seen before its exit code was known
+                        self._rank_ended(t, False)
+        return shown
+
+    def _pid_ranks(self) -> dict[int, int]:
+        return {t.pid: t.rank for t in self.tracks.values() if t.pid}
 
     def _hint(self, hint, rank, line: str, wall: float) -> None:
         p = self.profile
@@ -387,6 +397,7 @@ class Session:
         sig = procs.signal_name(rc)
         self._emit(ev.ProcessExited(proc.spec.name, proc.spec.ranks, rc, sig, proc.exited or time.time()))
         launcher = proc.spec.stdout_rank is None
+        self._check_rank_pids()  # the deaths the watcher saw first, with their times (and a launcher's ranks' codes)
         for r in proc.spec.ranks:
             t = self.tracks[r]
             if t.exit_wall is not None and not launcher:
@@ -396,13 +407,18 @@ class Session:
                 t.returncode = 0 if rc == 0 else None
             elif not launcher:
                 t.returncode, t.signal = rc, sig
+                t.exit_wall = self._died_at.get(proc.pid)  # when it died, not the loop turn that noticed it
             t.exit_wall = t.exit_wall or proc.exited
             self._rank_ended(t, torn_down or (launcher and t.returncode is None))
 
     def _rank_ended(self, t: RankTrack, stopped: bool) -> None:
+        """Its status when it ended, from what is known now; the crash verdict settles it at the end."""
         if t.status in ("exited", "failed", "killed"):
             return
         rc = t.returncode
+        own_error = t.first_failure_wall is not None or t.exc is not None
+        by_launcher = self._launcher_log.pid_stopped(t.pid)
+        stop_signal = t.signal in ("SIGTERM", "SIGINT") and self._first_failure is not None
         if rc == 0:
             t.outcome = "exited 0"
             self._set_status(t, "exited", "exit 0")
@@ -410,9 +426,16 @@ class Session:
             t.outcome = f"completed, then died at exit ({t.signal})"
             self._set_status(t, "exited", t.outcome)
             self._hint_exit(t)
-        elif (stopped or (t.signal in ("SIGTERM", "SIGKILL") and self._first_failure is not None)) \
-                and t.first_failure_wall is None and t.exc is None:
-            t.outcome = "stopped by ddptui" if self._tearing_down else "stopped by the launcher"
+        elif not own_error and (stopped or by_launcher or stop_signal):
+            failed = [x for x in self.tracks.values() if x.status == "failed"]
+            first = min(failed, key=lambda x: x.first_failure_wall or time.time()) if failed else None
+            if t.last_progress_wall == 0:  # not a line, not even the injected hello: its program never ran
+                t.outcome = "never started"
+            elif self._tearing_down and stopped:
+                t.outcome = f"torn down by ddptui after rank {first.rank} failed" if first else "stopped by ddptui"
+            else:
+                t.outcome = f"stopped by the launcher after rank {first.rank} failed" if first else \
+                    "stopped by the launcher"
             self._set_status(t, "killed", t.outcome)
         else:
             what = t.signal or (f"exit {rc}" if rc is not None else "exit ?")
@@ -435,15 +458,37 @@ class Session:
         return {t.pid for t in self.tracks.values() if t.pid}
 
     def _check_rank_pids(self) -> None:
-        """Ranks under a launcher: notice their death by pid (the launcher reports codes only at its end)."""
+        """Ranks under a launcher: when each really died (its pidfd, watched by a thread) and its exit status
+        (read from the zombie before the launcher reaps it; else torchrun's own lines say it later)."""
         own = {pr.pid for pr in self.procs}
+        alive: dict[int, RankTrack] = {}
         for t in self.tracks.values():
-            if t.pid and t.pid not in own and t.exit_wall is None and not psutil.pid_exists(t.pid):
-                t.exit_wall = time.time()
-                if t.returncode is not None:
-                    self._rank_ended(t, False)
-                elif not t.completed and self._first_failure is None and t.exc is not None:
-                    self._first_failure = time.monotonic()
+            if not t.pid:
+                continue
+            if t.pid not in self._oom_counters:
+                self._oom_counters[t.pid] = oom.CgroupCounter(t.pid)
+            if t.exit_wall is None:
+                self._deaths.watch(t.pid)  # our own rank processes too: the moment they died, not the turn
+                if t.pid not in own:
+                    alive[t.pid] = t
+        for d in sorted(self._deaths.deaths(), key=lambda d: d.wall):  # in the order they really died
+            self._died_at.setdefault(d.pid, d.wall)
+            t = alive.pop(d.pid, None)
+            if t is None:
+                continue
+            if t.returncode is None and d.returncode is not None:
+                t.returncode, t.signal = d.returncode, procs.signal_name(d.returncode)
+            self._rank_died(t, d.wall)
+        for pid, t in alive.items():
+            if not self._deaths.watching(pid) and not psutil.pid_exists(pid):  # no pidfd here: the slow way
+                self._rank_died(t, time.time())
+
+    def _rank_died(self, t: RankTrack, wall: float) -> None:
+        t.exit_wall = wall
+        if t.returncode is not None:
+            self._rank_ended(t, False)
+        elif not t.completed and self._first_failure is None and t.exc is not None:
+            self._first_failure = time.monotonic()
 
     def _sample_resources(self, emit: bool = True) -> None:
         """CPU % and RSS of every live rank; each rank's CPU seconds are kept for the stall rule's busy test.
@@ -699,36 +744,51 @@ class Session:
         self._launcher_line(f"ddptui: {text}")
 
     def _crash_verdict(self) -> ev.CrashVerdict | None:
-        failed = [t for t in self.tracks.values() if t.status == "failed" or (t.exc and not t.completed)]
-        if not failed:
+        """Who failed first, from every rank's evidence (runners/crash.py decides); each rank's outcome follows it."""
+        v = decide_crash([self._rank_evidence(t) for t in self.tracks.values()], self._launcher_log.root_rank,
+                         self._tearing_down)
+        if v is None:
             return None
+        for r, (status, words) in v.outcomes.items():
+            t = self.tracks[r]
+            was, t.outcome = (t.status, t.outcome), words
+            if status == "failed" and was[0] != "failed":  # taken for stopped until its exit code arrived
+                self._set_status(t, status, t.signal or (f"exit {t.returncode}" if t.returncode else "failed"))
+                self._hint_exit(t)
+            elif status == "killed" and was != (status, words):  # the verdict knows better who stopped it
+                self._set_status(t, status, words)
+        return ev.CrashVerdict(v.text, v.root, v.victims, v.what, v.excerpt, time.time(), v.together, v.stopped,
+                               v.never_started)
 
-        def first_evidence(t: RankTrack) -> float:
-            return min(x for x in (t.first_failure_wall, t.exit_wall, float("inf")) if x is not None)
+    def _rank_evidence(self, t: RankTrack) -> RankEvidence:
+        stopped_by = None
+        if "by ddptui" in t.outcome:
+            stopped_by = "ddptui"
+        elif self._launcher_log.pid_stopped(t.pid):
+            stopped_by = "launcher"
+        exc = t.exc
+        if exc is None:  # a rank that used torch's @record left its error in torchrun's error file
+            exc = self._launcher_log.recorded_error(t.rank)
+        oom_words = ""
+        if t.signal == "SIGKILL" and stopped_by is None:
+            oom_words = oom.evidence(t.pid, self._oom_counters.get(t.pid) if t.pid else None)
+        return RankEvidence(
+            t.rank, t.returncode, died_at=t.exit_wall,
+            error_at=t.first_failure_wall if exc is not None else None, exc=exc,
+            err_lines=tuple(t.err_tail), out_lines=tuple(t.tail), started=t.last_progress_wall > 0 or exc is not None,
+            completed=t.completed, stopped_by=stopped_by, step=t.step, oom=oom_words)
 
-        def is_victim(t: RankTrack) -> bool:
-            text = "\n".join(list(t.err_tail) + [str((t.exc or {}).get("msg", ""))])
-            return any(v in text for v in _VICTIM)
-
-        ordered = sorted(failed, key=lambda t: (is_victim(t), first_evidence(t)))
-        root = ordered[0]
-        victims = tuple(sorted(t.rank for t in failed if t is not root))
-        excerpt = _excerpt(root)
-        what = root.signal or (f"exit {root.returncode}" if root.returncode is not None else "failed")
-        where = ""
-        if root.exc:
-            where = f": {root.exc.get('type')}: {root.exc.get('msg')} at {root.exc.get('where')}"
-        elif excerpt:
-            where = f": {excerpt[-1].strip()}"
-        text = f"rank {root.rank} failed first ({what}){where}"
-        if victims:
-            text += f"; rank{'s' if len(victims) > 1 else ''} {', '.join(map(str, victims))} failed after it"
-        stopped = [t.rank for t in self.tracks.values() if t.status == "killed"]
-        if stopped:
-            text += f"; {', '.join(map(str, stopped))} torn down"
-        return ev.CrashVerdict(text, root.rank, victims, what, tuple(excerpt), time.time())
+    def _settle_rank_evidence(self) -> None:
+        """At the end: deaths the watcher saw since the last check, and a launcher traceback still held back."""
+        self._check_rank_pids()
+        held = self._launcher_log.flush()
+        if held:
+            wall = time.time()
+            self.record.lines(None, "err", wall, held)
+            self._emit(ev.LogLines(None, "err", wall, time.monotonic(), tuple(held)))
 
     def _conclude(self, status: str | None, exit_code: int | None) -> int:
+        self._settle_rank_evidence()
         for t in self.tracks.values():
             if t.alive and t.exit_wall is None:
                 t.exit_wall = time.time()
@@ -823,16 +883,6 @@ def _thread_filter(profile, rank: int):
         from .verdict import xla_thread_filter
         return xla_thread_filter(rank)
     return None
-
-
-def _excerpt(t: RankTrack) -> list[str]:
-    lines = list(t.err_tail)
-    for i in range(len(lines) - 1, -1, -1):
-        if lines[i].startswith("Traceback") or "Traceback (most recent call last)" in lines[i]:
-            return lines[i:i + 20]
-    if t.exc and t.exc.get("tb"):
-        return list(t.exc["tb"])[-15:]
-    return lines[-10:]
 
 
 def _stack_file(t: RankTrack, res, stacks_mod) -> str:

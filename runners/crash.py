@@ -1,0 +1,246 @@
+"""The crash verdict: from every rank's evidence, which rank failed first, how, and what happened to the others."""
+from __future__ import annotations
+
+import math
+import re
+import signal
+from dataclasses import dataclass, field
+
+# A peer went away: the rank printing this is a consequence, not a cause. The first three are what gloo says when
+# the remote process is gone (the `peer-closed` hint matches them too); the rest are the other shapes of it.
+PEER_GONE = ("Connection closed by peer", "remote worker crashing", "Connection reset by peer")
+VICTIM_MARKERS = PEER_GONE + ("Broken pipe", "Socket Timeout", "DistBackendError", "NCCL communicator was aborted")
+# Failures this close together (seconds) happened at the same moment: neither was caused by the other.
+SIMULTANEOUS = 0.5
+_FATAL = "Fatal Python error"
+_LIBRARY = re.compile(r"/lib/python3[.\d]*/|site-packages|dist-packages|^<frozen")
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+) in (\S+)')
+_SIGNAL_WORDS = {"SIGSEGV": "segmentation fault", "SIGABRT": "abort", "SIGBUS": "bus error",
+                 "SIGFPE": "floating-point exception", "SIGILL": "illegal instruction"}
+
+
+@dataclass
+class RankEvidence:
+    """What is known about how one rank ended. Times are wall-clock seconds; None: not known."""
+
+    rank: int
+    returncode: int | None = None  # negative: killed by that signal
+    died_at: float | None = None  # when the process really ended (its pidfd fired, or our own child exited)
+    error_at: float | None = None  # when its first error (exception report) was read
+    exc: dict | None = None  # the injected exception report: type, msg, where, tb
+    err_lines: tuple[str, ...] = ()  # its last stderr lines
+    out_lines: tuple[str, ...] = ()  # its last lines of any stream
+    started: bool = True  # it ran our code or wrote anything
+    completed: bool = False  # its work was done (final verdict / digests): a later abort is not a crash
+    stopped_by: str | None = None  # "launcher" or "ddptui": who sent it the signal it ended with
+    step: int | None = None
+    oom: str | None = None  # evidence that the OOM killer chose it, in words ("" when none was readable)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    text: str
+    root: int | None
+    what: str  # "exit 1", "SIGKILL", "SIGSEGV", ... of the root cause
+    together: tuple[int, ...] = ()  # failed on their own at the same moment as the root
+    victims: tuple[int, ...] = ()  # failed after it (their own error, or a peer-gone error)
+    stopped: tuple[int, ...] = ()  # ended by the launcher's or ddptui's signal, no error of their own
+    never_started: tuple[int, ...] = ()
+    excerpt: tuple[str, ...] = ()
+    outcomes: dict[int, tuple[str, str]] = field(default_factory=dict)  # rank -> (status, words)
+
+
+def signal_of(returncode: int | None) -> str | None:
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def victim_marker(e: RankEvidence) -> str | None:
+    """The words in its output that say a peer went away, if any."""
+    text = "\n".join(list(e.err_lines) + [str((e.exc or {}).get("msg", ""))])
+    for m in VICTIM_MARKERS:
+        if m in text:
+            return m
+    return None
+
+
+def ended_badly(e: RankEvidence) -> bool:
+    if e.completed and (e.returncode is None or e.returncode <= 0) and e.stopped_by is None:
+        return False  # finished its work; an exit-time abort is named elsewhere
+    if e.exc is not None and not e.completed:
+        return True
+    return e.returncode not in (None, 0) or e.stopped_by is not None
+
+
+def kind(e: RankEvidence, someone_died_before: bool) -> str:
+    """'never_started', 'stopped', 'victim' or 'failed' (an error of its own) for a rank that ended badly."""
+    sig = signal_of(e.returncode)
+    own_error = e.exc is not None or any(_FATAL in ln for ln in e.err_lines)
+    if not e.started and not own_error:
+        return "never_started"
+    if victim_marker(e):
+        return "victim"
+    if own_error:
+        return "failed"
+    if e.stopped_by is not None:
+        return "stopped"  # it was alive when the signal was sent, and shows no error of its own
+    if sig in ("SIGTERM", "SIGINT") and someone_died_before:
+        return "stopped"  # the launcher's teardown signal, sent because another rank went first
+    return "failed"
+
+
+def _when(e: RankEvidence) -> float:
+    vals = [x for x in (e.died_at, e.error_at) if x is not None]
+    return min(vals) if vals else math.inf
+
+
+def how(e: RankEvidence) -> str:
+    """How it ended, in words: 'killed by SIGKILL (out of memory?)', 'SIGSEGV (segmentation fault)', 'exit 3'."""
+    sig = signal_of(e.returncode)
+    if sig == "SIGKILL" and e.stopped_by is None:
+        return "killed by SIGKILL " + (f"(out of memory: {e.oom})" if e.oom else "(out of memory?)")
+    if sig:
+        return f"{sig} ({_SIGNAL_WORDS[sig]})" if sig in _SIGNAL_WORDS else sig
+    if e.returncode is not None:
+        return f"exit {e.returncode}"
+    return "failed"
+
+
+def short_exit(e: RankEvidence) -> str:
+    return signal_of(e.returncode) or (f"exit {e.returncode}" if e.returncode is not None else "failed")
+
+
+def excerpt(e: RankEvidence) -> list[str]:
+    """The lines that show why it died: its last traceback, the fatal-error dump of the thread that crashed,
+    the exception report's traceback, or else its last lines."""
+    lines = list(e.err_lines)
+    for i in range(len(lines) - 1, -1, -1):
+        if "Traceback (most recent call last)" in lines[i]:
+            return lines[i:i + 20]
+    for i in range(len(lines) - 1, -1, -1):
+        if _FATAL in lines[i]:
+            return _fatal_dump(lines[i:])
+    if e.exc and e.exc.get("tb"):
+        return list(e.exc["tb"])[-15:]
+    return (lines or list(e.out_lines))[-10:]
+
+
+def _fatal_dump(lines: list[str]) -> list[str]:
+    """faulthandler's dump: the fatal line and the crashing thread's frames (other threads and modules left out)."""
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("Current thread")] or \
+             [i for i, ln in enumerate(lines) if ln.startswith("Thread 0x")]
+    out = [lines[0]]
+    if starts:
+        for fr in lines[starts[0]:]:
+            if not fr.strip():
+                break
+            out.append(fr)
+    return out[:20]
+
+
+def _fatal_where(lines: list[str]) -> str:
+    """'Fatal Python error: Segmentation fault in die at script.py:22' from a faulthandler dump: the innermost
+    frame of the thread that crashed ("Current thread"), not of the other threads listed before it."""
+    for i, ln in enumerate(lines):
+        if _FATAL in ln:
+            head = ln[ln.index(_FATAL):].strip()
+            frames = [m for m in (_FRAME.match(fr) for fr in _fatal_dump(lines[i:])[1:]) if m]
+            # the innermost frame of the program itself, not of the library call that faulted for it
+            mine = [m for m in frames if not _LIBRARY.search(m.group(1))] or frames
+            if mine:
+                m = mine[0]
+                return f"{head} in {m.group(3)} at {m.group(1).rsplit('/', 1)[-1]}:{m.group(2)}"
+            return head
+    return ""
+
+
+def _ranks(rs: list[int]) -> str:
+    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
+
+
+def _delta(a: float, b: float) -> str:
+    if math.isinf(a) or math.isinf(b):
+        return "after it"
+    d = max(0.0, a - b)
+    return f"{d:.2f} s after it" if d < 10 else f"{d:.0f} s after it"
+
+
+def decide(ranks: list[RankEvidence], launcher_root: int | None = None, tearing_down: bool = False) -> Verdict | None:
+    """The root cause and the fate of every other rank, or None when no rank failed on its own.
+
+    launcher_root: the rank torchrun's own "Root Cause" names (it picks the first exit it saw, by the second);
+    tearing_down: ddptui itself stopped the run's survivors.
+    """
+    bad = [e for e in ranks if ended_badly(e)]
+    if not bad:
+        return None
+    first_death = min((_when(e) for e in bad if e.stopped_by is None and signal_of(e.returncode) != "SIGTERM"),
+                      default=math.inf)
+    kinds = {e.rank: kind(e, first_death <= _when(e) and not math.isinf(first_death)) for e in bad}
+    by_kind = {k: [e for e in bad if kinds[e.rank] == k] for k in ("failed", "victim", "stopped", "never_started")}
+    pool = by_kind["failed"] or by_kind["victim"]
+    if not pool:
+        return None  # only stopped ranks: the run was stopped (or its launcher died), no rank crashed
+    rank_order = {k: i for i, k in enumerate(("failed", "victim", "stopped", "never_started"))}
+    root = min(pool, key=lambda e: (_when(e), e.rank != launcher_root, rank_order[kinds[e.rank]], e.rank))
+    t0 = _when(root)
+    together = sorted(e.rank for e in by_kind["failed"]
+                      if e is not root and _when(e) - t0 <= SIMULTANEOUS)
+    later = [e for e in by_kind["failed"] if e is not root and e.rank not in together]
+    victims = sorted([e.rank for e in later] + [e.rank for e in by_kind["victim"] if e is not root])
+    stopped = [e for e in by_kind["stopped"] if e is not root]
+    never = sorted(e.rank for e in by_kind["never_started"] if e is not root)
+
+    what = how(root)
+    text = f"rank {root.rank} failed first"
+    if root.exc:
+        text += f" ({short_exit(root)}): {root.exc.get('type')}: {root.exc.get('msg')} at {root.exc.get('where')}"
+    else:
+        text += f": {what}" + (f" at step {root.step}" if root.step is not None else "")
+        fatal = _fatal_where(list(root.err_lines))
+        if fatal:
+            text += f": {fatal}"
+        elif kinds[root.rank] == "victim":
+            text += f": {victim_marker(root)} (its peer is not one of the ranks watched here)"
+        elif root.returncode is not None and root.returncode > 0:
+            text += " without a Python exception"
+            last = next((ln.strip() for ln in reversed(list(root.out_lines)) if ln.strip()), "")
+            if last:
+                text += f" (last output: {last[:160]!r})"
+        elif signal_of(root.returncode):
+            text += ", no Python exception"
+    outcomes = {root.rank: ("failed", f"failed first ({what})")}
+    parts = []
+    if together:
+        parts.append(f"{_ranks(together)} failed at the same moment on {'its' if len(together) == 1 else 'their'} own")
+        for r in together:
+            e = next(x for x in bad if x.rank == r)
+            outcomes[r] = ("failed", f"failed at the same moment as rank {root.rank} ({short_exit(e)})")
+    for e in sorted(later + [x for x in by_kind["victim"] if x is not root], key=_when):
+        m = victim_marker(e)
+        cause = m if m else (f"{e.exc.get('type')}: {e.exc.get('msg')}"[:160] if e.exc else short_exit(e))
+        parts.append(f"rank {e.rank} failed {_delta(e.died_at if e.died_at is not None else _when(e), t0)} ({cause})")
+        outcomes[e.rank] = ("failed", f"failed after rank {root.rank} ({short_exit(e)}" + (f": {m})" if m else ")"))
+    for who in sorted({e.stopped_by or "launcher" for e in stopped}):
+        grp = [e for e in stopped if (e.stopped_by or "launcher") == who]
+        sigs = sorted({signal_of(e.returncode) for e in grp} - {None})
+        by = "torn down by ddptui" if who == "ddptui" else "stopped by the launcher"
+        parts.append(f"{_ranks(sorted(e.rank for e in grp))} {by}" + (f" ({', '.join(sigs)})" if sigs else "")
+                     + f" when rank {root.rank} {'had failed' if who == 'ddptui' else 'died'}")
+        for e in grp:
+            outcomes[e.rank] = ("killed", f"{by} after rank {root.rank} failed")
+    if never:
+        parts.append(f"{_ranks(never)} never started (stopped before {'its' if len(never) == 1 else 'their'} "
+                     f"program ran)")
+        for r in never:
+            outcomes[r] = ("killed", "never started")
+    if parts:
+        text += "; " + "; ".join(parts)
+    if launcher_root is not None and launcher_root != root.rank:
+        text += f" (torchrun's Root Cause names rank {launcher_root}: the first exit it saw, by the second)"
+    return Verdict(text, root.rank, short_exit(root), tuple(together), tuple(victims),
+                   tuple(sorted(e.rank for e in stopped)), tuple(never), tuple(excerpt(root)), outcomes)

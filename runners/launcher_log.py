@@ -1,0 +1,211 @@
+"""What torchrun's own stderr says about its ranks: whom it stopped and when, exit codes, its Root Cause record.
+
+It also folds the SignalException traceback torchrun prints when it is stopped by a signal into one line.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+
+# glog-style lines of torch.distributed.elastic: "W1203 07:47:22.826000 6435 .../api.py:1028] message"
+_GLOG = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +\d+ [^\]]*\] (.*)$")
+_SENDING = re.compile(r"Sending process (\d+) closing signal (SIG\w+)")
+_FORCED = re.compile(r"Unable to shutdown process (\d+) via \S+, forcefully exiting via (\S+)")
+_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+_RECEIVED = re.compile(r"Received (\d+) death signal")
+# the ChildFailedError table
+_ROOT_HEAD = "Root Cause (first observed failure):"
+_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)(?:\s*\(local_rank:\s*(\d+)\))?")
+_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)(?:\s*\(pid:\s*(\d+)\))?")
+_TIME = re.compile(r"^\s*time\s*:\s*(\d{4}-\d\d-\d\d_\d\d:\d\d:\d\d)")
+_ERRFILE = re.compile(r"^\s*error_file\s*:\s*(.+?)\s*$")
+_SIGNAL_EXC = re.compile(r"SignalException: Process (\d+) got signal: (\d+)")
+_TRACEBACK = "Traceback (most recent call last):"
+MAX_HELD = 400  # a traceback longer than this is not the one we fold: show it as it is
+
+
+@dataclass
+class Failure:
+    """One entry of torchrun's failure table."""
+
+    rank: int
+    local_rank: int | None = None
+    exitcode: int | None = None
+    pid: int | None = None
+    time: float | None = None  # torchrun's timestamp: whole seconds
+    error_file: str | None = None
+    root: bool = False  # listed under "Root Cause (first observed failure)"
+
+
+def glog_wall(month: int, day: int, h: int, m: int, s: int, frac: str, now: float | None = None) -> float:
+    """Wall time of a glog stamp (local time, no year: the year that puts it nearest to now)."""
+    now = time.time() if now is None else now
+    year = time.localtime(now).tm_year
+    t = time.mktime((year, month, day, h, m, s, 0, 0, -1)) + float("0." + frac)
+    if t > now + 86400:
+        t = time.mktime((year - 1, month, day, h, m, s, 0, 0, -1)) + float("0." + frac)
+    return t
+
+
+class TorchrunLog:
+    """Fed torchrun's stderr line by line; remembers what the lines say and returns the lines to show."""
+
+    def __init__(self) -> None:
+        self.stopping: dict[int, tuple[str, float | None]] = {}  # pid -> (signal name, when torchrun sent it)
+        self.first_failure: tuple[int, int, int] | None = None  # (local_rank, pid, exitcode) from its error log
+        self.failures: dict[int, Failure] = {}  # global rank -> table entry
+        self.signalled: int | None = None  # signal number torchrun itself received
+        self.changed = False  # set when a line added an exit code; the reader resets it
+        self._entry: Failure | None = None
+        self._in_root = False
+        self._pending_time: float | None = None  # an entry's time line comes before its rank line
+        self._held: list[str] = []
+
+    @property
+    def root_rank(self) -> int | None:
+        for f in self.failures.values():
+            if f.root:
+                return f.rank
+        return None
+
+    def exit_codes(self, pid_ranks: dict[int, int], nproc: int | None) -> list[tuple[int, int]]:
+        """(global rank, exit code) for every rank torchrun reported an exit code of. pid_ranks maps the pids
+        ranks announced to their ranks; nproc: this is the only agent, so its local ranks are the global ones."""
+        out = {f.rank: f.exitcode for f in self.failures.values() if f.exitcode is not None}
+        if self.first_failure is not None:
+            local, pid, code = self.first_failure
+            rank = pid_ranks.get(pid, local if nproc is not None and local < nproc else None)
+            if rank is not None:
+                out.setdefault(rank, code)
+        return sorted(out.items())
+
+    def pid_stopped(self, pid: int | None) -> tuple[str, float | None] | None:
+        """(signal, when) torchrun sent this pid to stop it, or None."""
+        return None if pid is None else self.stopping.get(pid)
+
+    def recorded_error(self, rank: int) -> dict | None:
+        """The error a rank recorded in its torchrun error file (torch's @record), as an exception report."""
+        f = self.failures.get(rank)
+        if f is None or not f.error_file:
+            return None
+        try:
+            with open(f.error_file, encoding="utf-8") as fh:
+                return error_file_report(json.load(fh))
+        except (OSError, ValueError):
+            return None
+
+    def feed(self, line: str, we_signalled: bool) -> list[str]:
+        """The lines to show for this one (none while a traceback is held, several when it is released).
+
+        we_signalled: ddptui is tearing the run down, so a SignalException is ddptui's doing.
+        """
+        if self._held:
+            return self._hold(line, we_signalled)
+        if line.strip() == _TRACEBACK:
+            self._held = [line]
+            return []
+        self._parse(line)
+        return [line]
+
+    def flush(self) -> list[str]:
+        held, self._held = self._held, []
+        return held
+
+    def _hold(self, line: str, we_signalled: bool) -> list[str]:
+        if line.startswith((" ", "\t")) and len(self._held) < MAX_HELD:
+            self._held.append(line)
+            return []
+        m = _SIGNAL_EXC.search(line)
+        if m:
+            self._held = []
+            self.signalled = int(m.group(2))
+            name = _signame(int(m.group(2)))
+            if we_signalled:
+                return [f"ddptui stopped the launcher ({name})"]
+            return [f"the launcher (pid {m.group(1)}) was stopped by {name} from outside ddptui"]
+        held = self.flush()
+        return held + self.feed(line, we_signalled)
+
+    def _parse(self, line: str) -> None:
+        g = _GLOG.match(line)
+        if g:
+            msg = g.group(7)
+            when = None
+            try:
+                when = glog_wall(*(int(x) for x in g.groups()[:5]), g.group(6))
+            except (ValueError, OverflowError):
+                pass
+            m = _SENDING.search(msg) or _FORCED.search(msg)
+            if m:
+                self.stopping[int(m.group(1))] = (m.group(2).split(".")[-1], when)
+                return
+            m = _FAILED.search(msg)
+            if m:
+                self.first_failure = (int(m.group(2)), int(m.group(3)), int(m.group(1)))
+                self.changed = True
+                return
+            m = _RECEIVED.search(msg)
+            if m:
+                self.signalled = int(m.group(1))
+            return
+        if line.strip() == _ROOT_HEAD:
+            self._in_root = True
+            return
+        m = _RANK.match(line)
+        if m:
+            self._entry = Failure(int(m.group(1)), int(m.group(2)) if m.group(2) else None, time=self._pending_time,
+                                  root=self._in_root)
+            self._pending_time = None
+            self.failures[self._entry.rank] = self._entry
+            return
+        m = _TIME.match(line)
+        if m:
+            try:
+                self._pending_time = time.mktime(time.strptime(m.group(1), "%Y-%m-%d_%H:%M:%S"))
+            except (ValueError, OverflowError):
+                self._pending_time = None
+            return
+        if self._entry is None:
+            return
+        m = _EXIT.match(line)
+        if m:
+            self._entry.exitcode = int(m.group(1))
+            self._entry.pid = int(m.group(2)) if m.group(2) else None
+            self.changed = True
+            return
+        m = _ERRFILE.match(line)
+        if m:
+            path = m.group(1)
+            self._entry.error_file = None if path == "<N/A>" else path
+            self._entry = None
+
+
+def error_file_report(data: dict) -> dict | None:
+    """{"type", "msg", "where", "tb"} from torch elastic's error-file JSON ({"message": {"message": "T: msg",
+    "extraInfo": {"py_callstack": ..., "timestamp": ...}}}); None when it holds no message."""
+    msg = data.get("message") if isinstance(data, dict) else None
+    if isinstance(msg, str):
+        text, tb = msg, ""
+    elif isinstance(msg, dict):
+        text = str(msg.get("message", ""))
+        tb = str((msg.get("extraInfo") or {}).get("py_callstack", ""))
+    else:
+        return None
+    if not text:
+        return None
+    typ, _, rest = text.partition(": ")
+    where = ""
+    frames = re.findall(r'File "([^"]+)", line (\d+)', tb)
+    if frames:
+        where = f"{frames[-1][0]}:{frames[-1][1]}"
+    return {"type": typ, "msg": rest if rest else text, "where": where, "tb": tb.splitlines()[-15:]}
+
+
+def _signame(n: int) -> str:
+    import signal
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"signal {n}"

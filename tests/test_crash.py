@@ -1,0 +1,461 @@
+"""Crash root cause: the pure verdict (runners/crash.py), torchrun's own lines, OOM evidence, the death watch, and
+real runs where a rank dies without a Python exception (SIGKILL, segfault, os._exit) under torchrun and env://."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from runners import events as ev
+from runners.crash import RankEvidence, decide, excerpt, kind
+from runners.deathwatch import DeathWatch, parse_stat_exit
+from runners.launcher_log import TorchrunLog, error_file_report
+from runners.oom import cgroup_paths, kernel_log_kills, parse_oom_kill
+from runners.session import EXIT_FAILED
+from tests.engine_helpers import run_profile
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+T0 = 1_700_000_000.0
+GLOO_CLOSED = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+               "[127.0.0.1]:9634. This is typically caused by a remote worker crashing.")
+SEGV_DUMP = [
+    "Fatal Python error: Segmentation fault",
+    "",
+    "Thread 0x00007f052b4ff6c0 (most recent call first):",
+    '  File "/usr/lib/python3.11/threading.py", line 331 in wait',
+    '  File "/work/runners/inject/ddptui_report.py", line 139 in _flush_quiet',
+    "",
+    "Current thread 0x00007f05533d8b80 (most recent call first):",
+    '  File "/usr/lib/python3.11/ctypes/__init__.py", line 519 in string_at',
+    '  File "/work/train.py", line 22 in die',
+    '  File "/work/train.py", line 43 in main',
+    "",
+    "Extension modules: numpy._core._multiarray_umath, torch._C (total: 2)",
+]
+
+
+# ---- the pure verdict ---------------------------------------------------------------------------------------
+
+def test_sigkilled_rank_is_the_root_cause_not_the_rank_the_launcher_stopped():
+    # what torchrun does: rank 1 is SIGKILLed, torchrun notices and SIGTERMs rank 0; rank order says nothing
+    v = decide([RankEvidence(0, -15, died_at=T0 + 0.08, stopped_by="launcher", step=6),
+                RankEvidence(1, -9, died_at=T0, step=5, out_lines=("[rank 1] step 5 loss 0.2",))])
+    assert v.root == 1 and v.what == "SIGKILL" and v.stopped == (0,) and v.victims == ()
+    assert v.text.startswith("rank 1 failed first: killed by SIGKILL (out of memory?) at step 5")
+    assert "rank 0 stopped by the launcher (SIGTERM) when rank 1 died" in v.text
+    assert "failed after" not in v.text
+    assert v.outcomes[0] == ("killed", "stopped by the launcher after rank 1 failed")
+    assert v.outcomes[1][0] == "failed"
+
+
+def test_deaths_are_ordered_by_when_they_happened_not_by_rank():
+    v = decide([RankEvidence(0, 3, died_at=T0 + 1.0), RankEvidence(1, 3, died_at=T0), RankEvidence(2, 3, died_at=T0 + 2)])
+    assert v.root == 1 and v.victims == (0, 2)
+    assert "rank 0 failed 1.00 s after it" in v.text and "rank 2 failed 2.00 s after it" in v.text
+
+
+def test_a_victim_never_wins_even_when_its_error_was_read_first():
+    # rank 0's "connection closed" traceback was read before rank 1's death was noticed
+    v = decide([RankEvidence(0, 1, died_at=T0 + 0.3, error_at=T0 - 0.1, err_lines=(GLOO_CLOSED,),
+                             exc={"type": "RuntimeError", "msg": GLOO_CLOSED, "where": "x.py:1"}),
+                RankEvidence(1, -9, died_at=T0)])
+    assert v.root == 1 and v.victims == (0,)
+    assert "rank 0 failed 0.30 s after it (Connection closed by peer)" in v.text
+
+
+def test_only_victims_left_names_the_earliest_and_says_its_peer_is_elsewhere():
+    v = decide([RankEvidence(0, 1, died_at=T0 + 1, err_lines=(GLOO_CLOSED,)),
+                RankEvidence(1, 1, died_at=T0, err_lines=(GLOO_CLOSED,))])
+    assert v.root == 1 and v.victims == (0,) and "not one of the ranks watched here" in v.text
+
+
+def test_simultaneous_own_failures_are_not_called_failed_after_it():
+    exc = {"type": "ValueError", "msg": "bad batch", "where": "train.py:9"}
+    v = decide([RankEvidence(0, 1, died_at=T0 + 0.1, error_at=T0 + 0.05, exc=exc),
+                RankEvidence(1, 1, died_at=T0 + 0.2, error_at=T0, exc=exc)])
+    assert v.root == 1 and v.together == (0,) and v.victims == ()
+    assert "rank 0 failed at the same moment on its own" in v.text and "after it" not in v.text
+    assert v.outcomes[0] == ("failed", "failed at the same moment as rank 1 (exit 1)")
+
+
+def test_sigkill_with_oom_evidence_says_out_of_memory():
+    v = decide([RankEvidence(1, -9, died_at=T0, oom="the kernel log says the OOM killer killed pid 42")])
+    assert "killed by SIGKILL (out of memory: the kernel log says the OOM killer killed pid 42)" in v.text
+
+
+def test_sigkill_sent_by_ddptui_is_not_out_of_memory():
+    v = decide([RankEvidence(0, 1, died_at=T0, exc={"type": "KeyError", "msg": "'x'", "where": "a.py:3"}),
+                RankEvidence(1, -9, died_at=T0 + 6, stopped_by="ddptui")], tearing_down=True)
+    assert v.root == 0 and v.stopped == (1,) and "out of memory" not in v.text
+    assert "rank 1 torn down by ddptui (SIGKILL) when rank 0 had failed" in v.text
+
+
+def test_segfault_names_the_crashing_thread_frame_and_keeps_its_dump_only():
+    v = decide([RankEvidence(1, -11, died_at=T0, err_lines=tuple(SEGV_DUMP), step=5),
+                RankEvidence(0, -15, died_at=T0 + 0.1, stopped_by="launcher")])
+    assert v.root == 1 and v.what == "SIGSEGV"
+    assert "SIGSEGV (segmentation fault) at step 5: Fatal Python error: Segmentation fault in die at train.py:22" \
+        in v.text
+    assert v.excerpt[0] == "Fatal Python error: Segmentation fault"
+    assert v.excerpt[1].startswith("Current thread") and not any("Extension modules" in x for x in v.excerpt)
+    assert not any("_flush_quiet" in x for x in v.excerpt)
+
+
+def test_os_exit_says_no_python_exception_and_quotes_the_last_output():
+    v = decide([RankEvidence(1, 3, died_at=T0, out_lines=("[rank 1] step 5", "[rank 1] saving", "")),
+                RankEvidence(0, -15, died_at=T0 + 0.1, stopped_by="launcher")])
+    assert v.what == "exit 3"
+    assert "rank 1 failed first: exit 3 without a Python exception (last output: '[rank 1] saving')" in v.text
+
+
+def test_never_started_ranks_say_so():
+    v = decide([RankEvidence(0, -15, died_at=T0 + 0.1, started=False, stopped_by="launcher"),
+                RankEvidence(1, 1, died_at=T0, exc={"type": "ImportError", "msg": "no module x", "where": "t.py:1"}),
+                RankEvidence(2, -15, died_at=T0 + 0.1, started=False)])
+    assert v.root == 1 and v.never_started == (0, 2) and v.stopped == ()
+    assert "ranks 0, 2 never started" in v.text and "killed" not in v.text
+    assert v.outcomes[0] == ("killed", "never started")
+
+
+def test_sigterm_without_a_sender_on_record_is_the_launchers_only_after_another_death():
+    assert kind(RankEvidence(0, -15, died_at=T0 + 0.1), someone_died_before=True) == "stopped"
+    assert kind(RankEvidence(0, -15, died_at=T0), someone_died_before=False) == "failed"
+    v = decide([RankEvidence(0, -15, died_at=T0)])  # someone ran kill -TERM on the only rank that died
+    assert v.root == 0 and v.what == "SIGTERM"
+
+
+def test_torchruns_root_cause_breaks_ties_and_is_mentioned_when_it_disagrees():
+    v = decide([RankEvidence(0, 1, died_at=T0), RankEvidence(1, 1, died_at=T0)], launcher_root=1)
+    assert v.root == 1 and v.together == (0,)
+    v = decide([RankEvidence(0, -15, died_at=T0 + 0.05, stopped_by="launcher"), RankEvidence(1, -9, died_at=T0)],
+               launcher_root=0)
+    assert v.root == 1 and "torchrun's Root Cause names rank 0" in v.text
+
+
+def test_no_verdict_without_a_failure_of_a_rank_and_exit_time_aborts_after_work_are_not_crashes():
+    assert decide([RankEvidence(0, 0), RankEvidence(1, 0)]) is None
+    assert decide([RankEvidence(0, -6, completed=True), RankEvidence(1, 0)]) is None
+    # a stopped run (every rank torn down by ddptui) is not a crash either
+    assert decide([RankEvidence(0, -15, stopped_by="ddptui"), RankEvidence(1, -15, stopped_by="ddptui")]) is None
+
+
+def test_excerpt_prefers_the_traceback_then_the_report_then_the_last_lines():
+    tb = ["noise", "Traceback (most recent call last):", '  File "a.py", line 1, in <module>', "KeyError: 'x'"]
+    assert excerpt(RankEvidence(0, 1, err_lines=tuple(tb))) == tb[1:]
+    assert excerpt(RankEvidence(0, 1, exc={"tb": ["T", "E: m"]})) == ["T", "E: m"]
+    assert excerpt(RankEvidence(0, 3, out_lines=("a", "b"))) == ["a", "b"]
+
+
+# ---- torchrun's own lines -----------------------------------------------------------------------------------
+
+TORCHRUN_STDERR = textwrap.dedent("""\
+    W1203 07:47:22.826000 6435 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 6488 closing signal SIGTERM
+    E1203 07:47:22.863000 6435 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 6489) of binary: /venv/bin/python3.11
+    Traceback (most recent call last):
+      File "/venv/bin/torchrun", line 6, in <module>
+        sys.exit(main())
+    torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+    ======================================================
+    train.py FAILED
+    ------------------------------------------------------
+    Failures:
+    [1]:
+      time      : 2026-12-03_07:47:22
+      host      : localhost
+      rank      : 0 (local_rank: 0)
+      exitcode  : -15 (pid: 6488)  (SIGTERM)
+      error_file: <N/A>
+      traceback : Signal 15 (SIGTERM) received by PID 6488
+    ------------------------------------------------------
+    Root Cause (first observed failure):
+    [0]:
+      time      : 2026-12-03_07:47:22
+      host      : localhost
+      rank      : 1 (local_rank: 1)
+      exitcode  : -9 (pid: 6489)  (SIGKILL)
+      error_file: <N/A>
+      traceback : Signal 9 (SIGKILL) received by PID 6489
+    ======================================================
+    """).splitlines()
+
+SIGNAL_TRACEBACK = textwrap.dedent("""\
+    W1203 07:50:37.327000 8735 torch/distributed/elastic/agent/server/api.py:753] Received 15 death signal, shutting down workers
+    Traceback (most recent call last):
+      File "<frozen runpy>", line 198, in _run_module_as_main
+      File "/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/api.py", line 86, in _terminate_process_handler
+        raise SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)
+    torch.distributed.elastic.multiprocessing.api.SignalException: Process 8735 got signal: 15
+    """).splitlines()
+
+
+def test_torchrun_lines_give_stopped_pids_exit_codes_and_its_root_cause():
+    log = TorchrunLog()
+    shown = [x for ln in TORCHRUN_STDERR for x in log.feed(ln, we_signalled=False)] + log.flush()
+    assert shown == TORCHRUN_STDERR  # nothing hidden: a ChildFailedError is not ours to fold
+    assert log.pid_stopped(6488)[0] == "SIGTERM" and log.pid_stopped(6489) is None
+    assert log.first_failure == (1, 6489, -9) and log.root_rank == 1
+    assert log.exit_codes({6488: 0, 6489: 1}, nproc=2) == [(0, -15), (1, -9)]
+    assert log.failures[1].time is not None and log.failures[0].root is False
+
+
+def test_signal_exception_traceback_folds_into_one_line_saying_who_stopped_the_launcher():
+    log = TorchrunLog()
+    shown = [x for ln in SIGNAL_TRACEBACK for x in log.feed(ln, we_signalled=True)] + log.flush()
+    assert shown == [SIGNAL_TRACEBACK[0], "ddptui stopped the launcher (SIGTERM)"]
+    log = TorchrunLog()
+    shown = [x for ln in SIGNAL_TRACEBACK for x in log.feed(ln, we_signalled=False)]
+    assert shown[-1] == "the launcher (pid 8735) was stopped by SIGTERM from outside ddptui"
+
+
+def test_other_launcher_tracebacks_pass_through_whole_even_when_split_across_reads():
+    log = TorchrunLog()
+    tb = ["Traceback (most recent call last):", '  File "x.py", line 1, in <module>', "ValueError: nope", "after"]
+    assert log.feed(tb[0], True) == [] and log.feed(tb[1], True) == []
+    assert log.feed(tb[2], True) == tb[:3] and log.feed(tb[3], True) == tb[3:]
+    log = TorchrunLog()
+    out = [x for ln in tb for x in log.feed(ln, True)] + log.flush()
+    assert out == tb
+    log = TorchrunLog()  # a traceback cut off when the launcher died is shown at the end
+    assert [x for ln in tb[:2] for x in log.feed(ln, True)] == [] and log.flush() == tb[:2]
+
+
+def test_error_file_report_reads_torch_record_format():
+    rep = error_file_report({"message": {"message": "ValueError: bad shard 3", "extraInfo": {
+        "py_callstack": 'Traceback (most recent call last):\n  File "/w/train.py", line 12, in main\nValueError: bad shard 3',
+        "timestamp": "1700000000"}}})
+    assert rep["type"] == "ValueError" and rep["msg"] == "bad shard 3" and rep["where"] == "/w/train.py:12"
+    assert error_file_report({"nothing": 1}) is None
+
+
+# ---- OOM evidence and the death watch -----------------------------------------------------------------------
+
+def test_cgroup_paths_for_v1_and_v2_and_the_oom_kill_count():
+    v1 = "4:memory:/process_api/abc\n0::/\n"
+    assert cgroup_paths(v1)[0] == "/sys/fs/cgroup/memory/process_api/abc/memory.oom_control"
+    assert cgroup_paths("0::/user.slice/x.scope\n") == ["/sys/fs/cgroup/user.slice/x.scope/memory.events",
+                                                      "/sys/fs/cgroup/unified/user.slice/x.scope/memory.events"]
+    assert parse_oom_kill("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n") == 2
+    assert parse_oom_kill("low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\noom_group_kill 0\n") == 1
+    assert parse_oom_kill("low 0\n") is None
+
+
+def test_kernel_log_names_the_killed_pids():
+    recs = ["4,421,5109,-;oom-kill:constraint=CONSTRAINT_MEMCG,task=python3,pid=10019,uid=0\n",
+            "3,422,5109,-;Memory cgroup out of memory: Killed process 10019 (python3) total-vm:323784kB\n",
+            "6,1,1,-;Killed process group leader? no\n", "3,9,9,-;Out of memory: Killed process 77 (python)\n"]
+    assert kernel_log_kills(recs) == {10019, 77}
+
+
+def test_stat_exit_code_of_a_zombie():
+    assert parse_stat_exit("42 (python3 (x)) Z " + " ".join(["0"] * 48) + " 9") == ("Z", -9)
+    assert parse_stat_exit("42 (p) Z " + " ".join(["0"] * 48) + " 768") == ("Z", 3)
+    assert parse_stat_exit("42 (p) S 1 2 3") == ("S", None)
+
+
+@pytest.mark.timeout(30)
+def test_death_watch_notes_when_a_process_it_did_not_spawn_died_and_how():
+    # a child of another process (as ranks are torchrun's): sh starts sleep, we only learn its pid
+    parent = subprocess.Popen(["sh", "-c", "sleep 30 & echo $!; wait"], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(parent.stdout.readline())
+        watch = DeathWatch()
+        try:
+            watch.watch(pid)
+            killed_at = time.time()
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            deaths = []
+            while not deaths and time.monotonic() < deadline:
+                deaths = watch.deaths()
+                time.sleep(0.01)
+            (d,) = deaths
+            assert d.pid == pid and d.exact and abs(d.wall - killed_at) < 1.0
+            assert d.returncode in (-9, None)  # None only if sh reaped it before the thread read /proc
+        finally:
+            watch.close()
+    finally:
+        parent.wait(timeout=10)
+
+
+# ---- real runs --------------------------------------------------------------------------------------------
+
+def _profile(tmp_path: Path, script: str, runner: str = "torchrun", env: dict | None = None,
+             python: str | None = None) -> Path:
+    """A profile running one of the plain fixture scripts on 2 ranks (torchrun: 2 local ranks; env: 2 nodes)."""
+    lines = [f"name: {Path(script).stem}", f"runner: {runner}", "nproc: 2" if runner == "torchrun" else "nproc: 1\nnnodes: 2",
+             "workload:", f"  script: {FIXTURES / script}"] + ([f"  python: {python}"] if python else []) + [
+             "backend: gloo", "replica_check: false", "timeout: 100", "startup_grace: 90", "stall_after: 60"]
+    if env:
+        lines.append("env:")
+        lines += [f"  {k}: '{v}'" for k, v in env.items()]
+    path = tmp_path / "profile.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _states(rec) -> dict[int, tuple[str, str]]:
+    out = {}
+    for e in rec.of(ev.RankState):
+        out[e.rank] = (e.status, e.detail)
+    return out
+
+
+def _assert_rank1_root_and_rank0_went_down_with_it(rec, session, words: str, exit_: str):
+    crash = rec.one(ev.CrashVerdict)
+    assert crash.root_rank == 1, crash.text
+    assert crash.text.startswith(f"rank 1 failed first: {words}"), crash.text
+    assert crash.exit == exit_
+    assert 0 in crash.victims + crash.stopped, crash.text  # a victim, or stopped by the launcher: never the cause
+    states = _states(rec)
+    assert states[1][0] == "failed", states
+    summary = json.loads((session.run_dir / "summary.json").read_text())
+    assert summary["crash"]["root_rank"] == 1 and summary["ranks"]["1"]["status"] == "failed"
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("how,words,exit_", [
+    ("sigkill", "killed by SIGKILL (out of memory?) at step 5", "SIGKILL"),
+    ("segfault", "SIGSEGV (segmentation fault) at step 5: Fatal Python error: Segmentation fault in die at "
+                 "die_without_exception.py:", "SIGSEGV"),
+    ("exit3", "exit 3 at step 5 without a Python exception", "exit 3"),
+])
+def test_torchrun_rank_dying_without_an_exception_is_the_root_cause(runs_dir, tmp_path, how, words, exit_):
+    path = _profile(tmp_path, "die_without_exception.py", env={"DIE_HOW": how, "DIE_STEP": "5"})
+    code, rec, session = run_profile(path, runs_dir)
+    assert code == EXIT_FAILED
+    _assert_rank1_root_and_rank0_went_down_with_it(rec, session, words, exit_)
+
+
+@pytest.mark.timeout(150)
+def test_env_runner_rank_killed_by_sigkill_is_the_root_cause(runs_dir, tmp_path):
+    path = _profile(tmp_path, "die_without_exception.py", runner="env", env={"DIE_HOW": "sigkill", "DIE_STEP": "5"})
+    code, rec, session = run_profile(path, runs_dir)
+    assert code == EXIT_FAILED
+    _assert_rank1_root_and_rank0_went_down_with_it(rec, session, "killed by SIGKILL (out of memory?) at step 5",
+                                                   "SIGKILL")
+
+
+@pytest.mark.timeout(150)
+def test_a_rank_the_launcher_stopped_is_said_to_be_stopped_not_failed_after_it(runs_dir, tmp_path):
+    # rank 0 works alone (no collective), so it has no error of its own: torchrun's SIGTERM ends it
+    path = _profile(tmp_path, "die_while_peer_works_alone.py")
+    code, rec, session = run_profile(path, runs_dir)
+    assert code == EXIT_FAILED
+    crash = rec.one(ev.CrashVerdict)
+    assert crash.root_rank == 1 and crash.stopped == (0,) and crash.victims == (), crash.text
+    assert "rank 0 stopped by the launcher (SIGTERM) when rank 1 died" in crash.text
+    assert "failed after" not in crash.text
+    assert _states(rec)[0] == ("killed", "stopped by the launcher after rank 1 failed")
+
+
+def _torchrun_with_rank_wrapper(tmp_path: Path, wrapper_body: str, script: str):
+    """An ad-hoc torchrun command (as `ddptui -- torchrun ...`) whose ranks start through a shell wrapper
+    (`--no-python`): what a site script that prepares each rank's environment looks like."""
+    from runners.profile import adhoc_profile
+    wrapper = tmp_path / "rank_wrapper"
+    wrapper.write_text(f"#!/bin/sh\n{wrapper_body}\nexec {sys.executable} -u \"$@\"\n")
+    wrapper.chmod(0o755)
+    return adhoc_profile([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          "--no-python", str(wrapper), str(FIXTURES / script)], ["timeout=100", "replica_check=false"])
+
+
+def _run(profile, runs_dir):
+    from runners.session import Session
+    from tests.engine_helpers import Recorder
+    rec = Recorder()
+    session = Session(profile, runs_dir, emit=rec)
+    return session.run(), rec, session
+
+
+@pytest.mark.timeout(150)
+def test_a_rank_that_never_started_says_so(runs_dir, tmp_path):
+    # rank 0's interpreter is slow to come up (here: its wrapper waits); rank 1's program fails at once
+    profile = _torchrun_with_rank_wrapper(tmp_path, '[ "$LOCAL_RANK" = 0 ] && exec sleep 90', "fail_at_start.py")
+    code, rec, session = _run(profile, runs_dir)
+    assert code == EXIT_FAILED
+    crash = rec.one(ev.CrashVerdict)
+    assert crash.root_rank == 1 and crash.never_started == (0,), crash.text
+    assert "ValueError: no data shards found" in crash.text and "rank 0 never started" in crash.text
+    assert _states(rec)[0] == ("killed", "never started")
+
+
+@pytest.mark.timeout(150)
+def test_ddptui_stopping_torchrun_folds_its_signal_traceback_into_one_line(runs_dir, tmp_path):
+    import threading
+
+    path = _profile(tmp_path, "die_without_exception.py", env={"DIE_STEP": "100000000"})
+    from runners.profile import load_profile
+    from runners.session import Session
+    from tests.engine_helpers import Recorder
+
+    rec = Recorder()
+    session = Session(load_profile(path), runs_dir, emit=rec)
+
+    def stop_when_training():
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if any(e.rank == 1 and e.step for e in list(rec.of(ev.Progress))):
+                break
+            time.sleep(0.1)
+        session.request_stop()
+
+    threading.Thread(target=stop_when_training, daemon=True).start()
+    code = session.run()
+    assert code == EXIT_FAILED and session.status == "stopped"
+    launcher = rec.lines(None)
+    assert "ddptui stopped the launcher (SIGTERM)" in launcher
+    assert not any("SignalException" in ln or ln.startswith("Traceback") for ln in launcher), launcher
+    raw = (session.run_dir / "raw" / "torchrun.err").read_text()
+    assert "SignalException" in raw  # the raw file keeps what torchrun wrote
+    assert not rec.of(ev.CrashVerdict)
+
+
+def _cgroup_for_test(limit: int) -> Path | None:
+    try:
+        own = Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return None
+    for line in own.splitlines():
+        _, controllers, rel = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            base = Path("/sys/fs/cgroup/memory") / rel.lstrip("/")
+            try:
+                cg = base / f"ddptui-test-{os.getpid()}-{time.monotonic_ns()}"
+                cg.mkdir()
+                (cg / "memory.limit_in_bytes").write_text(str(limit))
+                return cg
+            except OSError:
+                return None
+    return None
+
+
+@pytest.mark.timeout(150)
+def test_a_real_oom_kill_is_called_out_of_memory_with_its_evidence(runs_dir, tmp_path):
+    cg = _cgroup_for_test(1_500_000_000)
+    if cg is None:
+        pytest.skip("needs a writable cgroup v1 memory controller (root) to cause a real OOM kill")
+    try:
+        # rank 1 runs in a memory cgroup limited to 1.5 GB (set -e: it never runs unlimited)
+        profile = _torchrun_with_rank_wrapper(
+            tmp_path, f'set -e\nif [ "$LOCAL_RANK" = 1 ]; then echo $$ > {cg}/cgroup.procs; fi',
+            "grow_memory_at_step.py")
+        code, rec, session = _run(profile, runs_dir)
+        assert code == EXIT_FAILED
+        crash = rec.one(ev.CrashVerdict)
+        assert crash.root_rank == 1 and crash.exit == "SIGKILL", crash.text
+        assert "killed by SIGKILL (out of memory: " in crash.text, crash.text
+        assert "out of memory?" not in crash.text
+    finally:
+        for _ in range(50):
+            try:
+                cg.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
