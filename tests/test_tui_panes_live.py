@@ -1,6 +1,8 @@
 """The dashboard's rank panes on a REAL torchrun run: each pane ends on its rank's newest line, live and after the end."""
 from __future__ import annotations
 
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -9,9 +11,11 @@ from textual.widgets import TabbedContent
 
 from runners.profile import load_profile
 from tests.test_tui_app import aio, screen_text
+from tests.tmux_term import TMUX, Term
 from tui.app import DdpApp, LiveSource
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def chatty_profile(tmp_path: Path, hold: Path) -> Path:
@@ -53,3 +57,27 @@ async def test_each_pane_ends_on_its_ranks_last_line_live_and_after_the_end(size
         assert await wait_for(pilot, lambda: app.screen.query_one(TabbedContent).active == "verdict", 5)
         await pilot.press("escape")
         assert await wait_for(pilot, lambda: last_lines_shown(app) == [0, 1], 5), screen_text(app)
+
+
+@pytest.mark.skipif(not Path(TMUX).exists(), reason="tmux not installed")
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("size", [(160, 48), (80, 24)])
+def test_in_a_real_terminal_each_pane_ends_on_its_ranks_last_line(size, tmp_path):
+    hold = tmp_path / "hold"
+    prof = chatty_profile(tmp_path, hold)
+    cmd = (f"unset COLUMNS LINES; cd {shlex.quote(str(ROOT))} && {shlex.quote(sys.executable)} -m tui.cli "
+           f"{shlex.quote(str(prof))} --runs-dir {shlex.quote(str(tmp_path / 'runs'))}; echo DDPTUI-EXITED $?; sleep 30")
+    term = Term(cmd, width=size[0], height=size[1])
+    try:
+        term.wait_for("[rank 0] done, final loss", 120)
+        s = term.wait_for("[rank 1] done, final loss", 10)
+        assert "live" in s  # the ranks hold: these are the newest lines of a running run
+        hold.touch()
+        term.wait_for("run ok", 60)
+        term.keys("Escape")  # from the verdict tab back to the grid
+        s = term.wait_for("rank 1 · pid", 10)
+        assert "exited ok" in s and "[rank 0] done, final loss" in s and "[rank 1] done, final loss" in s, s
+        term.keys("q")
+        assert "DDPTUI-EXITED 0" in term.wait_for("DDPTUI-EXITED", 20)
+    finally:
+        term.close()

@@ -84,6 +84,7 @@ class RunScreen(Screen):
         self._last_rank: int | None = None
         self._loss_prev = -1
         self._chart_at = 0.0
+        self._fitted: tuple = ()
 
     def compose(self) -> ComposeResult:
         yield Static(head_text(self.model, self.source_kind), id="run-head")
@@ -172,6 +173,9 @@ class RunScreen(Screen):
         if rows <= 0:
             return  # the tab is hidden: fitted again when it shows (its size changes then)
         f = fit(rows, -(-n // grid_columns(n)) if n else 0, chart_rows(n))
+        if (f, n) == self._fitted:
+            return  # setting the same styles again still costs a relayout of every pane
+        self._fitted = (f, n)
         chart = self.query_one(LossChart)
         chart.display = f.chart > 0
         if f.chart:
