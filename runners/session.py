@@ -18,7 +18,7 @@ from .deathwatch import DeathWatch
 from .launcher_log import TorchrunLog
 from . import stall as stall_rule
 from .monitor import RankTrack, find_slow
-from .steptime import slowed_down, take_report
+from .steptime import slowed_down, slowed_together, take_report
 from .record import RunRecord, new_run_dir
 from .tail import Tailer
 
@@ -565,7 +565,8 @@ class Session:
         tracks = self.tracks.values()
         if not stall_rule.any_over(stall_rule.quiet_ranks(self.profile, tracks, mono, with_cpu=False)):
             return None
-        self._sample_resources(emit=False)  # the CPU evidence as of now, not as of the last 1 s sample
+        if self.stall_info is None:  # the CPU evidence as of now, not as of the last 1 s sample
+            self._sample_resources(emit=False)
         now = time.monotonic()
         live = stall_rule.live_tracks(tracks)
         floor = stall_rule.busy_floor(len(os.sched_getaffinity(0)), len(live), os.getloadavg()[0])
@@ -616,8 +617,7 @@ class Session:
         downs = slowed_down(clocks)
         if not downs:
             return
-        timed = [r for r, c in clocks.items() if c.baseline() is not None and c.recent() is not None]
-        if len(timed) == 1 or {d.rank for d in downs} != set(timed):
+        if not slowed_together(downs, clocks):
             self._slow_ranks(downs, "")  # the others kept their pace: no doubt which ranks are slow
             return
         # Every rank slowed together (lock-step collectives): the slow one is the rank whose own work grew, the
@@ -642,7 +642,7 @@ class Session:
 
     def _slow_ranks(self, downs, why: str) -> None:
         for d in downs:
-            self._set_status(self.tracks[d.rank], "slow", d.text().split("'s ", 1)[1])
+            self._set_status(self.tracks[d.rank], "slow", d.detail())
         self._slow_named([d.rank for d in downs], "; ".join(d.text() for d in downs) + why)
 
     def _slow_named(self, ranks, text: str) -> None:

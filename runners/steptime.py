@@ -120,9 +120,12 @@ class SlowDown:
     def ratio(self) -> float:
         return self.recent / self.baseline if self.baseline > 0 else float("inf")
 
+    def detail(self) -> str:
+        return (f"steps take {fmt_seconds(self.recent)}, {self.ratio:.0f}x its first {self.base_steps} steps' "
+                f"{fmt_seconds(self.baseline)}")
+
     def text(self) -> str:
-        return (f"rank {self.rank}'s steps take {fmt_seconds(self.recent)}, {self.ratio:.0f}x its first "
-                f"{self.base_steps} steps' {fmt_seconds(self.baseline)}")
+        return f"rank {self.rank}'s {self.detail()}"
 
 
 def slowed_down(clocks: dict) -> list[SlowDown]:
@@ -135,6 +138,13 @@ def slowed_down(clocks: dict) -> list[SlowDown]:
         if now >= SLOWER * base and now - base >= 0.001:  # a microsecond loop jittering is not a slow-down
             out.append(SlowDown(rank, now, base, c.timed_steps))
     return out
+
+
+def slowed_together(downs: list[SlowDown], clocks: dict) -> bool:
+    """Every timed rank slowed down at once (lock-step collectives make the others wait for the slow one): only
+    stacks can tell whose own work grew. False when some ranks kept their pace: the slowed ones are named as is."""
+    timed = {r for r, c in clocks.items() if c.baseline() is not None and c.recent() is not None}
+    return len(timed) > 1 and {d.rank for d in downs} == timed
 
 
 def fmt_seconds(s: float) -> str:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from runners.steptime import (BASE_STEPS, StepClock, fmt_seconds, median_step, slowed_down, take_report,
-                              weighted_median)
+from runners.steptime import (BASE_STEPS, StepClock, fmt_seconds, median_step, slowed_down, slowed_together,
+                              take_report, weighted_median)
 
 
 def feed(clock: StepClock, durations, start_step=1, start=100.0, every=0.1):
@@ -87,6 +87,18 @@ def test_only_the_rank_that_slowed_is_named():
     feed(fast, [0.005] * 100)
     feed(slow, [0.005] * 20 + [0.3] * 6)
     assert [d.rank for d in slowed_down({0: fast, 1: slow})] == [1]
+
+
+def test_lock_step_slow_down_needs_stacks_a_lone_one_does_not():
+    fast, slow0, slow1 = StepClock(), StepClock(), StepClock()
+    feed(fast, [0.005] * 100)
+    feed(slow0, [0.005] * 20 + [0.3] * 6)
+    feed(slow1, [0.005] * 20 + [0.3] * 6)
+    alone = {0: fast, 1: slow1}
+    assert not slowed_together(slowed_down(alone), alone)  # rank 0 kept its pace: rank 1 is named as is
+    both = {0: slow0, 1: slow1}
+    assert slowed_together(slowed_down(both), both)  # lock-step: both slowed, stacks must tell
+    assert not slowed_together(slowed_down({1: slow1}), {1: slow1})  # one rank left: it is the slow one
 
 
 def test_microsecond_jitter_is_not_a_slow_down():
