@@ -154,12 +154,18 @@ class Profile:
         return d
 
     def rank_env(self) -> dict[str, str]:
-        """What every rank gets from the profile: DDP_* variables, then the profile's own env (which wins)."""
-        out = {"DDP_BACKEND": self.backend, "DDP_DEVICE": self.device, "DDP_SEED": str(self.seed)}
-        if self.steps is not None:
-            out["DDP_STEPS"] = str(self.steps)
-        if self.fault is not None:
-            out["DDP_FAULT"] = self.fault.spec()
+        """What every rank gets from the profile: the built-in workloads' DDP_* knobs, then its own env (which wins).
+
+        A user's script, module or command gets only the profile's env: it may read DDP_BACKEND & co. itself
+        with its own defaults, which ours must not replace.
+        """
+        out = {}
+        if self.workload.builtin is not None:
+            out = {"DDP_BACKEND": self.backend, "DDP_DEVICE": self.device, "DDP_SEED": str(self.seed)}
+            if self.steps is not None:
+                out["DDP_STEPS"] = str(self.steps)
+            if self.fault is not None:
+                out["DDP_FAULT"] = self.fault.spec()
         out.update(self.env)
         return out
 

@@ -1,25 +1,45 @@
 """The environment every runner gives its ranks: injected code on PYTHONPATH, unbuffered output, knobs."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Mapping
 
 INJECT_DIR = Path(__file__).resolve().parent / "inject"
 WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
+# Set only so the injected code reaches the rank; the rank puts the user's values back (USER_ENV) before its
+# program runs, so what the rank starts inherits the user's environment. Keep in step with inject/ddptui_scope.py.
+PLUMBING = ("PYTHONPATH", "PYTHONUNBUFFERED")
+USER_ENV = "DDPTUI_USER_ENV"
 
 
-def base_env(profile, dashboard_pid: int | None = None) -> dict[str, str]:
-    """What ddptui adds to the inherited environment of every process it starts for a profile."""
-    prev = os.environ.get("PYTHONPATH", "")
-    env = {
+def activation(wanted: Mapping[str, str], dashboard_pid: int | None = None) -> dict[str, str]:
+    """ddptui's own variables and its PLUMBING, with the user's values (wanted, else inherited) saved in USER_ENV."""
+    user = {k: wanted.get(k, os.environ.get(k)) for k in PLUMBING}
+    prev = user["PYTHONPATH"]
+    return {
         "PYTHONPATH": str(INJECT_DIR) + (os.pathsep + prev if prev else ""),
         "PYTHONUNBUFFERED": "1",
         "DDPTUI": "1",
         "DDPTUI_PID": str(dashboard_pid if dashboard_pid is not None else os.getpid()),
-        # torchrun sets this to 1 itself for its ranks; direct spawns get the same so timings compare.
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        USER_ENV: json.dumps(user, sort_keys=True, separators=(",", ":")),
     }
+
+
+def base_env(profile, dashboard_pid: int | None = None, runner_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What ddptui adds to the inherited environment of every process it starts for a profile.
+
+    runner_env: the runner's own variables; the profile's env wins over them. A wrapped torchrun command gets
+    no OMP_NUM_THREADS from us: torchrun sets it for its ranks itself, as it does without ddptui.
+    """
+    env: dict[str, str] = {}
+    if not (profile.workload.command and profile.runner == "torchrun"):
+        # torchrun sets this to 1 itself for its ranks; direct spawns get the same so timings compare.
+        env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
+    env.update(runner_env or {})
     env.update(profile.rank_env())
+    env.update(activation(env, dashboard_pid))
     return env
 
 

@@ -79,7 +79,7 @@ def _notes(profile, env: dict[str, str]) -> list[str]:
 def plan(profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
     run_dir = Path(run_dir)
     xenv = xla_env(profile, run_dir)
-    env = {**base_env(profile, dashboard_pid), **xenv, **profile.env}
+    env = base_env(profile, dashboard_pid, runner_env=xenv)
     n = profile.xla.num_devices
     raw = run_dir / "raw"
     proc = ProcSpec("xla", tuple(workload_argv(profile)), env, os.getcwd(), tuple(range(n)),

@@ -100,15 +100,16 @@ def test_full_profile_round_trips_through_json(tmp_path):
     assert json.loads(json.dumps(d)) == d
     assert d["world_size"] == 6 and d["mirage"]["command"] == ["cargo", "run", "--quiet", "--"]
     assert d["workload"]["args"] == ["--lr", "0.10", "010", "true"] and d["stall_after"] == 2.5
-    assert p.rank_env() == {"DDP_BACKEND": "gloo", "DDP_DEVICE": "auto", "DDP_SEED": "7", "DDP_STEPS": "50",
-                            "DDP_FAULT": "slow:5:3:0.2", "A": "1", "B": "x y", "C": "010"}
+    assert p.rank_env() == {"A": "1", "B": "x y", "C": "010"}  # a user's script: no DDP_* knobs of ours
 
 
 def test_rank_env_profile_env_wins_and_optional_vars(tmp_path):
-    p = load_profile(write(tmp_path, BASE + "env: {DDP_SEED: 99}\nfault: {kind: hang}\n"))
+    p = load_profile(write(tmp_path, "workload: {builtin: ddp_mlp}\nenv: {DDP_SEED: 99}\nfault: {kind: hang}\n"))
     assert p.rank_env() == {"DDP_BACKEND": "auto", "DDP_DEVICE": "cpu", "DDP_SEED": "99",
                             "DDP_FAULT": "hang:0:0:3600"}
     assert "DDP_STEPS" not in p.rank_env()
+    p = load_profile(write(tmp_path, BASE + "env: {DDP_SEED: 99}\nbackend: gloo\nfault: {kind: hang}\n"))
+    assert p.rank_env() == {"DDP_SEED": "99"}  # only what the profile's env sets explicitly
 
 
 def test_workload_kinds(tmp_path, monkeypatch):

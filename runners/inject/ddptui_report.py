@@ -58,6 +58,8 @@ def emit(kind: str, **fields: Any) -> None:
 
 
 def _write(body: dict) -> None:
+    if _silent:
+        return
     try:
         data = ("@ddptui " + json.dumps(body, separators=(",", ":"), default=str) + "\n").encode()
         try:
@@ -118,6 +120,10 @@ if hasattr(threading, "_register_atexit"):  # runs before non-daemon threads are
 
 
 def _progress_added(r: int | None, n: int) -> None:
+    if _silent:
+        _losses.clear()
+        _steps.clear()
+        return
     now = time.monotonic()
     _last["called"] = now
     st = _stamps.get(r)
@@ -195,6 +201,15 @@ def _stamp(body: dict, r: int | None) -> None:
         body["at"] = [st[0], round(st[1], 6)]
         if dts:
             body["dt"] = dts
+
+
+_silent = False
+
+
+def silence() -> None:
+    """This process is not the rank (sitecustomize calls it in a rank's fork child): no reports, no thread."""
+    global _silent
+    _silent = True
 
 
 def _after_fork_in_child() -> None:

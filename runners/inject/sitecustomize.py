@@ -34,26 +34,19 @@ _chain()
 _ddp_modules = []  # weakref.finalize objects of DDP-wrapped modules
 
 
-def _is_launcher() -> bool:
-    """A launcher agent can inherit RANK too (mirage exports it per node): it is not a rank."""
-    argv = getattr(sys, "orig_argv", sys.argv)
-    return os.path.basename(sys.argv[0] if sys.argv else "") == "torchrun" or "torch.distributed.run" in argv
+# Undo steps of what _install did, run in a fork child of the rank (a DataLoader worker): it is not the rank.
+_undo = []
+# The activation ddptui gave this rank, taken out of os.environ (ddptui_scope): put back only for the children
+# that are ranks too (torch_xla.launch's worker); "pass_on" makes a fork child the rank instead of a bystander.
+_given = {}
+_state = {"pass_on": False}
 
 
-def _is_rank() -> bool:
-    if _is_launcher():
-        return False
-    if os.environ.get("RANK") is not None:
-        return True
-    if os.environ.get("DDPTUI_XLA") == "1":
-        try:
-            import ddptui_xla  # noqa: F401  (written by the XLA runner's author; optional)
-        except ImportError:
-            pass
-        except Exception:
-            pass
-        return True
-    return False
+def _import_xla() -> None:
+    try:
+        import ddptui_xla  # noqa: F401  (installs itself when DDPTUI_XLA=1, which it reads on import)
+    except Exception:
+        pass
 
 
 def _faults_and_ptrace() -> None:
@@ -69,7 +62,7 @@ def _faults_and_ptrace() -> None:
         faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     except Exception:
         pass
-    pid = os.environ.get("DDPTUI_PID")
+    pid = _given.get("DDPTUI_PID", os.environ.get("DDPTUI_PID"))
     if pid:
         try:
             import ctypes
@@ -101,7 +94,8 @@ def _patch_optimizer(mod) -> None:
         except Exception:
             pass
 
-    mod.register_optimizer_step_post_hook(_on_step)
+    handle = mod.register_optimizer_step_post_hook(_on_step)
+    _undo.append(handle.remove)
 
 
 def _patch_ddp(mod) -> None:
@@ -124,6 +118,13 @@ def _patch_ddp(mod) -> None:
             pass
 
     cls.__init__ = __init__
+
+    def undo() -> None:
+        cls.__init__ = orig
+        for fin in _ddp_modules:
+            fin.detach()  # no digest from a process that is not the rank
+
+    _undo.append(undo)
 
 
 _PATCHES = {"torch.optim.optimizer": _patch_optimizer, "torch.nn.parallel.distributed": _patch_ddp}
@@ -205,8 +206,67 @@ def _excepthooks() -> None:
 
     threading.excepthook = thread_excepthook
 
+    def undo() -> None:
+        if sys.excepthook is excepthook:
+            sys.excepthook = prev
+        if threading.excepthook is thread_excepthook:
+            threading.excepthook = prev_thread
+
+    _undo.append(undo)
+
+
+def _patch_xla_launch(mod) -> None:
+    import contextlib
+    import functools
+
+    import ddptui_scope
+
+    orig = mod.run_multiprocess
+
+    @contextlib.contextmanager
+    def passing_on():
+        # The launcher's worker process is the rank: it alone gets the activation back (spawn: in the environment
+        # it starts with; fork: _after_fork). Nothing else this program starts meanwhile is expected.
+        before = ddptui_scope.apply(_given, os.environ)
+        _state["pass_on"] = True
+        try:
+            yield
+        finally:
+            _state["pass_on"] = False
+            ddptui_scope.apply(before, os.environ)
+
+    @functools.wraps(orig)
+    def run_multiprocess(*args, **kwargs):
+        with passing_on():
+            return orig(*args, **kwargs)
+
+    mod.run_multiprocess = run_multiprocess
+
+
+def _after_fork() -> None:
+    """In a fork child: the XLA worker stays the rank; any other child (a DataLoader worker) is left alone."""
+    if _state["pass_on"]:
+        _state["pass_on"] = False
+        try:
+            import ddptui_scope
+
+            ddptui_scope.apply(ddptui_scope.user_env(os.environ), os.environ)
+        except Exception:
+            pass
+        return
+    try:
+        sys.modules["ddptui_report"].silence()
+    except Exception:
+        pass
+    while _undo:
+        try:
+            _undo.pop()()
+        except Exception:
+            pass
+
 
 def _install() -> None:
+    os.register_at_fork(after_in_child=_after_fork)
     for step in (_faults_and_ptrace, _excepthooks):
         try:
             step()
@@ -221,19 +281,38 @@ def _install() -> None:
         pass
     try:
         finder = _PostImportFinder()
+        if "DDPTUI_XLA" in _given:
+            finder.pending["torch_xla._internal.pjrt"] = _patch_xla_launch
         for name, patch in list(finder.pending.items()):
             if name in sys.modules:  # imported before us (unusual): patch in place
                 del finder.pending[name]
                 patch(sys.modules[name])
         if finder.pending:
             sys.meta_path.insert(0, finder)
+            _undo.append(lambda: finder in sys.meta_path and sys.meta_path.remove(finder))
     except Exception:
         pass
 
 
+def _activate() -> None:
+    """Instrument this process if it is the rank; unless it is a launcher, hand the user's environment back."""
+    import ddptui_scope
+
+    role = ddptui_scope.role(os.environ, sys.argv, getattr(sys, "orig_argv", sys.argv))
+    if role in (ddptui_scope.OFF, ddptui_scope.LAUNCHER):
+        return
+    if role == ddptui_scope.RANK and os.environ.get("DDPTUI_XLA") == "1":
+        _import_xla()
+    # Before the program runs: what it starts (python -c helpers, spawned workers) inherits the user's own
+    # environment, not ours. /proc/PID/environ keeps DDPTUI_PID for procs.py's orphan sweep.
+    _given.update(ddptui_scope.apply(ddptui_scope.user_env(os.environ), os.environ))
+    ddptui_scope.GIVEN = _given
+    if role == ddptui_scope.RANK:
+        _install()
+
+
 if os.environ.get("DDPTUI") == "1":
     try:
-        if _is_rank():
-            _install()
+        _activate()
     except Exception:
         pass

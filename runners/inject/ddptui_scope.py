@@ -1,0 +1,86 @@
+"""Which process is the rank (only it is instrumented), and the user's own environment back for what it starts."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Mapping, MutableMapping, Sequence
+
+# The variables that switch the injected code on. A process that is not a launcher takes them out of its
+# environment before the user's code runs, so nothing it starts is instrumented.
+ACTIVATION = ("DDPTUI", "DDPTUI_PID", "DDPTUI_XLA", "DDPTUI_USER_ENV")
+# JSON {name: the user's value or null} of every variable ddptui set only to reach the rank (PLUMBING).
+USER_ENV = "DDPTUI_USER_ENV"
+PLUMBING = ("PYTHONPATH", "PYTHONUNBUFFERED")
+INJECT_DIR = os.path.dirname(os.path.realpath(__file__))
+
+# Launchers pass the activation on to the ranks they start (torchrun's agent; mirage is not Python).
+_LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+# multiprocessing's own server processes: never a rank, whoever started them.
+_MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+OFF, LAUNCHER, RANK, HELPER = "off", "launcher", "rank", "helper"
+# In a rank: the values ddptui gave the variables the rank took out of os.environ (DDPTUI_PID, ...), for
+# injected code that needs them later. Set by sitecustomize.
+GIVEN: dict[str, str | None] = {}
+
+
+def role(environ: Mapping[str, str], argv: Sequence[str], orig_argv: Sequence[str]) -> str:
+    """off: not asked; launcher: keeps the activation for its ranks; rank: instrument it; helper: leave it alone.
+
+    The rank is the process a launcher started as one: torchrun's child or our env:// spawn (RANK set), or the
+    XLA program and its torch_xla.launch worker (DDPTUI_XLA=1). Anything a rank starts never sees the activation
+    (the rank removes it), so a process that does see it without being one of these is a helper.
+    """
+    if environ.get("DDPTUI") != "1":
+        return OFF
+    prog = os.path.basename(argv[0]) if argv else ""
+    if prog == "torchrun" or any(m in orig_argv for m in _LAUNCHER_MODULES):
+        return LAUNCHER
+    if any(h in arg for arg in orig_argv for h in _MP_HELPERS):
+        return HELPER
+    if environ.get("RANK") is not None or environ.get("DDPTUI_XLA") == "1":
+        return RANK
+    return HELPER
+
+
+def user_env(environ: Mapping[str, str]) -> dict[str, str | None]:
+    """The changes that give the user's environment back: name -> value, None to unset."""
+    changes: dict[str, str | None] = {name: None for name in ACTIVATION}
+    saved = _saved(environ.get(USER_ENV))
+    if saved is not None:
+        changes.update(saved)
+    elif environ.get("PYTHONPATH") is not None:
+        # Activated by hand, no saved copy: at least take our folder off the path children inherit.
+        rest = [p for p in environ["PYTHONPATH"].split(os.pathsep) if p and not _is_inject_dir(p)]
+        changes["PYTHONPATH"] = os.pathsep.join(rest) if rest else None
+    return {k: v for k, v in changes.items() if environ.get(k) != v}
+
+
+def apply(changes: Mapping[str, str | None], environ: MutableMapping[str, str]) -> dict[str, str | None]:
+    """Apply changes to environ; returns what they replaced (same shape), to undo them."""
+    before = {k: environ.get(k) for k in changes}
+    for k, v in changes.items():
+        if v is None:
+            environ.pop(k, None)
+        else:
+            environ[k] = v
+    return before
+
+
+def _saved(text: str | None) -> dict[str, str | None] | None:
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {str(k): v for k, v in data.items() if v is None or isinstance(v, str)}
+
+
+def _is_inject_dir(entry: str) -> bool:
+    try:
+        return os.path.realpath(entry) == INJECT_DIR
+    except (OSError, ValueError):
+        return False
