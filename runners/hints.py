@@ -93,6 +93,46 @@ RULES: tuple[_Rule, ...] = (
           "Launch XLA runs with torch_xla.launch (runner: xla), not torchrun.",
           ("xla://", "world size 1", "world_size=1", "world_size 1"),
           r"xla://.*(torchrun|world.?size.?(=|:)?\s*1\b)|world.?size.?(=|:)?\s*1\b.*xla"),
+    # raised by the engine (no message of their own): an XLA stall in DDP's collectives, and the replica verdict
+    _rule("xla-ddp-thread-collectives", "DDP's own collectives deadlock PJRT CPU thread replicas",
+          "DistributedDataParallel runs collectives of its own outside the program's step markers: the constructor's "
+          "parameter shape check (_verify_param_shape_across_processes, an all gather) and initial broadcast, and the "
+          "bucket rebuild before the second forward (an all reduce). On PJRT CPU the replicas are threads of one "
+          "process; each runs its own executable of that collective and waits on its own rendezvous key, so none "
+          "fills: XLA warns after 5 s and aborts the whole worker after its 10 s termination timeout.",
+          "On PJRT CPU thread replicas: DDP(model, init_sync=False, gradient_as_bucket_view=False), skip the bucket "
+          "rebuild (wrap ddp_model.reducer so that _rebuild_buckets() returns False), and make the replicas start "
+          "identical yourself (xm.broadcast_master_param(model), or a seeded generator), as profiles/xla-ddp-backend.yaml's "
+          "workload (runners/workloads/xla_pattern2.py) does; docs/xla.md. Real multi-process XLA (TPU) keeps DDP's "
+          "defaults.",
+          ()),
+    _rule("replicas-differ-from-start-xla", "XLA replicas started from different weights",
+          "Every replica of torch_xla.launch builds its own model; without a common seed and with no broadcast of "
+          "the initial weights they start different, and averaged gradients (xm.optimizer_step) keep them different. "
+          "On PJRT CPU the replicas are threads drawing, one after the other, from one shared generator.",
+          "xm.broadcast_master_param(model) right after building the model (ordinal 0's weights to every replica), "
+          "or torch.manual_seed(S) before building it (thread replicas: seed and build under one lock, or initialise "
+          "from a private torch.Generator seeded with S).",
+          ()),
+    _rule("replicas-differ-from-start-ddp", "Replicas differed already at the first optimizer step, after DDP's broadcast",
+          "DistributedDataParallel broadcasts rank 0's weights to every rank when it wraps the model, so replicas that "
+          "differ at the first step were changed after that: init_sync=False, a checkpoint loaded on some ranks only, "
+          "or weights re-initialised per rank after DDP(...).",
+          "Seed, build and load the model before wrapping it in DDP, and keep init_sync=True.",
+          ()),
+    _rule("replicas-differ-from-start", "Replicas started from different weights",
+          "The ranks built their models without a common seed and nothing broadcast rank 0's weights, so they started "
+          "different and stayed different.",
+          "torch.manual_seed(S) on every rank before building the model, or broadcast rank 0's weights after building "
+          "it (dist.broadcast(p.data, src=0) for each parameter, or wrap the model in DistributedDataParallel).",
+          ()),
+    _rule("replicas-drifted", "Replicas drifted apart during training",
+          "The replicas were identical at the first optimizer step but not at the end: their updates differed "
+          "(gradients not averaged across ranks, a rank-dependent update, or weights changed outside the optimizer).",
+          "Average the gradients every step (DDP, or all_reduce each grad and divide by the world size; XLA: "
+          "xm.optimizer_step / xm.reduce_gradients), and change weights only through the optimizer or identically on "
+          "every rank.",
+          ()),
     # common failures
     _rule("address-in-use", "Rendezvous port already in use",
           "The master port is taken by another process: rank 0 cannot listen (EADDRINUSE) and the other ranks may "

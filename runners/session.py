@@ -11,7 +11,7 @@ from typing import Callable
 import psutil
 
 from . import events as ev
-from . import oom, parse, procs, replica
+from . import oom, parse, procs, replica, xla_evidence
 from .crash import RankEvidence
 from .crash import decide as decide_crash
 from .deathwatch import DeathWatch
@@ -91,6 +91,9 @@ class Session:
         self._pending_progress: dict[int, tuple[float, str]] = {}  # rank -> (wall, source), one event per turn
         self._started_mono = time.monotonic()
         self.plan = None
+        self.first_digests: dict[int, tuple[list, str]] = {}  # rank -> (digests before its first update, source)
+        # XLA's rendezvous warnings in the worker's log: collective evidence (runners/xla_evidence.py)
+        self._xla_rdv = xla_evidence.Rendezvous(profile.world_size) if profile.runner == "xla" else None
 
     # ---- thread-safe requests from a front end ------------------------------------------------------
     def request_stop(self) -> None:
@@ -321,6 +324,8 @@ class Session:
         if self._matcher is not None and shown:
             for ln, hint in self._matcher.feed_many(rank, shown, blob):
                 self._hint(hint, rank, ln, wall)
+        if rank is None and self._xla_rdv is not None and shown:
+            self._xla_lines(shown, blob, wall)
         return shown
 
     def _report(self, rep: dict, line_rank: int | None, wall: float, mono: float) -> None:
@@ -350,6 +355,8 @@ class Session:
             take_report(t.clock, rep, steps, mono)  # step time by the rank's own clock (`at`, `dt`)
             if news:
                 self._pending_progress[rank] = (wall, "hook" if kind == "step" else "report")
+        elif kind == "first_digest":
+            self.first_digests.setdefault(rank, (rep.get("params") or [], str(rep.get("source") or "")))
         elif kind == "digest":
             if t.digests is None or rep.get("source") == "explicit":
                 t.digests = rep.get("params") or []
@@ -543,7 +550,7 @@ class Session:
                                     + ", ".join(map(str, live)))
                 return "failed", EXIT_FAILED
         if self._first_failure is None:
-            found = self._judge_stall(mono)
+            found = self._xla_stall(self._judge_stall(mono), mono)
             if isinstance(found, stall_rule.Stall) and self.stall_info is None:
                 return self._stalled(found)
             if isinstance(found, stall_rule.Held) and self.stall_info is None and not self._held_said:
@@ -575,7 +582,8 @@ class Session:
     def _stalled(self, found):
         wall = time.time()
         stalled, progressing, limit = found.stalled, found.progressing, found.trigger.limit
-        since = min(self.tracks[r].last_progress_wall for r in stalled)
+        mono = time.monotonic()  # a rank that never wrote a line: its quiet time counts from the start
+        since = min(self.tracks[r].last_progress_wall or wall - (mono - self.tracks[r].last_progress) for r in stalled)
         self.stall_info = {"stalled": stalled, "progressing": progressing, "threshold": limit.seconds,
                            "rule": limit.rule, "reason": found.reason, "trigger": found.trigger.rank,
                            "detected": wall, "since": since}
@@ -723,6 +731,8 @@ class Session:
         steps = {r: self.tracks[r].step for r in self.tracks}
         text, culprits, waiting = verdict.hang_sentence(wheres, steps, stalled or sorted(wheres),
                                                         since or time.time())
+        if stalled is not None:
+            text, culprits, waiting = self._xla_hang(text, culprits, waiting, wheres, results, steps)
         if slow:
             text = "the run slowed down: " + text
         where = {r: w.to_dict(steps.get(r)) for r, w in wheres.items()}
@@ -739,9 +749,99 @@ class Session:
         steps = ", ".join(f"rank {r} at step {self.tracks[r].step}" for r in stalled)
         text = (f"{ranks_text(stalled)} made no progress since "
                 f"{time.strftime('%H:%M:%S', time.localtime(since))} ({steps}); press d / send SIGUSR1 for stacks")
+        text = self._xla_hang(text, (), tuple(stalled), {}, {}, {})[0]
         self.hang = ev.HangVerdict(text, (), tuple(stalled), {}, time.time())
         self._emit(self.hang)
         self._launcher_line(f"ddptui: {text}")
+
+    # ---- XLA rendezvous evidence (runners/xla_evidence.py): XLA has no Flight Recorder, its warnings are the record
+    def _replica_kind(self) -> str:
+        """Who could have made the initial weights equal: "xla" (nothing, unless the program broadcasts), "ddp"
+        (DistributedDataParallel broadcast them when it wrapped the model) or "plain"."""
+        if self.profile.runner == "xla":
+            return "xla"
+        return "ddp" if any(src == "ddp" for _, src in self.first_digests.values()) else "plain"
+
+    def _xla_lines(self, lines: list[str], blob: str, wall: float) -> None:
+        rdv = self._xla_rdv
+        if xla_evidence.NEEDLE not in blob and not (rdv.keys and ("Fatal Python" in blob or " in _" in blob)):
+            return
+        for ln in lines:
+            rl = rdv.feed(ln, wall)
+            if rl is not None and rl.kind == "terminated" and self.profile.xla.pjrt_device == "CPU":
+                self._xla_worker_aborts(wall)
+
+    def _xla_worker_aborts(self, wall: float) -> None:
+        """XLA's termination timeout is a FATAL log line: abort() of the one worker process, every thread replica in it.
+        A replica that raised keeps its own exception as its cause."""
+        for t in self.tracks.values():
+            if t.alive and t.returncode is None and t.exc is None and not t.completed:
+                t.returncode, t.signal = -6, "SIGABRT"
+                t.exit_wall = t.exit_wall or wall
+                self._rank_ended(t, False)
+
+    def _xla_stall(self, found, mono: float):
+        """XLA's rendezvous warning (5 s into a collective wait) is a stall now, whatever the progress limits say: XLA
+        aborts the worker 10 s later, and the stacks must be taken before that."""
+        rdv = self._xla_rdv
+        if rdv is None or not rdv.keys or isinstance(found, stall_rule.Stall):
+            return found
+        rdv.steps_now({r: t.step for r, t in self.tracks.items()})
+        if not rdv.stalled or rdv.terminated or any(t.exc is not None for t in self.tracks.values()):
+            return found  # settled, too late, or a replica raised: the others wait for it in vain (a crash)
+        live = stall_rule.live_tracks(self.tracks.values())
+        if not live:
+            return found
+        waited = max(0.0, time.time() - (rdv.since or time.time()))
+        limit = stall_rule.Limit(waited, f"XLA rendezvous warning: {rdv.describe()}")
+        quiet = tuple(stall_rule.Quiet(t.rank, mono - t.last_progress, limit, None) for t in live)
+        trigger = max(quiet, key=lambda q: q.quiet)
+        reason = (f"XLA warns that {rdv.describe()} has waited {waited:.0f} s for replicas that did not arrive "
+                  f"(rendezvous.cc, since {time.strftime('%H:%M:%S', time.localtime(rdv.since))})")
+        return stall_rule.Stall(stalled=sorted(q.rank for q in quiet), progressing=[], trigger=trigger, reason=reason,
+                                quiet=quiet)
+
+    def _xla_hang(self, text: str, culprits, waiting, wheres: dict, results: dict, steps: dict):
+        """The stack verdict with XLA's rendezvous evidence in it (op, keys, since when), when there is some."""
+        rdv = self._xla_rdv
+        if rdv is None or not rdv.stalled:
+            return text, culprits, waiting
+        from .verdict import pick_thread
+        calls = {}
+        for r, res in results.items():
+            th = pick_thread(res.threads, _thread_filter(self.profile, r)) if res.threads else None
+            calls[r] = xla_evidence.library_call(th.frames) if th is not None else None
+        self._xla_fix_hint(calls)
+        return xla_evidence.stall_sentence(rdv, text, tuple(culprits), tuple(waiting), wheres, calls, steps)
+
+    def _xla_fix_hint(self, calls: dict) -> None:
+        """DDP's own collectives on PJRT CPU thread replicas: the project knows the fix (profiles/xla-ddp-backend.yaml)."""
+        x = self.profile.xla
+        if self._matcher is None or x.pjrt_device != "CPU" or x.num_devices < 2:
+            return
+        if xla_evidence.ddp_collective(self._xla_rdv, calls):
+            hint = self._matcher.raise_code("xla-ddp-thread-collectives")
+            if hint is not None:
+                self._hint(hint, None, self._xla_rdv.lines[0] if self._xla_rdv.lines else "", time.time())
+
+    def _xla_abort_verdict(self, crash):
+        """When XLA aborted the worker: say so, instead of a replica "failing first" or being "stopped by the launcher"."""
+        rdv = self._xla_rdv
+        if rdv is None or not rdv.terminated:
+            return crash
+        import dataclasses
+        self._xla_fix_hint({})
+        words = xla_evidence.abort_sentence(rdv)
+        if crash is not None and any(t.exc is not None for t in self.tracks.values()):
+            return dataclasses.replace(crash, text=f"{crash.text}; then {words}")  # a replica's exception came first
+        for t in self.tracks.values():
+            if t.exc is None and not t.completed and t.signal == "SIGABRT":
+                t.outcome = "XLA aborted after its rendezvous termination timeout"
+        culprits = self.hang.culprits if self.hang is not None else ()
+        root = culprits[0] if len(culprits) == 1 else None
+        text = words + (f"; the stall verdict names rank {root} as the replica that never joined" if root is not None
+                        else "")
+        return ev.CrashVerdict(text, root, (), "SIGABRT", tuple(rdv.lines), time.time())
 
     def _crash_verdict(self) -> ev.CrashVerdict | None:
         """Who failed first, from every rank's evidence (runners/crash.py decides); each rank's outcome follows it."""
@@ -797,13 +897,18 @@ class Session:
         rep = None
         if self.profile.replica_check:
             res = replica.compare({r: t.digests for r, t in self.tracks.items() if t.digests is not None},
-                                  self.world)
+                                  self.world, {r: d for r, (d, _) in self.first_digests.items()}, self._replica_kind())
+            if res.hint and self._matcher is not None:
+                hint = self._matcher.raise_code(res.hint)
+                if hint is not None:
+                    self._hint(hint, None, res.text, time.time())
             text = res.text
             if status is not None or any(t.status == "failed" and not t.completed for t in self.tracks.values()):
                 text += " (digests taken when the ranks exited, not after a completed run)"
             rep = ev.ReplicaVerdict(res.status, text, res.param, res.ranks, res.params, res.table, time.time())
             self._emit(rep)
         self.crash = self._crash_verdict() if status in (None, "failed") else None
+        self.crash = self._xla_abort_verdict(self.crash) if status in (None, "failed") else self.crash
         if self.crash and rep is not None and rep.status == "differ" and not any(
                 t.signal or t.exc for t in self.tracks.values()):
             self.crash = None  # the ranks only exited non-zero because their own replica check failed

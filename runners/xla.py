@@ -60,8 +60,8 @@ def _notes(profile, env: dict[str, str]) -> list[str]:
         stall = profile.stall_after
         if n > 1 and (stall == "auto" or float(stall) >= XLA_ABORT_AFTER):
             notes.append(f"stall_after is {stall}: XLA aborts the worker ~{XLA_ABORT_AFTER:.0f} s after one replica "
-                         "stops joining a collective, so a hang shows as a crash; set stall_after below that "
-                         "to get the stacks first")
+                         "stops joining a collective; ddptui calls that stall at XLA's rendezvous warning (5 s into "
+                         "the wait) and takes the stacks before the abort; stall_after applies to everything else")
     else:
         notes.append(f"PJRT {x.pjrt_device}: torch_xla.launch picks the world size itself (one process per "
                      f"chip); the dashboard expects {n} replicas (xla.num_devices)")

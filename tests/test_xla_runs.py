@@ -80,6 +80,11 @@ def test_pattern1_tags_every_replica_line_and_replicas_stay_identical(runs_dir):
     digests = [json.loads(ln.split(" ", 1)[1]) for ln in raw if ln.startswith('@ddptui {"k":"digest"')]
     assert sorted(d["r"] for d in digests) == [0, 1] and all(d["source"] == "xla" for d in digests)
     assert digests[0]["params"] == digests[1]["params"]
+    # and before each replica's first optimizer step, named by the model it moved to the device
+    first = [json.loads(ln.split(" ", 1)[1]) for ln in raw if ln.startswith('@ddptui {"k":"first_digest"')]
+    assert sorted(d["r"] for d in first) == [0, 1] and all(d["source"] == "xla" for d in first)
+    assert first[0]["params"] == first[1]["params"] != digests[0]["params"]
+    assert [p[0] for p in first[0]["params"]] == [p[0] for p in digests[0]["params"]]
 
 
 @pytest.mark.timeout(150)
@@ -98,6 +103,9 @@ def test_diverge_fault_makes_the_replicas_differ(runs_dir):
     rv = rec.one(ev.ReplicaVerdict)
     assert rv.status == "differ" and rv.param == "net.0.weight"
     assert rv.table[0][0] != rv.table[1][0] and rv.table[0][1:] == rv.table[1][1:]
+    # the workload seeds its model: identical at the first optimizer step, so they drifted (here: after the last)
+    assert "replicas drifted apart between step 1 and the end (identical at the first optimizer step)" in rv.text
+    assert [h.code for h in rec.of(ev.HintRaised) if h.code.startswith("replicas-")] == ["replicas-drifted"]
     assert code != 0
 
 
@@ -126,4 +134,92 @@ def test_crash_in_one_replica_is_the_root_cause_not_the_xla_abort(runs_dir):
     assert cv.root_rank == 1 and "injected crash on rank 1 at step 3" in cv.text
     assert any("RuntimeError: injected crash" in ln for ln in cv.excerpt)
     assert any("RuntimeError: injected crash" in ln for ln in rec.lines(1))  # printed before the abort, tagged
+    # rank 0 waited for it in the all-reduce until XLA's termination timeout: the abort follows the root cause
+    assert "; then XLA aborted after its rendezvous termination timeout in all reduce" in cv.text
+    assert not rec.of(ev.StallDetected)  # a replica that raised is a crash, not a stall of the others
     assert code == 1
+
+
+# ---- the reference's patterns copied unmodified, wrapped ad hoc (`ddptui --set runner=xla --set nproc=2 -- PY SCRIPT`)
+
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def _adhoc(script, runs_dir, *overrides):
+    from runners.profile import adhoc_profile
+    from runners.session import Session
+
+    from .engine_helpers import Recorder
+
+    profile = adhoc_profile([str(VENV / "bin" / "python"), str(FIXTURES / script)],
+                            ["runner=xla", "nproc=2", *overrides])
+    rec = Recorder()
+    session = Session(profile, runs_dir, emit=rec)
+    return session.run(), rec, session
+
+
+def _index(rec, pred) -> int | None:
+    return next((i for i, e in enumerate(rec.events) if pred(e)), None)
+
+
+def _xla_line(rec, text) -> int | None:
+    return _index(rec, lambda e: isinstance(e, ev.LogLines) and e.rank is None and any(text in ln for ln in e.lines))
+
+
+def _assert_ddp_init_stall_called_from_xla_evidence(rec):
+    stall = rec.one(ev.StallDetected)
+    assert stall.stalled == (0, 1) and "XLA warns that all gather" in stall.reason
+    hv = rec.of(ev.HangVerdict)[0]
+    assert hv.text.startswith("XLA collective stall in all gather"), hv.text
+    assert "each waits on its own rendezvous key" in hv.text and "lost peer" not in hv.text
+    for r in (0, 1):  # where each replica waits: DDP's constructor, in the user's line 25
+        assert (f"rank {r} in parameter shape check across ranks (DDP init) (_verify_param_shape_across_processes) "
+                "at xla_reference_pattern2.py:25") in hv.text
+    assert hv.waiting == (0, 1) and hv.culprits == ()
+    # the stacks were taken before XLA aborted the worker (the warning came 10 s before the abort)
+    stacks = _index(rec, lambda e: isinstance(e, ev.StacksCollected))
+    abort = _xla_line(rec, "Termination timeout")
+    assert stacks is not None and (abort is None or stacks < abort)
+    names = {t["thread"] for t in rec.of(ev.StacksCollected)[0].threads[0]}
+    assert {"xla-rank-0", "xla-rank-1"} <= names
+    hint = [h for h in rec.of(ev.HintRaised) if h.code == "xla-ddp-thread-collectives"]
+    assert len(hint) == 1 and "init_sync=False" in hint[0].fix and "xla-ddp-backend" in hint[0].fix
+    assert not [h for h in rec.of(ev.HintRaised) if h.code == "xla-rendezvous-deadlock"]  # that recipe is applied
+
+
+# Under load the worker takes up to ~50 s to reach DDP's constructor: a startup grace above that lets XLA's own
+# evidence call the stall (the case the issue reports), not the generic "no step for 60 s" rule.
+@pytest.mark.timeout(300)
+def test_reference_pattern2_ddp_init_deadlock_is_an_xla_stall_in_all_gather(runs_dir):
+    code, rec, _ = _adhoc("xla_reference_pattern2.py", runs_dir, "startup_grace=300")
+    _assert_ddp_init_stall_called_from_xla_evidence(rec)
+    assert code == 3  # on_stall: stop, before XLA's abort
+    assert not rec.of(ev.CrashVerdict)
+
+
+@pytest.mark.timeout(300)
+def test_reference_pattern2_xla_abort_is_named_not_stopped_by_the_launcher(runs_dir):
+    code, rec, session = _adhoc("xla_reference_pattern2.py", runs_dir, "startup_grace=300", "on_stall=dump")
+    _assert_ddp_init_stall_called_from_xla_evidence(rec)
+    cv = rec.one(ev.CrashVerdict)
+    assert cv.text.startswith("XLA aborted after its rendezvous termination timeout in all gather"), cv.text
+    assert cv.exit == "SIGABRT" and any("Termination timeout" in ln for ln in cv.excerpt)
+    assert _index(rec, lambda e: isinstance(e, ev.HangVerdict)) < _index(rec, lambda e: isinstance(e, ev.CrashVerdict))
+    summary = rec.one(ev.RunFinished).summary
+    for r in ("0", "1"):
+        info = summary["ranks"].get(r) or summary["ranks"][int(r)]
+        assert info["status"] == "failed" and info["signal"] == "SIGABRT"
+        assert info["outcome"] == "XLA aborted after its rendezvous termination timeout"
+    assert code == 1
+
+
+@pytest.mark.timeout(400)
+def test_reference_pattern1_unseeded_replicas_differed_from_the_first_step(runs_dir):
+    code, rec, _ = _adhoc("xla_reference_pattern1.py", runs_dir, "startup_grace=300")
+    rv = rec.one(ev.ReplicaVerdict)
+    assert rv.status == "differ" and rv.param == "net.0.weight"
+    assert ("replicas differed from the first step (initial weights differ: no seed / no broadcast; 'net.0.weight' "
+            "already differed at the first optimizer step") in rv.text
+    assert "fix: xm.broadcast_master_param(model) after building it, or torch.manual_seed(S) before" in rv.text
+    assert [h.code for h in rec.of(ev.HintRaised) if h.code.startswith("replicas-")] == ["replicas-differ-from-start-xla"]
+    assert code == 4

@@ -293,6 +293,75 @@ def digests(model: Any, source: str = "explicit", r: int | None = None) -> None:
     emit("digest", source=source, params=params, **({} if r is None else {"r": r}))
 
 
+# ---- digests at the first optimizer step: replicas that differed from the start vs. replicas that drifted ------
+#
+# Taken by a global optimizer step PRE-hook, before the first update: the weights each rank starts training from
+# (after DDP's broadcast, if any). Compared with the digests at the end, the engine tells "differed from the first
+# step" (no seed / no broadcast / overwritten after wrapping) from "drifted apart during training".
+
+_models: dict[int | None, tuple[Any, str]] = {}  # rank -> (weakref to its model, source: "ddp" | "xla")
+_first_done: set[int | None] = set()
+_first_over = [False]  # one rank per process and it had its first step: the hook returns at once
+# ddptui_xla: returns False when reading the parameters now would execute a pending graph (not plain device data)
+first_step_readable: Callable[[list], bool] | None = None
+
+
+def remember_model(model: Any, source: str) -> None:
+    """The calling rank's model, for naming its first-step digest (a DDP-wrapped model wins over an earlier one)."""
+    try:
+        r = rank()
+        if r not in _models or (source == "ddp" and _models[r][1] != "ddp"):
+            _models[r] = (weakref.ref(model), source)
+    except Exception:
+        pass
+
+
+def watch_first_step(optim_mod: Any) -> Any:
+    """Register the global step pre-hook that digests each rank's parameters before its first optimizer step."""
+    return optim_mod.register_optimizer_step_pre_hook(_before_step)
+
+
+def _before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    # Never removes itself: torch is iterating over the global pre-hooks right now, and a later one would see
+    # the dict mutated. Once done it costs a list lookup per step.
+    if _first_over[0]:
+        return
+    r = rank()
+    if r in _first_done:
+        return
+    _first_done.add(r)
+    _first_over[0] = _resolver is None  # thread replicas (XLA) each have their own first step
+    try:
+        first_step_digests(optimizer, r)
+    except Exception:
+        pass
+
+
+def first_step_digests(optimizer: Any, r: int | None = None) -> None:
+    """Report the parameters the optimizer is about to update, named by the rank's model where it is known."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    ref, source = _models.get(rank() if r is None else r, (None, "optimizer"))
+    model = ref() if ref is not None else None
+    named: list[tuple[str, Any]]
+    if model is not None:
+        mine = {id(p) for p in params}
+        named = [(n, p) for n, p in model.named_parameters() if id(p) in mine]
+    else:
+        named, source = [], "optimizer"
+    if not named:
+        named = [(f"param_groups[{gi}][{i}]", p) for gi, g in enumerate(optimizer.param_groups)
+                 for i, p in enumerate(g["params"])]
+    if first_step_readable is not None and not first_step_readable([p for _, p in named]):
+        return  # reading them would run the program's pending graph outside its own step: leave it alone
+    out = []
+    for name, p in named:
+        if name.startswith("module."):
+            name = name[len("module."):]
+        out.append([name, hashlib.blake2b(_raw_bytes(p), digest_size=16).hexdigest(), list(p.shape), str(p.dtype)])
+    # its own kind: readers of `digest` reports (the end-of-run weights) never mistake it for those
+    emit("first_digest", source=source, params=out, **({} if r is None else {"r": r}))
+
+
 def mark_reported(model: Any) -> None:
     for m in (model, getattr(model, "module", None)):
         if m is not None:

@@ -205,6 +205,25 @@ def _remember_module(module, device) -> None:
     if mods is None:
         mods = _local.modules = []
     mods.append(module)
+    if len(mods) == 1:
+        rep = sys.modules.get("ddptui_report")
+        if rep is not None and hasattr(rep, "remember_model"):
+            rep.remember_model(module, "xla")  # names its first-step digest
+
+
+def device_data_only(params) -> bool:
+    """True when every XLA tensor among ``params`` is plain device data: reading it to the host runs no graph.
+
+    The first-step digest must not execute a pending graph (e.g. an in-place update without a step marker): on
+    thread replicas that would be a graph run outside the ordered step markers, the deadlock the turnstile avoids.
+    """
+    xla = [p for p in params if getattr(getattr(p, "device", None), "type", None) == "xla"]
+    if not xla:
+        return True
+    import torch_xla
+
+    text = torch_xla._XLAC._get_xla_tensors_text(xla)
+    return all("xla::device_data()" in ln for ln in text.splitlines() if ln.lstrip().startswith("%"))
 
 
 def _patch_module_to() -> None:
@@ -361,6 +380,7 @@ def install() -> None:
         rep = None
     if rep is not None and hasattr(rep, "set_rank_resolver"):
         rep.set_rank_resolver(ordinal)
+        rep.first_step_readable = device_data_only
     if _HOOKED_MODULE in sys.modules:
         _patch_pjrt(sys.modules[_HOOKED_MODULE])
     else:

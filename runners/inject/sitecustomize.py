@@ -96,6 +96,7 @@ def _patch_optimizer(mod) -> None:
 
     handle = mod.register_optimizer_step_post_hook(_on_step)
     _undo.append(handle.remove)
+    _undo.append(ddptui_report.watch_first_step(mod).remove)  # digests before the first update
 
 
 def _patch_ddp(mod) -> None:
@@ -114,6 +115,7 @@ def _patch_ddp(mod) -> None:
             # Digest when the wrapper goes away (e.g. main() returned) or at exit, whichever comes first;
             # the finalizer holds the inner module no longer than the wrapper itself does.
             _ddp_modules.append(weakref.finalize(self, _ddp_digest, module, ddptui_report.rank()))
+            ddptui_report.remember_model(module, "ddp")  # names the first-step digest
         except Exception:
             pass
 
