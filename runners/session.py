@@ -93,7 +93,7 @@ class Session:
         self.plan = None
         self.first_digests: dict[int, tuple[list, str]] = {}  # rank -> (digests before its first update, source)
         # XLA's rendezvous warnings in the worker's log: collective evidence (runners/xla_evidence.py)
-        self._xla_rdv = xla_evidence.Rendezvous(profile.world_size) if profile.runner == "xla" else None
+        self._xla_rdv = xla_evidence.Rendezvous() if profile.runner == "xla" else None
 
     # ---- thread-safe requests from a front end ------------------------------------------------------
     def request_stop(self) -> None:

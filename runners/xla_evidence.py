@@ -97,7 +97,6 @@ class KeyWait:
 class Rendezvous:
     """What one XLA worker's log says about its collectives: feed it the launcher's lines, then ask."""
 
-    world: int
     keys: dict[str, KeyWait] = field(default_factory=dict)
     terminated: list[KeyWait] = field(default_factory=list)
     aborted: float | None = None  # wall time of "Fatal Python error: Aborted" after a rendezvous line
@@ -192,16 +191,17 @@ class Rendezvous:
         parts = []
         for op in self.ops():
             ks = [k for k in self.keys.values() if k.op == op]
-            ids = [k.op_id for k in ks if k.op_id is not None]
-            arrived = {k.arrived for k in ks}
-            expected = {k.expected for k in ks}
+            ids = sorted((k.op_id for k in ks if k.op_id is not None), key=lambda i: (len(i), i))  # numeric order
+            known = [k for k in ks if k.arrived is not None and k.expected is not None]  # from termination lines
             bits = []
             if len(ks) > 1:
                 bits.append(f"{len(ks)} rendezvous keys" + (f": op_id {', '.join(ids)}" if ids else ""))
             elif ids:
                 bits.append(f"op_id {ids[0]}")
-            if len(arrived) == 1 and None not in arrived and len(expected) == 1 and None not in expected:
-                bits.append(f"{arrived.pop()} of {expected.pop()} replicas arrived" + (" in each" if len(ks) > 1 else ""))
+            if known and len({(k.arrived, k.expected) for k in known}) == 1:
+                where = "" if len(ks) == 1 else " in each" if len(known) == len(ks) else \
+                    " in op_id " + ", ".join(str(k.op_id) for k in known)
+                bits.append(f"{known[0].arrived} of {known[0].expected} replicas arrived{where}")
             parts.append(op + (f" ({'; '.join(bits)})" if bits else ""))
         return ", ".join(parts)
 

@@ -60,7 +60,7 @@ def test_parse_waiting_and_termination_lines():
 
 
 def test_two_keys_of_one_op_is_a_split_rendezvous_and_the_abort_is_named():
-    rdv = xe.Rendezvous(2)
+    rdv = xe.Rendezvous()
     t0 = time.time()
     assert not rdv.stalled
     _feed(rdv, [WAIT.format(stamp=_stamp(t0), key=KEY0), WAIT.format(stamp=_stamp(t0), key=KEY1)], t0 + 0.1)
@@ -80,7 +80,7 @@ def test_two_keys_of_one_op_is_a_split_rendezvous_and_the_abort_is_named():
 
 
 def test_a_step_after_the_warning_settles_it_and_a_new_wait_starts_afresh():
-    rdv = xe.Rendezvous(2)
+    rdv = xe.Rendezvous()
     t0 = time.time()
     rdv.feed(WAIT.format(stamp=_stamp(t0), key=KEY0), t0)
     rdv.steps_now({0: 1, 1: 1})
@@ -93,14 +93,14 @@ def test_a_step_after_the_warning_settles_it_and_a_new_wait_starts_afresh():
 
 
 def test_a_clock_far_from_ours_is_not_trusted():
-    rdv = xe.Rendezvous(2)
+    rdv = xe.Rendezvous()
     now = time.time()
     rdv.feed(WAIT.format(stamp=_stamp(now - 7200), key=KEY0), now)  # e.g. another time zone in the worker
     assert abs(rdv.since - (now - 5)) < 1e-6
 
 
 def _split_rdv():
-    rdv = xe.Rendezvous(2)
+    rdv = xe.Rendezvous()
     now = time.time()
     _feed(rdv, [WAIT.format(stamp=_stamp(now), key=KEY0), WAIT.format(stamp=_stamp(now), key=KEY1)], now)
     return rdv
@@ -127,7 +127,7 @@ def test_stall_sentence_when_every_replica_is_in_the_collective_on_its_own_key()
 
 
 def test_stall_sentence_keeps_the_culprit_the_stacks_name():
-    rdv = xe.Rendezvous(2)
+    rdv = xe.Rendezvous()
     now = time.time()
     rdv.feed(WAIT.format(stamp=_stamp(now), key=KEY0).replace("all gather", "all reduce"), now)
     sleeper = Where("sleep", "time.sleep", "at_step", "/w/_faults.py", 66)
@@ -151,7 +151,7 @@ def test_ddp_collectives_are_told_from_others():
     assert xe.is_ddp_collective("DistributedDataParallel._pre_forward", "/v/torch/nn/parallel/distributed.py")
     assert not xe.is_ddp_collective("all_reduce", "/v/torch_xla/core/xla_model.py")
     # the bucket rebuild before the second forward, from a real abort dump
-    rdv = xe.Rendezvous(2)
+    rdv = xe.Rendezvous()
     now = time.time()
     rdv.feed(TERM.format(stamp=_stamp(now), key=KEY0).replace("all gather", "all reduce"), now)
     for ln in ["Fatal Python error: Aborted", "", "Thread 0x00007f965e7fc6c0 (most recent call first):",
@@ -160,7 +160,7 @@ def test_ddp_collectives_are_told_from_others():
         rdv.feed(ln, now)
     assert rdv.ddp_frame == "_pre_forward"
     # a thread whose innermost frame is elsewhere does not count, even with DDP further out
-    rdv = xe.Rendezvous(2)
+    rdv = xe.Rendezvous()
     rdv.feed(TERM.format(stamp=_stamp(now), key=KEY0), now)
     for ln in ["Fatal Python error: Aborted", "Thread 0x1 (most recent call first):",
                '  File "/w/_faults.py", line 66 in at_step',
@@ -170,7 +170,7 @@ def test_ddp_collectives_are_told_from_others():
 
 
 def test_lines_before_any_rendezvous_are_ignored():
-    rdv = xe.Rendezvous(2)
+    rdv = xe.Rendezvous()
     for ln in DUMP:  # a crash with no rendezvous: not XLA's collective timeout
         assert rdv.feed(ln, time.time()) is None
     assert not rdv.keys and rdv.aborted is None and rdv.ddp_frame is None and not rdv.stalled
@@ -186,3 +186,18 @@ def test_engine_raised_hints_exist_once(code):
 def test_ddp_thread_hint_gives_the_projects_fix():
     fix = by_code("xla-ddp-thread-collectives").fix
     assert "init_sync=False" in fix and "xla-ddp-backend" in fix and "_rebuild_buckets" in fix
+
+
+def test_keys_are_described_in_op_id_order():
+    rdv = xe.Rendezvous()
+    now = time.time()
+    for k in (KEY1.replace("op_id=1", "op_id=10"), KEY1, KEY0):
+        rdv.feed(WAIT.format(stamp=_stamp(now), key=k), now)
+    assert rdv.describe() == "all gather (3 rendezvous keys: op_id 0, 1, 10)"
+
+
+def test_arrivals_are_said_for_the_keys_whose_termination_line_was_read():
+    rdv = _split_rdv()
+    now = time.time()
+    rdv.feed(TERM.format(stamp=_stamp(now), key=KEY1), now)  # XLA aborted before printing the other one
+    assert rdv.describe() == "all gather (2 rendezvous keys: op_id 0, 1; 1 of 2 replicas arrived in op_id 1)"
