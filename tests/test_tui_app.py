@@ -383,6 +383,15 @@ async def newest_on_screen(pilot, app, ranks: int, n: int) -> list[int]:
     return shown
 
 
+async def shows(pilot, app, text: str) -> bool:
+    """Whether text is on screen within 5 s (the dashboard draws at 4 Hz)."""
+    for _ in range(100):
+        if text in screen_text(app):
+            return True
+        await pilot.pause(0.05)
+    return False
+
+
 @pytest.mark.timeout(40)
 @pytest.mark.parametrize("size,ranks", [((160, 48), 2), ((80, 24), 2), ((80, 24), 4), ((80, 24), 16), ((120, 40), 16)])
 @aio
@@ -446,3 +455,44 @@ def test_tail_rows_are_cut_for_the_height_it_has_now():
     assert [t for _, _, t in tail.rows()] == ["line 17", "line 18", "line 19"]
     tail.now = Size(40, 30)
     assert len(tail.rows()) == 20 and tail.rows()[-1][2] == "line 19"
+
+
+@pytest.mark.timeout(40)
+@pytest.mark.parametrize("size", [(160, 48), (80, 24)])
+@aio
+async def test_timeline_keeps_the_newest_line_when_the_end_banner_shrinks_it_and_stays_where_the_user_scrolled(size):
+    src = GatedSource(pane_run(2))
+    app = DdpApp(source=src)
+    async with app.run_test(size=size) as pilot:
+        assert await newest_on_screen(pilot, app, 2, 59) == [0, 1]
+        await pilot.press("t")
+        log = app.screen.query_one("#timeline-log")
+        await pilot.press("pageup")  # reading history: arriving lines must not pull the view down
+        await pilot.pause(0.2)
+        held = log.scroll_y
+        src.release(1)
+        for _ in range(100):
+            if log.line_count >= 140:
+                break
+            await pilot.pause(0.05)
+        assert log.line_count >= 140 and log.scroll_y == held and "r1-line0069" not in screen_text(app)
+        await pilot.press("end")  # back to the bottom: following again
+        assert await newest_on_screen(pilot, app, 2, 69) == [0, 1]
+        src.release(2)  # the end banner takes rows while the timeline is in front
+        await settle(pilot, app)
+        assert app.screen.query_one(TabbedContent).active == "timeline"
+        assert await newest_on_screen(pilot, app, 2, 69) == [0, 1], screen_text(app)
+
+
+@pytest.mark.timeout(40)
+@aio
+async def test_zoomed_rank_keeps_its_newest_line_when_the_terminal_gets_smaller():
+    src = GatedSource(pane_run(2)[:2])
+    app = DdpApp(source=src)
+    async with app.run_test(size=(80, 30)) as pilot:
+        src.release(1)
+        assert await newest_on_screen(pilot, app, 2, 69) == [0, 1]
+        await pilot.press("1", "z")
+        assert await shows(pilot, app, "r1-line0069"), screen_text(app)
+        await pilot.resize_terminal(80, 20)
+        assert await shows(pilot, app, "r1-line0069"), screen_text(app)

@@ -34,6 +34,7 @@ class ZoomScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one(ProgressBar).display = bool(self.model.steps)
+        self.query_one(Log).anchor()  # the newest line stays in view when the terminal gets smaller
         rv = self.model.rank(self.rank)
         self._seq = rv.seq - len(rv.lines)
         self.set_interval(0.1, self.tick)

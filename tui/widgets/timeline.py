@@ -23,6 +23,11 @@ class TimelineView(Log):
         self._seq = 0
         self._needle = None
 
+    def on_mount(self) -> None:
+        # Follow the newest line through resizes too (the end banner, a smaller terminal), not only through
+        # writes; scrolling up releases it, scrolling back to the bottom takes it again.
+        self.anchor()
+
     def update_from(self, model: RunModel, needle: str) -> None:
         needle = needle.lower()
         if needle != self._needle:
