@@ -468,7 +468,7 @@ class Session:
         """Ranks under a launcher: when each really died (its pidfd, watched by a thread) and its exit status
         (read from the zombie before the launcher reaps it; else torchrun's own lines say it later)."""
         own = {pr.pid for pr in self.procs}
-        alive: dict[int, RankTrack] = {}
+        alive: dict[int, list[RankTrack]] = {}  # several ranks share a pid when they are threads (XLA on CPU)
         for t in self.tracks.values():
             if not t.pid:
                 continue
@@ -477,18 +477,17 @@ class Session:
             if t.exit_wall is None:
                 self._deaths.watch(t.pid)  # our own rank processes too: the moment they died, not the turn
                 if t.pid not in own:
-                    alive[t.pid] = t
+                    alive.setdefault(t.pid, []).append(t)
         for d in sorted(self._deaths.deaths(), key=lambda d: d.wall):  # in the order they really died
             self._died_at.setdefault(d.pid, d.wall)
-            t = alive.pop(d.pid, None)
-            if t is None:
-                continue
-            if t.returncode is None and d.returncode is not None:
-                t.returncode, t.signal = d.returncode, procs.signal_name(d.returncode)
-            self._rank_died(t, d.wall)
-        for pid, t in alive.items():
+            for t in alive.pop(d.pid, []):
+                if t.returncode is None and d.returncode is not None:
+                    t.returncode, t.signal = d.returncode, procs.signal_name(d.returncode)
+                self._rank_died(t, d.wall)
+        for pid, ts in alive.items():
             if not self._deaths.watching(pid) and not psutil.pid_exists(pid):  # no pidfd here: the slow way
-                self._rank_died(t, time.time())
+                for t in ts:
+                    self._rank_died(t, time.time())
 
     def _rank_died(self, t: RankTrack, wall: float) -> None:
         t.exit_wall = wall
