@@ -38,9 +38,9 @@ ACTIVATION = ("DDPTUI", "DDPTUI_PID", "DDPTUI_XLA", "DDPTUI_USER_ENV")
      ["python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main()", "--multiprocessing-fork"], "rank"),
     ({"DDPTUI": "1", "DDPTUI_XLA": "1"}, ["-c"],
      ["python", "-c", "from multiprocessing.resource_tracker import main;main(5)"], "helper"),
-    ({"DDPTUI": "1"}, ["x.py"], ["python", "x.py"], "helper"),
+    ({"DDPTUI": "1"}, ["standin_mirage.py"], ["python", "standin_mirage.py", "run", "--", "torchrun"], "launcher"),
 ], ids=["unset", "DDPTUI=0", "rank-script", "rank-module", "torchrun-agent", "agent-with-RANK", "python-m-run",
-        "xla-program", "xla-spawn-worker", "resource-tracker", "no-rank"])
+        "xla-program", "xla-spawn-worker", "resource-tracker", "wrapper-without-RANK"])
 def test_role(environ, argv, orig, expect):
     assert scope.role(environ, argv, orig) == expect
 

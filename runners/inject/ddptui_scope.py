@@ -13,7 +13,7 @@ USER_ENV = "DDPTUI_USER_ENV"
 PLUMBING = ("PYTHONPATH", "PYTHONUNBUFFERED")
 INJECT_DIR = os.path.dirname(os.path.realpath(__file__))
 
-# Launchers pass the activation on to the ranks they start (torchrun's agent; mirage is not Python).
+# torchrun's agent may inherit RANK (mirage exports it per node): it is still a launcher, not a rank.
 _LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 # multiprocessing's own server processes: never a rank, whoever started them.
 _MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
@@ -25,11 +25,12 @@ GIVEN: dict[str, str | None] = {}
 
 
 def role(environ: Mapping[str, str], argv: Sequence[str], orig_argv: Sequence[str]) -> str:
-    """off: not asked; launcher: keeps the activation for its ranks; rank: instrument it; helper: leave it alone.
+    """off: not asked; launcher: passes the activation on, uninstrumented; rank: instrument it; helper: drop it.
 
     The rank is the process a launcher started as one: torchrun's child or our env:// spawn (RANK set), or the
     XLA program and its torch_xla.launch worker (DDPTUI_XLA=1). Anything a rank starts never sees the activation
-    (the rank removes it), so a process that does see it without being one of these is a helper.
+    (the rank removes it), so a process that sees it without RANK stands between ddptui and the ranks: a
+    torchrun agent, or a wrapper (a Python stand-in for mirage, a user's launch script) that must pass it on.
     """
     if environ.get("DDPTUI") != "1":
         return OFF
@@ -40,7 +41,7 @@ def role(environ: Mapping[str, str], argv: Sequence[str], orig_argv: Sequence[st
         return HELPER
     if environ.get("RANK") is not None or environ.get("DDPTUI_XLA") == "1":
         return RANK
-    return HELPER
+    return LAUNCHER
 
 
 def user_env(environ: Mapping[str, str]) -> dict[str, str | None]:
