@@ -27,8 +27,10 @@ def banner_text(model: RunModel) -> tuple[str, str]:
         if model.replica is not None:
             text += f" · replicas: {model.replica.text}"
         return ("-ok" if f.status == "ok" else "-failed"), text
-    if model.hang is not None and model.hang.reason == "slow":  # the engine saw the run slow down
-        return "-info", f"SLOW: {model.hang.text}"
+    slow = [f"rank {r}: {v.detail}" for r, v in sorted(model.ranks.items()) if v.status == "slow" and v.detail]
+    seen = model.hang is not None and model.hang.reason == "slow"  # the engine saw the run slow down
+    if slow or seen:
+        return "-info", "SLOW: " + " · ".join(slow + ([model.hang.text] if seen else []))
     return "", ""
 
 
