@@ -169,11 +169,10 @@ def _delta(a: float, b: float) -> str:
     return f"{d:.2f} s after it" if d < 10 else f"{d:.0f} s after it"
 
 
-def decide(ranks: list[RankEvidence], launcher_root: int | None = None, tearing_down: bool = False) -> Verdict | None:
+def decide(ranks: list[RankEvidence], launcher_root: int | None = None) -> Verdict | None:
     """The root cause and the fate of every other rank, or None when no rank failed on its own.
 
-    launcher_root: the rank torchrun's own "Root Cause" names (it picks the first exit it saw, by the second);
-    tearing_down: ddptui itself stopped the run's survivors.
+    launcher_root: the rank torchrun's own "Root Cause" names (it picks the first exit it saw, by the second).
     """
     bad = [e for e in ranks if ended_badly(e)]
     if not bad:

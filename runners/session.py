@@ -844,8 +844,7 @@ class Session:
 
     def _crash_verdict(self) -> ev.CrashVerdict | None:
         """Who failed first, from every rank's evidence (runners/crash.py decides); each rank's outcome follows it."""
-        v = decide_crash([self._rank_evidence(t) for t in self.tracks.values()], self._launcher_log.root_rank,
-                         self._tearing_down)
+        v = decide_crash([self._rank_evidence(t) for t in self.tracks.values()], self._launcher_log.root_rank)
         if v is None:
             return None
         for r, (status, words) in v.outcomes.items():

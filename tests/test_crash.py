@@ -92,7 +92,7 @@ def test_sigkill_with_oom_evidence_says_out_of_memory():
 
 def test_sigkill_sent_by_ddptui_is_not_out_of_memory():
     v = decide([RankEvidence(0, 1, died_at=T0, exc={"type": "KeyError", "msg": "'x'", "where": "a.py:3"}),
-                RankEvidence(1, -9, died_at=T0 + 6, stopped_by="ddptui")], tearing_down=True)
+                RankEvidence(1, -9, died_at=T0 + 6, stopped_by="ddptui")])
     assert v.root == 0 and v.stopped == (1,) and "out of memory" not in v.text
     assert "rank 1 torn down by ddptui (SIGKILL) when rank 0 had failed" in v.text
 
