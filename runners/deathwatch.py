@@ -54,7 +54,7 @@ class DeathWatch:
         self._done: list[Death] = []
         self._watched: set[int] = set()
         self._blind: set[int] = set()  # pids we could not open a pidfd for (old kernel): the caller polls them
-        self._wake_r, self._wake_w = os.pipe()
+        self._wake_r = self._wake_w = -1  # the thread's wake-up pipe, made with the thread
         self._closed = False
         self._thread: threading.Thread | None = None
 
@@ -80,6 +80,7 @@ class DeathWatch:
         with self._lock:
             self._fds[fd] = pid
         if self._thread is None:
+            self._wake_r, self._wake_w = os.pipe()
             self._thread = threading.Thread(target=self._run, name="ddptui-deathwatch", daemon=True)
             self._thread.start()
         os.write(self._wake_w, b"x")
@@ -94,22 +95,19 @@ class DeathWatch:
         return out
 
     def close(self) -> None:
+        if self._closed:
+            return
         self._closed = True
-        try:
-            os.write(self._wake_w, b"q")
-        except OSError:
-            pass
         if self._thread is not None:
+            os.write(self._wake_w, b"q")
             self._thread.join(timeout=2.0)
         with self._lock:
             for fd in self._fds:
                 os.close(fd)
             self._fds.clear()
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        if self._thread is not None:
+            os.close(self._wake_r)
+            os.close(self._wake_w)
 
     def _run(self) -> None:
         poller = select.poll()

@@ -280,8 +280,12 @@ def test_death_watch_notes_when_a_process_it_did_not_spawn_died_and_how():
             assert d.returncode in (-9, None)  # None only if sh reaped it before the thread read /proc
         finally:
             watch.close()
+            watch.close()  # twice is harmless
     finally:
         parent.wait(timeout=10)
+    idle = DeathWatch()  # never given a pid: no thread, nothing to close but itself
+    idle.close()
+    assert idle.deaths() == [] and not idle.watching(pid)
 
 
 # ---- real runs --------------------------------------------------------------------------------------------
