@@ -803,22 +803,24 @@ class Session:
     def _xla_hang(self, text: str, culprits, waiting, wheres: dict, results: dict, steps: dict):
         """The stack verdict with XLA's rendezvous evidence in it (op, keys, since when), when there is some."""
         rdv = self._xla_rdv
-        if rdv is None or not rdv.stalled:
+        if rdv is None:
             return text, culprits, waiting
         from .verdict import pick_thread
         calls = {}
         for r, res in results.items():
             th = pick_thread(res.threads, _thread_filter(self.profile, r)) if res.threads else None
             calls[r] = xla_evidence.library_call(th.frames) if th is not None else None
-        self._xla_fix_hint(calls)
+        self._xla_fix_hint(calls, culprits)
+        if not rdv.stalled:
+            return text, culprits, waiting
         return xla_evidence.stall_sentence(rdv, text, tuple(culprits), tuple(waiting), wheres, calls, steps)
 
-    def _xla_fix_hint(self, calls: dict) -> None:
+    def _xla_fix_hint(self, calls: dict, culprits=()) -> None:
         """DDP's own collectives on PJRT CPU thread replicas: the project knows the fix (profiles/xla-ddp-backend.yaml)."""
         x = self.profile.xla
         if self._matcher is None or x.pjrt_device != "CPU" or x.num_devices < 2:
             return
-        if xla_evidence.ddp_collective(self._xla_rdv, calls):
+        if xla_evidence.ddp_collective(self._xla_rdv, calls, tuple(culprits)):
             hint = self._matcher.raise_code("xla-ddp-thread-collectives")
             if hint is not None:
                 self._hint(hint, None, self._xla_rdv.lines[0] if self._xla_rdv.lines else "", time.time())
@@ -829,7 +831,7 @@ class Session:
         if rdv is None or not rdv.terminated:
             return crash
         import dataclasses
-        self._xla_fix_hint({})
+        self._xla_fix_hint({}, self.hang.culprits if self.hang is not None else ())
         words = xla_evidence.abort_sentence(rdv)
         if crash is not None and any(t.exc is not None for t in self.tracks.values()):
             return dataclasses.replace(crash, text=f"{crash.text}; then {words}")  # a replica's exception came first

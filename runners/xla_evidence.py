@@ -270,6 +270,16 @@ def abort_sentence(rdv: Rendezvous) -> str:
             f"(waiting since {_hms(rdv.since)})")
 
 
-def ddp_collective(rdv: Rendezvous | None, calls: Mapping[int, tuple[str, str] | None]) -> bool:
-    """True when a replica waits in one of DDP's own collectives (from its stack, or the abort's thread dump)."""
-    return (rdv is not None and rdv.ddp_frame is not None) or any(is_ddp_collective(*c) for c in calls.values() if c)
+def ddp_collective(rdv: Rendezvous | None, calls: Mapping[int, tuple[str, str] | None],
+                   culprits: tuple[int, ...] = ()) -> bool:
+    """True when the replicas are stuck in DDP's own collectives, not waiting for a replica stuck elsewhere.
+
+    calls: rank -> where its stack waits (library_call), from the stacks; without stacks, the abort's thread dump.
+    culprits: replicas the stack verdict found outside any collective (then DDP is not the cause).
+    """
+    if culprits:
+        return False
+    known = [c for c in calls.values() if c]
+    if known:
+        return all(is_ddp_collective(*c) for c in known)
+    return rdv is not None and rdv.ddp_frame is not None

@@ -137,6 +137,10 @@ def test_stall_sentence_keeps_the_culprit_the_stacks_name():
     assert text.startswith(base) and "XLA collective stall in all reduce (op_id 0)" in text
     assert culprits == (1,) and waiting == (0,)
     assert not xe.ddp_collective(rdv, {0: ("sync", "/v/torch_xla/torch_xla.py")})
+    # a replica waiting in DDP's bucket rebuild for a culprit that sleeps: the culprit is the cause, not DDP
+    ddp_wait = {0: ("_pre_forward", "/v/torch/nn/parallel/distributed.py")}
+    assert xe.ddp_collective(rdv, ddp_wait) and not xe.ddp_collective(rdv, ddp_wait, (1,))
+    assert not xe.ddp_collective(rdv, {**ddp_wait, 1: ("sleep", "/v/torch/_dynamo/x.py")})
 
 
 def test_stall_sentence_without_stacks():
