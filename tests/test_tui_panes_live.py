@@ -19,9 +19,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def chatty_profile(tmp_path: Path, hold: Path) -> Path:
+    # stall_after: the ranks hold without progress until the test saw their last lines, however loaded the machine
     prof = tmp_path / "chatty.yaml"
     prof.write_text(f"name: chatty\nnproc: 2\nsteps: 40\nworkload:\n  script: {FIXTURES / 'chatty_ddp.py'}\n"
-                    f"  args: ['40']\nenv:\n  HOLD_FILE: {hold}\ntimeout: 120\n")
+                    f"  args: ['40']\nenv:\n  HOLD_FILE: {hold}\ntimeout: 120\nstall_after: 300\n")
     return prof
 
 
