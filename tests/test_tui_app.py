@@ -435,6 +435,13 @@ async def test_too_many_ranks_for_the_rows_scroll_and_each_pane_still_shows_its_
         assert 31 in last and [r for r in last if f"r{r}-line0069" in screen_text(app)] == last, screen_text(app)
 
 
+def test_narrow_tails_drop_the_timestamp_so_the_text_shows():
+    from tui.widgets.tail import stamped
+
+    assert stamped(76) and stamped(33)  # 2 ranks at 160 or 80 columns; 16 ranks at 160 columns (36)
+    assert not stamped(32) and not stamped(16)  # 16 ranks at 80 columns: 16 columns, 7 of text behind a stamp
+
+
 def test_tail_rows_are_cut_for_the_height_it_has_now():
     from collections import deque
 
