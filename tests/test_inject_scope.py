@@ -190,9 +190,11 @@ XLA_VENV = _xla_venv()
 @pytest.mark.xla
 @pytest.mark.timeout(240)
 @pytest.mark.skipif(XLA_VENV is None, reason="the torch_xla venv is not built: run `make xla-venv`")
-def test_xla_launcher_passes_the_activation_to_its_worker_only(tmp_path, monkeypatch):
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+def test_xla_launcher_passes_the_activation_to_its_worker_only(tmp_path, monkeypatch, start_method):
     dump = tmp_path / "envs"
     dump.mkdir()
+    monkeypatch.setenv("XLA_START_METHOD", start_method)
     for k, v in _user_env(tmp_path).items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
