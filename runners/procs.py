@@ -126,11 +126,25 @@ def _alive(pid: int) -> bool:
 
 
 def _signal_tree(pids: set[int], sig: int) -> None:
+    """Each process group once, then each pid outside those groups: a second SIGTERM to torchrun lands in
+    its own shutdown and aborts it halfway (a chained SignalException, ranks signalled twice)."""
+    groups: set[int] = set()
     for pid in pids:
         try:
-            os.killpg(os.getpgid(pid), sig)
+            groups.add(os.getpgid(pid))
         except (ProcessLookupError, PermissionError):
             pass
+    for pgid in groups:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pid in pids:
+        try:
+            if os.getpgid(pid) in groups:
+                continue
+        except (ProcessLookupError, PermissionError):
+            continue
         try:
             os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):

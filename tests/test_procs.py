@@ -264,3 +264,43 @@ def test_a_real_frozen_rank_is_named_as_a_survivor_in_the_summary(runs_dir, free
     assert want in (s.run_dir / "launcher.log").read_text()
     summary = json.loads((s.run_dir / "summary.json").read_text())
     assert [x[:len(want)] for x in summary["survivors"]] == [want]
+
+
+_COUNT_TERMS = """
+import os, signal, sys, time
+out = sys.argv[1]
+def on_term(sig, frame):
+    with open(out, "a") as f:
+        f.write("T")
+signal.signal(signal.SIGTERM, on_term)
+if len(sys.argv) > 2:  # the group leader starts a child in its own group, as torchrun does with ranks
+    import subprocess
+    subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[1] + ".child"])
+open(out + ".ready", "w").close()
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.timeout(30)
+def test_teardown_signals_each_process_once(tmp_path):
+    """A second SIGTERM to torchrun lands inside its own shutdown (a chained SignalException traceback, ranks
+    signalled twice): every process of the tree, leader and child alike, gets SIGTERM exactly once."""
+    out = tmp_path / "terms"
+    spec = ProcSpec("leader", (sys.executable, "-c", _COUNT_TERMS, str(out), _COUNT_TERMS), {}, str(tmp_path), (),
+                    str(tmp_path / "out"), str(tmp_path / "err"))
+    proc = procs.spawn(spec)
+    try:
+        deadline = time.monotonic() + 20
+        while not (Path(f"{out}.ready").exists() and Path(f"{out}.child.ready").exists()):
+            assert time.monotonic() < deadline, "the processes never started"
+            time.sleep(0.05)
+        procs._signal_tree(procs.tree_pids([proc]), procs.signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while not (out.exists() and Path(f"{out}.child").exists()):
+            assert time.monotonic() < deadline, "SIGTERM never arrived"
+            time.sleep(0.05)
+        time.sleep(0.3)  # a duplicate signal would land within this
+        assert out.read_text() == "T" and Path(f"{out}.child").read_text() == "T"
+    finally:
+        procs.teardown([proc], deadline=0.5)
