@@ -14,7 +14,8 @@ _NUM = (int, float)
 # What the front ends read from RunFinished.summary (a dict[str, Any] to the dataclass): key -> accepted types.
 _SUMMARY = {"profile": (str, type(None)), "runner": (str, type(None)), "status": (str,), "run_dir": (str, type(None)),
             "world_size": (int, type(None)), "duration_s": _NUM, "ranks": (dict,), "replica": (dict, type(None)),
-            "hang": (dict, type(None)), "crash": (dict, type(None)), "hints": (list, type(None))}
+            "hang": (dict, type(None)), "slow": (dict, type(None)), "crash": (dict, type(None)),
+            "hints": (list, type(None))}
 _SUMMARY_RANK = {"status": (str, type(None)), "outcome": (str, type(None)), "returncode": (int, type(None)),
                  "signal": (str, type(None)), "steps": (int, type(None)), "first_loss": _NUM + (type(None),),
                  "last_loss": _NUM + (type(None),), "workload_loss": (dict, type(None))}
@@ -70,9 +71,12 @@ def _summary_problem(s: dict) -> str | None:
     for key, types_ in _SUMMARY.items():
         if key in s and not isinstance(s[key], types_):
             return f"summary.{key}: expected {' | '.join(t.__name__ for t in types_)}, got {type(s[key]).__name__}"
-    for part in ("replica", "hang", "crash"):
+    for part in ("replica", "hang", "slow", "crash"):
         if isinstance(s.get(part), dict) and not isinstance(s[part].get("text"), str):
             return f"summary.{part}.text: expected str"
+    sampled = (s.get("slow") or {}).get("verdict") if isinstance(s.get("slow"), dict) else None
+    if sampled is not None and not (isinstance(sampled, dict) and isinstance(sampled.get("text"), str)):
+        return "summary.slow.verdict: expected {\"text\": str, ...}"
     for h in s.get("hints") or []:
         if not (isinstance(h, dict) and isinstance(h.get("title"), str) and isinstance(h.get("fix"), str)):
             return "summary.hints: expected [{\"title\": str, \"fix\": str, ...}, ...]"

@@ -134,6 +134,15 @@ class StallDetected(Event):
 
 
 @dataclass(frozen=True)
+class StallCleared(Event):
+    """The stalled ranks progress again: the stall is over (its verdict stays in the record and the Stacks tab)."""
+
+    kind: ClassVar[str] = "stall_cleared"
+    ranks: tuple[int, ...]  # the ranks the ended stall had named
+    wall: float
+
+
+@dataclass(frozen=True)
 class StacksCollected(Event):
     """Stacks of every rank: {rank: [{"thread", "tid", "idle", "frames": [[func, file, line, code], ...]}]}."""
 
@@ -200,7 +209,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
         RunStarted, ProcessStarted, RankHello, LogLines, Progress, RankState, ProcessExited, Resources,
-        HintRaised, StallDetected, StacksCollected, HangVerdict, CrashVerdict, ReplicaVerdict, RunFinished,
+        HintRaised, StallDetected, StallCleared, StacksCollected, HangVerdict, CrashVerdict, ReplicaVerdict,
+        RunFinished,
     )
 }
 

@@ -558,7 +558,8 @@ class Session:
             if found is None:
                 self._held_said = False
                 if self.stall_info is not None:
-                    self.stall_info = None  # it moved again: a later stall is a new one
+                    ended, self.stall_info = self.stall_info, None  # it moved again: a later stall is a new one
+                    self._emit(ev.StallCleared(tuple(ended["stalled"]), time.time()))
                     for t in self.tracks.values():
                         if t.stalled:
                             t.stalled = False
@@ -635,17 +636,16 @@ class Session:
             self._launcher_line("ddptui: every rank's steps got slower (" + "; ".join(d.text() for d in downs)
                                 + "); sampling stacks to find the rank whose own work grew")
         self._slow_samples.append(mono)
-        prev, self.hang = self.hang, None
-        self._collect_stacks("slow", slow=True)
-        hv = self.hang
-        if prev is not None:
-            self.hang = prev  # a stall's verdict stays the run's verdict
+        hv = self._collect_stacks("slow", slowed=downs)  # a sample's verdict: summary.json's slow, never its hang
         culprits = set(hv.culprits) if hv is not None else set()
         named = [d for d in downs if d.rank in culprits]
         if named:
             self._slow_ranks(named, " (every rank slowed in lock-step; it is the one not waiting in a collective)")
         elif len(self._slow_samples) >= 3:
             self._slow_ranks(downs, " (every rank slowed in lock-step; 3 stack samples did not single one out)")
+        if self.slow_info is not None and hv is not None:
+            self.slow_info["verdict"] = {"text": hv.text, "culprits": list(hv.culprits), "waiting": list(hv.waiting),
+                                         "where": hv.where, "stacks": hv.path}
 
     def _slow_ranks(self, downs, why: str) -> None:
         for d in downs:
@@ -688,14 +688,16 @@ class Session:
         else:
             self._collect_stacks("on request", stalled=st["stalled"], since=st["since"])
 
-    def _collect_stacks(self, why: str, stalled=None, since=None, slow: bool = False) -> None:
-        """Record every rank's stacks (and its workers'); with ``stalled`` (or ``slow``) also the verdict read from
-        them. Stacks of a healthy run taken at slightly different moments are no evidence of anything."""
+    def _collect_stacks(self, why: str, stalled=None, since=None, slowed=None) -> ev.HangVerdict | None:
+        """Record every rank's stacks (and its workers'); with ``stalled`` (or ``slowed``: the SlowDowns of a run that
+        still moves) also the verdict read from them, returned. Stacks of a healthy run taken at slightly different
+        moments are no evidence of anything."""
+        slow = slowed is not None
         from . import stacks, verdict
         targets = self._targets()
         if not targets:
             self._launcher_line("ddptui: no live rank to collect stacks from")
-            return
+            return None
         t0 = time.monotonic()
         results = stacks.collect(targets, method=self.stack_method, pyspy=self.pyspy)
         secs = time.monotonic() - t0
@@ -718,30 +720,30 @@ class Session:
         if not judged:
             self._launcher_line(f"ddptui: stacks of {verdict.ranks_text(sorted(results))} recorded in {folder} "
                                 "(no rank is stalled: no verdict)")
-            return
+            return None
         wheres = {}
         for rank, res in results.items():
             if res.threads:
                 wheres[rank] = verdict.classify(res.threads, thread_filter=_thread_filter(self.profile, rank),
                                                 workers=res.workers)
-        if not wheres:
+        if not wheres and not slow:
             self._verdict_without_stacks(stalled or [], since or time.time())
-            return
+            return self.hang
         steps = {r: self.tracks[r].step for r in self.tracks}
-        text, culprits, waiting = verdict.hang_sentence(wheres, steps, stalled or sorted(wheres),
-                                                        since or time.time())
-        if stalled is not None:
+        if slow:  # the ranks still move: phrased as a slow-down, never as a hang
+            text, culprits, waiting = verdict.slow_sentence(wheres, {d.rank: d.text() for d in slowed})
+        else:
+            text, culprits, waiting = verdict.hang_sentence(wheres, steps, stalled, since or time.time())
             text, culprits, waiting = self._xla_hang(text, culprits, waiting, wheres, results, steps)
-        if slow:
-            text = "the run slowed down: " + text
         where = {r: w.to_dict(steps.get(r)) for r, w in wheres.items()}
         hv = ev.HangVerdict(text, tuple(culprits), tuple(waiting), where, time.time(), str(folder),
                             "slow" if slow else "stall")
-        if stalled is not None or self.hang is None:
-            self.hang = hv
+        if not slow:
+            self.hang = hv  # the run's hang verdict comes from stalls only
         self._emit(hv)
         self._launcher_line(f"ddptui: {text}")
         (folder / "verdict.txt").write_text(text + "\n", encoding="utf-8")
+        return hv
 
     def _verdict_without_stacks(self, stalled, since: float) -> None:
         from .verdict import ranks_text
@@ -957,7 +959,10 @@ class Session:
                                                     "waiting": list(self.hang.waiting), "where": self.hang.where},
             "crash": None if self.crash is None else {"text": self.crash.text, "root_rank": self.crash.root_rank,
                                                       "victims": list(self.crash.victims), "exit": self.crash.exit,
-                                                      "excerpt": list(self.crash.excerpt)},
+                                                      "excerpt": list(self.crash.excerpt),
+                                                      "together": list(self.crash.together),
+                                                      "stopped": list(self.crash.stopped),
+                                                      "never_started": list(self.crash.never_started)},
             "hints": self.hints,
             "stacks": self.stack_collections,
             "survivors": self.survivors,

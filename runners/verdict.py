@@ -245,8 +245,9 @@ def _in_code(func: str | None, at: str, calls: str | None, doing: str | None) ->
     return f"{name} at {at}" + (f" (calls {calls})" if calls else f" ({doing})" if doing else "")
 
 
-def where_phrase(w: Where) -> str:
-    """Where a culprit is, in the user's own code: "wait_for_lock() at hang.py:9 (calls threading.Event.wait)"."""
+def where_phrase(w: Where, verb: str = "is stuck in") -> str:
+    """Where a culprit is, in the user's own code: "wait_for_lock() at hang.py:9 (calls threading.Event.wait)".
+    ``verb`` says how it is there: "is stuck in" for a stall, "is in" for a sample of a run that still moves."""
     if w.category == "dataloader" and w.worker and w.worker.get("busy"):
         wk = w.worker
         text = f"waits for its {wk['label']}, which is in " + _in_code(
@@ -262,8 +263,8 @@ def where_phrase(w: Where) -> str:
             text += f"; its workers ({w.worker['label']}) are not in user code"
         return text
     if w.func is None or w.file is None or not is_user_frame(Frame(w.func, w.file, w.line or 0)):
-        return f"is stuck in {w.detail} at {w.at}"  # no frame of the user's own: say what the library does
-    return "is stuck in " + _in_code(w.func, w.at, w.calls, _doing(w))
+        return f"{verb} {w.detail} at {w.at}"  # no frame of the user's own: say what the library does
+    return f"{verb} " + _in_code(w.func, w.at, w.calls, _doing(w))
 
 
 def _culprit_phrase(r: int, w: Where, steps: dict[int, int | None]) -> str:
@@ -339,3 +340,34 @@ def hang_sentence(wheres: dict[int, Where], steps: dict[int, int | None], stalle
     step_txt = ", ".join(f"{r}: {_step(steps, r)}" for r in stalled)
     return (f"{ranks_text(stalled)} stopped progressing since {since} ({step_txt}); no stacks available "
             f"(py-spy failed and no faulthandler dump): see the ranks' last log lines", (), ())
+
+
+def slow_sentence(wheres: dict[int, Where], slowed: dict[int, str]) -> tuple[str, tuple[int, ...], tuple[int, ...]]:
+    """The verdict of one stack sample of a run that slowed down but still moves, plus (culprits, waiting).
+
+    ``slowed``: rank -> how its steps slowed ("rank 1's steps take 0.51 s, 170x its first 20 steps' 3.0 ms"). The
+    ranks still step, so nothing is "stuck", and ranks caught inside collectives at one moment are no evidence of a
+    lost peer or of mismatched collectives: the sample only says who was outside a collective, in its own work."""
+    known = {r: w for r, w in wheres.items() if w is not None and not (w.category == "unknown" and w.file is None)}
+    blind = sorted(r for r in set(wheres) | set(slowed) if r not in known)
+    waiting = sorted(r for r, w in known.items() if w.category in WAITING)
+    culprits = sorted(r for r, w in known.items() if w.category not in WAITING)
+    said = [slowed[r] for r in culprits if r in slowed] or [slowed[r] for r in sorted(slowed)]
+    head = "the run slowed down" + (f" ({'; '.join(said)})" if said else "")
+    if culprits:
+        parts = [f"rank {r} {where_phrase(known[r], 'is in')}" for r in culprits]
+        if waiting:
+            details = {known[r].detail for r in waiting}
+            inside = details.pop() if len(details) == 1 else "collectives"
+            whom = "it" if len(culprits) == 1 else "them"
+            parts.append(f"{ranks_text(waiting)} wait{'s' if len(waiting) == 1 else ''} for {whom} in {inside}")
+        text = f"{head}: " + "; ".join(parts)
+    elif waiting:
+        text = (f"{head}: this sample caught every rank inside a collective ("
+                + "; ".join(f"rank {r} in {known[r].detail} at {known[r].at}" for r in waiting)
+                + "), so it does not single out the slow rank")
+    else:
+        text = f"{head}: no stacks could be read"
+    if blind and known:
+        text += f" ({ranks_text(blind)}: no stacks)"
+    return text, tuple(culprits), tuple(waiting)

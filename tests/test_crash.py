@@ -356,6 +356,8 @@ def test_a_rank_the_launcher_stopped_is_said_to_be_stopped_not_failed_after_it(r
     assert crash.root_rank == 1 and crash.stopped == (0,) and crash.victims == (), crash.text
     assert "rank 0 stopped by the launcher (SIGTERM) when rank 1 died" in crash.text
     assert "failed after" not in crash.text
+    summary = json.loads((session.run_dir / "summary.json").read_text())["crash"]
+    assert (summary["stopped"], summary["victims"], summary["together"], summary["never_started"]) == ([0], [], [], [])
     assert _states(rec)[0] == ("killed", "stopped by the launcher after rank 1 failed")
 
 
@@ -387,6 +389,8 @@ def test_a_rank_that_never_started_says_so(runs_dir, tmp_path):
     crash = rec.one(ev.CrashVerdict)
     assert crash.root_rank == 1 and crash.never_started == (0,), crash.text
     assert "ValueError: no data shards found" in crash.text and "rank 0 never started" in crash.text
+    summary = json.loads((session.run_dir / "summary.json").read_text())["crash"]
+    assert summary["never_started"] == [0] and summary["stopped"] == [] and summary["root_rank"] == 1
     assert _states(rec)[0] == ("killed", "never started")
 
 

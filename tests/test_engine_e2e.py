@@ -1,6 +1,7 @@
 """End-to-end runs of every shipped CPU profile through the real engine: real torchrun, gloo ranks, faults."""
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
@@ -10,6 +11,7 @@ import pytest
 from runners import events as ev
 from runners.session import EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED
 from tests.engine_helpers import run_profile
+from tui.console import Console
 
 
 def _assert_record(session, world: int) -> dict:
@@ -138,7 +140,18 @@ def test_slow_rank_is_not_a_hang(runs_dir):
     assert any(ln.startswith("ddptui: rank 1's steps take 0.5") for ln in rec.lines(None))
     assert session.slow_info["ranks"] == [1]
     for v in rec.of(ev.HangVerdict):
-        assert v.text.startswith("the run slowed down") and v.culprits == (1,), v.text
+        assert v.text.startswith("the run slowed down (rank 1's steps take 0.5") and v.culprits == (1,), v.text
+        assert v.reason == "slow" and "stuck" not in v.text and "lost peer" not in v.text, v.text
+        assert re.search(r"\): rank 1 is in at_step\(\) at _faults\.py:\d+ \(calls time\.sleep\); rank 0 waits for it "
+                         r"in ", v.text), v.text
+    # summary.json: the slow-down under "slow", no hang; the console labels it slow, never stall
+    summary = json.loads((session.run_dir / "summary.json").read_text())
+    assert summary["hang"] is None and summary["slow"]["verdict"]["text"] == rec.of(ev.HangVerdict)[-1].text
+    out = io.StringIO()
+    Console(out, color=False).handle(rec.events)
+    said = out.getvalue()
+    assert "[slow] the run slowed down (rank 1's" in said and "\nslow: the run slowed down (rank 1's" in said
+    assert "[stall]" not in said and "\nstall:" not in said
 
 
 @pytest.mark.timeout(60)

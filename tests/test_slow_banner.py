@@ -13,7 +13,29 @@ def test_banner_names_the_slow_rank_with_its_numbers():
     assert banner_text(m) == ("", "")
     m.apply([ev.RankState(1, "slow", "steps take 0.50 s, 100x its first 20 steps' 5.0 ms", 9.0)])
     assert banner_text(m) == ("-info", "SLOW: rank 1: steps take 0.50 s, 100x its first 20 steps' 5.0 ms")
-    m.apply([ev.HangVerdict("the run slowed down: rank 1 is stuck in time.sleep", (1,), (0,), {}, 9.1,
-                            "/runs/x/stacks/01-slow", "slow")])
-    assert banner_text(m) == ("-info", "SLOW: rank 1: steps take 0.50 s, 100x its first 20 steps' 5.0 ms · "
-                                       "the run slowed down: rank 1 is stuck in time.sleep")
+    sample = ("the run slowed down (rank 1's steps take 0.50 s, 100x its first 20 steps' 5.0 ms): rank 1 is in "
+              "at_step() at _faults.py:67 (calls time.sleep); rank 0 waits for it in all_reduce")
+    m.apply([ev.HangVerdict(sample, (1,), (0,), {}, 9.1, "/runs/x/stacks/01-slow", "slow")])
+    # the sample's sentence carries the culprit's numbers: said once, and as a slow-down, never "stuck"
+    assert banner_text(m) == ("-info", "SLOW: " + sample)
+
+
+def test_a_slow_sample_after_a_stall_keeps_the_stall_verdict_and_the_banner_says_slow():
+    m = RunModel()
+    m.apply([ev.RunStarted("/runs/x", "slow", "torchrun", 2, 40, 1.0)])
+    m.apply([ev.StallDetected((1,), (0,), 3.0, 10.0, 13.0, "no step or output for 10 s"),
+             ev.StacksCollected({0: "py-spy", 1: "py-spy"}, {}, 0.1, "/runs/x/stacks/01-stall", 13.1),
+             ev.HangVerdict("rank 1 is stuck in wait() at t.py:3, step 4", (1,), (0,), {}, 13.2,
+                            "/runs/x/stacks/01-stall", "stall")])
+    stall_verdict = m.hang
+    assert banner_text(m) == ("-stall", "STALL: rank 1 is stuck in wait() at t.py:3, step 4")
+    m.apply([ev.StallCleared((1,), 20.0), ev.RankState(1, "running", "progressing again", 20.0)])
+    assert banner_text(m) == ("", "")  # the ranks progress again: no stall banner left up
+    m.apply([ev.StacksCollected({0: "py-spy", 1: "py-spy"}, {}, 0.1, "/runs/x/stacks/02-slow", 30.0, {}, "slow"),
+             ev.HangVerdict("the run slowed down (rank 1's steps take 0.50 s, 100x its first 20 steps' 5.0 ms): "
+                            "rank 1 is in at_step() at f.py:6 (calls time.sleep)", (1,), (0,), {}, 30.1,
+                            "/runs/x/stacks/02-slow", "slow")])
+    assert m.hang is stall_verdict  # the run's hang verdict is the stall's, as the engine keeps it
+    assert m.stacks_verdict() is m.slow  # the Stacks tab pairs the newest stacks with the verdict read from them
+    cls, text = banner_text(m)
+    assert cls == "-info" and text.startswith("SLOW: the run slowed down (rank 1's") and "stuck" not in text

@@ -47,6 +47,14 @@ def test_plain_script_whose_rank_1_slows_down_is_named(runs_dir, tmp_path):
     assert summary["slow"]["ranks"] == [1]
     text = Console(io.StringIO(), color=False).render_summary(rec.one(ev.RunFinished))
     assert "\nslow: rank 1's steps take" in text
+    # the stack sample of a run that still moves is phrased as a slow-down: summary.json's slow, never its hang
+    sample = rec.of(ev.HangVerdict)[-1]
+    assert sample.reason == "slow" and sample.culprits == (1,), sample
+    assert re.match(r"the run slowed down \(rank 1's steps take [\d.]+ s, \d+x its first \d+ steps' [\d.]+ ms\): "
+                    r"rank 1 is in main\(\) at slow_rank_ddp\.py:\d+ \(calls time\.sleep\)", sample.text), sample.text
+    assert "stuck" not in sample.text and "lost peer" not in sample.text and "mismatched" not in sample.text
+    assert summary["hang"] is None and summary["slow"]["verdict"]["text"] == sample.text
+    assert f"\nslow: {sample.text}\n" in text and "\nstall:" not in text
 
 
 @pytest.mark.timeout(150)
@@ -93,3 +101,31 @@ def test_a_rank_spinning_forever_is_held_then_called_stalled(runs_dir, tmp_path)
     assert 6 - 0.5 <= stall.wall - stall.since <= 6 + 4  # held to 3 x stall_after, not called at 2 s
     assert any("busy, not stalled" in ln for ln in launcher_lines(rec))
     assert rec.of(ev.HangVerdict)[0].culprits == (1,)
+
+
+@pytest.mark.timeout(150)
+def test_a_stall_that_ends_is_cleared_and_its_verdict_kept(runs_dir, tmp_path):
+    # rank 1 pauses 15 s at step 3, rank 0 waits in the all-reduce: a stall (on_stall dump: stacks, a verdict, the
+    # run goes on); then both ranks progress again, and the engine says the stall is over
+    path = profile(tmp_path, "pause_then_resume_ddp.py", {"PAUSE_SECONDS": "15", "STEPS": "8"},
+                   stall_after=3, on_stall="dump")
+    code, rec, session = run_profile(path, runs_dir)
+    assert code == EXIT_OK
+    stall, cleared = rec.one(ev.StallDetected), rec.one(ev.StallCleared)
+    assert cleared.ranks == stall.stalled and cleared.wall > stall.wall
+    hang = rec.one(ev.HangVerdict)
+    assert hang.reason == "stall" and hang.culprits == (1,) and "take_a_break()" in hang.text, hang.text
+    # recorded and replayable like every other event; the dashboard's model drops the banner, keeps the verdict
+    from runners.record import replay_events
+    from tui.model import RunModel
+    from tui.widgets.banner import banner_text
+    problems: list[str] = []
+    replayed = list(replay_events(session.run_dir, problems))
+    assert not problems and [e.ranks for e in replayed if isinstance(e, ev.StallCleared)] == [stall.stalled]
+    model = RunModel()
+    model.apply(replayed)
+    assert model.stall is None and model.hang.text == hang.text
+    assert not banner_text(model)[1].startswith("STALL")
+    out = io.StringIO()
+    Console(out, color=False).handle(rec.events)
+    assert "stall over: " + ("rank 1" if stall.stalled == (1,) else "ranks ") in out.getvalue()

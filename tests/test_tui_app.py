@@ -7,6 +7,7 @@ import threading
 
 import pytest
 from textual.widgets import DataTable, Input, TabbedContent
+from runners import events as ev
 
 from tests.test_tui_model import crash_scenario, diverge_scenario, hang_scenario
 from tui.app import DdpApp, SyntheticSource
@@ -102,7 +103,7 @@ async def test_crash_panel_and_failed_badges():
         screen = app.screen
         assert screen.query_one(TabbedContent).active == "crash"
         body = str(screen.query_one("#crash-view .crash-text").render())
-        assert "Root cause" in body and "injected crash on rank 1" in body and "victims" in body
+        assert "Root cause" in body and "injected crash on rank 1" in body and "rank 0: failed after it" in body
         await pilot.press("escape")
         await pilot.pause(0.2)
         assert screen.query_one("#rank-1", RankPane).border_subtitle == "failed (exit 1)"
@@ -503,3 +504,49 @@ async def test_zoomed_rank_keeps_its_newest_line_when_the_terminal_gets_smaller(
         assert await shows(pilot, app, "r1-line0069"), screen_text(app)
         await pilot.resize_terminal(80, 20)
         assert await shows(pilot, app, "r1-line0069"), screen_text(app)
+
+
+def _stall_then_progress_again(t: float = 1_700_000_000.0):
+    """A live run whose rank 1 stalled (stacks, verdict), then both ranks stepped again and the engine cleared it."""
+    b = hang_scenario()[:-1]  # every batch but the teardown
+    b.append([ev.StallCleared((1,), t + 20), ev.RankState(1, "running", "progressing again", t + 20),
+              ev.RankState(0, "running", "progressing again", t + 20), ev.Progress(1, 4, 0.2, t + 20, "hook"),
+              ev.Progress(0, 4, 0.2, t + 20, "hook")])
+    return b
+
+
+@pytest.mark.timeout(30)
+@aio
+async def test_stall_banner_goes_when_the_ranks_progress_again_and_the_stacks_keep_the_verdict():
+    app = DdpApp(source=ScriptSource(_stall_then_progress_again(), kind="live", hold=True))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        for _ in range(40):  # the last batch is folded on the UI's timer
+            if app.model.stall is None:
+                break
+            await pilot.pause(0.05)
+        await pilot.pause(0.35)
+        screen = app.screen
+        banner = screen.query_one(Banner)
+        assert not banner.display or "STALL" not in str(banner.render())
+        screen.action_tab("stacks")
+        await pilot.pause(0.35)
+        stacks = str(screen.query_one("#stacks-view .stacks-text").render())
+        assert "rank 1 is in culprit_wait" in stacks  # the ended stall's verdict, with its stacks
+        app.source.request_stop()
+
+
+@pytest.mark.timeout(30)
+@aio
+async def test_crash_panel_says_what_happened_to_every_other_rank():
+    t = 1_700_000_000.0
+    crash = ev.CrashVerdict("rank 1 was killed by SIGKILL (out of memory?) at step 5", 1, (2,), "SIGKILL", (), t + 3,
+                            together=(3,), stopped=(0,), never_started=(4, 5))
+    batches = [[ev.RunStarted("/runs/x-crash", "crash", "torchrun", 6, 10, t)],
+               [crash, ev.RunFinished("failed", 1, "/runs/x-crash/summary.json", t + 3, {})]]
+    app = DdpApp(source=ScriptSource(batches))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        body = str(app.screen.query_one("#crash-view .crash-text").render())
+        assert "rank 3: failed at the same moment" in body and "rank 2: failed after it" in body
+        assert "rank 0: stopped by the launcher" in body and "ranks 4, 5: never started" in body

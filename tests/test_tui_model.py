@@ -177,3 +177,27 @@ def test_a_rank_that_reports_its_losses_owns_its_curve():
     for s in (1, 2, 1, 2):  # only printed lines: every one is drawn, as before
         t2.saw_step(s, 0.5, 1.0, 1.0)
     assert [p[0] for p in t2.losses] == [1, 2, 1, 2]
+
+
+@pytest.mark.timeout(10)
+def test_a_cleared_stall_leaves_the_model_and_a_slow_sample_never_replaces_the_stall_verdict():
+    m = folded(hang_scenario()[:-1])  # stalled, stacks and verdict in; not finished
+    stall_verdict = m.hang
+    assert m.stall is not None and stall_verdict.reason == "stall"
+    m.apply([ev.StallCleared((1,), T0 + 20)])
+    assert m.stall is None and m.hang is stall_verdict  # the stall is over; its verdict stays for the Stacks tab
+    slow = ev.HangVerdict("the run slowed down (rank 1's steps take 0.50 s, 100x its first 20 steps' 5.0 ms): "
+                          "rank 1 is in main() at t.py:9 (calls time.sleep)", (1,), (0,), {}, T0 + 30,
+                          "/runs/x-hang/stacks/2", "slow")
+    m.apply([ev.StacksCollected({0: "py-spy", 1: "py-spy"}, {}, 0.1, "/runs/x-hang/stacks/2", T0 + 30, {}, "slow"),
+             slow])
+    assert m.hang is stall_verdict and m.slow is slow  # as the engine keeps them: hang from stalls only
+    assert m.stacks_verdict() is slow
+
+
+def test_stall_cleared_round_trips_through_the_record():
+    from runners.eventcheck import problem
+    e = ev.StallCleared((0, 1), T0)
+    back = ev.from_json(__import__("json").loads(__import__("json").dumps(e.to_json())))
+    assert back == e and problem(back) is None
+    assert problem(ev.from_json({"kind": "stall_cleared", "ranks": "1", "wall": T0})).startswith("stall_cleared.ranks")

@@ -316,3 +316,43 @@ def test_dataset_code_in_the_rank_itself_is_the_culprit_not_a_worker_wait():
                      ("_BaseDataLoaderIter.__next__", f"{DL}/dataloader.py", 725, ""),
                      ("train", "/w/data.py", 30, "for x in loader:")]))
     assert (w.category, w.func, w.calls) == ("sleep", "slow_load", "time.sleep")
+
+
+# ---- a stack sample of a run that slowed down but still moves: phrased as a slow-down ----
+from runners.verdict import slow_sentence  # noqa: E402
+
+AT_STEP = Where("sleep", "time.sleep", "at_step", "/r/_faults.py", 67, "time.sleep(s)", "MainThread", "time.sleep")
+AR = Where("collective", "all_reduce", "main", "/w/ddp_mlp.py", 70, "dist.all_reduce(t)")
+SLOWED = {0: "rank 0's steps take 0.50 s, 160x its first 20 steps' 3.1 ms",
+          1: "rank 1's steps take 0.51 s, 170x its first 20 steps' 3.0 ms"}
+
+
+def test_slow_sample_names_the_rank_outside_the_collective_with_its_own_numbers():
+    text, c, w = slow_sentence({0: AR, 1: AT_STEP}, SLOWED)
+    assert text == ("the run slowed down (rank 1's steps take 0.51 s, 170x its first 20 steps' 3.0 ms): rank 1 is in "
+                    "at_step() at _faults.py:67 (calls time.sleep); rank 0 waits for it in all_reduce")
+    assert (c, w) == ((1,), (0,))
+
+
+def test_slow_sample_with_every_rank_in_a_collective_is_no_hang():
+    # lock-step ranks caught in the same or in different collectives at one moment: neither a lost peer nor a mismatch
+    for wheres in ({0: AR, 1: AR}, {0: AR, 1: BAR}, {0: BWD, 1: AR}):
+        text, c, w = slow_sentence(wheres, SLOWED)
+        assert (c, w) == ((), (0, 1))
+        assert text.startswith("the run slowed down (rank 0's steps take 0.50 s, 160x its first 20 steps' 3.1 ms; "
+                               "rank 1's steps take 0.51 s"), text
+        assert text.endswith("so it does not single out the slow rank")
+        for wrong in ("stuck", "lost peer", "mismatched", "since"):
+            assert wrong not in text, (wrong, text)
+
+
+def test_slow_sample_several_outside_and_a_rank_without_stacks():
+    text, c, w = slow_sentence({0: AR, 1: AT_STEP, 2: SPIN}, {1: SLOWED[1]})
+    assert (c, w) == ((1, 2), (0,))
+    assert text == ("the run slowed down (rank 1's steps take 0.51 s, 170x its first 20 steps' 3.0 ms): rank 1 is in "
+                    "at_step() at _faults.py:67 (calls time.sleep); rank 2 is in spin() at other.py:10 (computing); "
+                    "rank 0 waits for them in all_reduce")
+    text, c, w = slow_sentence({0: AR}, SLOWED)
+    assert c == () and text.endswith("(rank 1: no stacks)") and "stuck" not in text
+    text, _, _ = slow_sentence({}, SLOWED)
+    assert text.endswith(": no stacks could be read")

@@ -57,6 +57,8 @@ class Console:
             elif isinstance(e, ev.StallDetected):
                 said = e.reason or f"made no progress for {e.threshold:g} s"
                 parts.append(self._note(e.wall, f"stall: ranks {', '.join(map(str, e.stalled))}: {said}", "stall"))
+            elif isinstance(e, ev.StallCleared):
+                parts.append(self._note(e.wall, f"stall over: {_ranks(e.ranks)} progressing again"))
             elif isinstance(e, ev.StacksCollected):
                 self.stacks = e
                 parts.append(self._note(e.wall, f"stacks of {len(e.threads)} ranks collected in {e.seconds:.2f} s "
@@ -96,6 +98,9 @@ class Console:
             rows.append(f"replicas: {rep['text']}")
         if s.get("slow"):
             rows.append(f"slow: {s['slow']['text']}")
+            sampled = s["slow"].get("verdict") or {}
+            if sampled.get("text"):  # what the stack sample of the slowed run showed: a slow-down, not a stall
+                rows.append(f"slow: {sampled['text']}")
         if s.get("stall") and s["stall"].get("reason"):
             rows.append(f"stall: {s['stall']['reason']}")
         if s.get("hang"):
@@ -106,6 +111,10 @@ class Console:
             rows.append(f"hint: {h['title']}: {h['fix']}")
         rows.append(f"status: {s.get('status')} (exit {e.exit_code})   record: {s.get('run_dir')}")
         return "\n".join(rows) + "\n"
+
+
+def _ranks(rs) -> str:
+    return f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ", ".join(map(str, rs))
 
 
 def culprit_stacks(hang: ev.HangVerdict, stacks: ev.StacksCollected | None) -> list[str]:

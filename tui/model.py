@@ -67,8 +67,10 @@ class RunModel:
         self.timeline_seq = 0
         self.processes: dict[str, dict] = {}
         self.hints: list[ev.HintRaised] = []
-        self.stall: ev.StallDetected | None = None
-        self.hang: ev.HangVerdict | None = None
+        self.stall: ev.StallDetected | None = None  # the stall now: None again once StallCleared says it is over
+        self.stall_hang: ev.HangVerdict | None = None  # the current stall's own verdict, once it came
+        self.hang: ev.HangVerdict | None = None  # the run's hang verdict, as the engine keeps it: stalls only
+        self.slow: ev.HangVerdict | None = None  # the latest stack sample of a run that slowed down
         self.stacks: ev.StacksCollected | None = None
         self.crash: ev.CrashVerdict | None = None
         self.replica: ev.ReplicaVerdict | None = None
@@ -98,6 +100,12 @@ class RunModel:
         if self.start_wall is None or self.last_wall is None:
             return 0.0
         return self.last_wall - self.start_wall
+
+    def stacks_verdict(self) -> ev.HangVerdict | None:
+        """The verdict read from the latest stacks (a stall's or a slow-down sample's), for the Stacks tab."""
+        if self.stacks is not None and self.slow is not None and self.slow.path == self.stacks.path:
+            return self.slow
+        return self.hang
 
     @property
     def live(self) -> bool:
@@ -200,13 +208,21 @@ class RunModel:
             self.hints.append(e)
             self.version += 1
         elif isinstance(e, ev.StallDetected):
-            self.stall = e
+            self.stall, self.stall_hang = e, None
+            self.version += 1
+        elif isinstance(e, ev.StallCleared):
+            self.stall = self.stall_hang = None  # the banner drops it; its verdict stays in self.hang (Stacks tab)
             self.version += 1
         elif isinstance(e, ev.StacksCollected):
             self.stacks = e
             self.version += 1
         elif isinstance(e, ev.HangVerdict):
-            self.hang = e
+            if e.reason == "slow":  # a sample of a moving run never replaces a stall's verdict (nor does the engine)
+                self.slow = e
+            else:
+                self.hang = e
+                if self.stall is not None:
+                    self.stall_hang = e
             self.version += 1
         elif isinstance(e, ev.CrashVerdict):
             self.crash = e

@@ -16,8 +16,8 @@ def banner_text(model: RunModel) -> tuple[str, str]:
         c = model.crash
         return "-crash", f"CRASH {c.exit}: {c.text}"
     if model.stall is not None:
-        if model.hang is not None and model.hang.reason == "stall":
-            return "-stall", f"STALL: {model.hang.text}"
+        if model.stall_hang is not None:  # this stall's verdict, never an ended stall's
+            return "-stall", f"STALL: {model.stall_hang.text}"
         s = model.stall
         ranks = ",".join(map(str, s.stalled))
         said = s.reason or f"made no progress for {s.threshold:g}s"
@@ -27,10 +27,12 @@ def banner_text(model: RunModel) -> tuple[str, str]:
         if model.replica is not None:
             text += f" · replicas: {model.replica.text}"
         return ("-ok" if f.status == "ok" else "-failed"), text
-    slow = [f"rank {r}: {v.detail}" for r, v in sorted(model.ranks.items()) if v.status == "slow" and v.detail]
-    seen = model.hang is not None and model.hang.reason == "slow"  # the engine saw the run slow down
-    if slow or seen:
-        return "-info", "SLOW: " + " · ".join(slow + ([model.hang.text] if seen else []))
+    sample = model.slow  # the engine's stack sample of the slowed run: its sentence names the culprits' numbers
+    named = set(sample.culprits) if sample is not None else set()
+    slow = [f"rank {r}: {v.detail}" for r, v in sorted(model.ranks.items())
+            if v.status == "slow" and v.detail and r not in named]
+    if slow or sample is not None:
+        return "-info", "SLOW: " + " · ".join(slow + ([sample.text] if sample is not None else []))
     return "", ""
 
 

@@ -1,4 +1,4 @@
-"""The crash panel: which rank failed first, how, its traceback excerpt, and the ranks that went down with it."""
+"""The crash panel: which rank failed first, how, its traceback excerpt, and what happened to every other rank."""
 from __future__ import annotations
 
 from rich.text import Text
@@ -15,8 +15,10 @@ def render_crash(c: CrashVerdict | None) -> Text:
     t.append("Root cause: ", style="bold")
     t.append(f"{c.text}\n", style="bold red")
     t.append(f"rank {c.root_rank if c.root_rank is not None else '?'} · {c.exit}\n")
-    if c.victims:
-        t.append(f"victims (failed after it): {', '.join(map(str, c.victims))}\n")
+    for ranks, words in ((c.together, "failed at the same moment"), (c.victims, "failed after it"),
+                         (c.stopped, "stopped by the launcher"), (c.never_started, "never started")):
+        if ranks:
+            t.append(f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))}: {words}\n")
     if c.excerpt:
         t.append("\n")
         for line in c.excerpt:

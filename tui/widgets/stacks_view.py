@@ -101,8 +101,9 @@ class StacksView(VerticalScroll):
         yield Static(render_stacks(None), classes="stacks-text")
 
     def update_from(self, model) -> None:
-        key = (id(model.stacks), id(model.hang))
+        hang = model.stacks_verdict()
+        key = (id(model.stacks), id(hang))
         if key == self._drawn:
             return
         self._drawn = key
-        self.query_one(".stacks-text", Static).update(render_stacks(model.stacks, model.hang))
+        self.query_one(".stacks-text", Static).update(render_stacks(model.stacks, hang))
