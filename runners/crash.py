@@ -76,12 +76,37 @@ def ended_badly(e: RankEvidence) -> bool:
     return e.returncode not in (None, 0) or e.stopped_by is not None
 
 
+def ended_by_our_stop(e: RankEvidence, stop_at: float | None) -> bool:
+    """Did ddptui's own teardown end it? ddptui signals every launcher and rank pid when it stops a run (and a
+    launcher passes the stop on), so a rank that really died after that moment, with no error of its own before
+    it, ended because ddptui stopped the run: whatever signal or code it died of, it did not fail.
+    Ranks sharing a pid (XLA thread replicas) share its death time, so they are judged alike."""
+    if stop_at is None or e.died_at is None or e.died_at < stop_at:
+        return False
+    return e.error_at is None or e.error_at >= stop_at
+
+
+# Why ddptui stopped a run (the session's status when it tore the ranks down) -> the words for a rank it ended.
+_STOP_WHY = {"stalled": "after the stall", "timeout": "at the run's timeout", "stopped": "on request"}
+
+
+def stopped_words(why: str | None, failed_first: int | None = None) -> str:
+    """'stopped by ddptui after the stall', '... on request', 'torn down by ddptui after rank 1 failed'."""
+    if why in _STOP_WHY:
+        return f"stopped by ddptui {_STOP_WHY[why]}"
+    if failed_first is not None:
+        return f"torn down by ddptui after rank {failed_first} failed"
+    return "stopped by ddptui"
+
+
 def kind(e: RankEvidence, someone_died_before: bool) -> str:
     """'never_started', 'stopped', 'victim' or 'failed' (an error of its own) for a rank that ended badly."""
     sig = signal_of(e.returncode)
     own_error = e.exc is not None or any(_FATAL in ln for ln in e.err_lines)
     if not e.started and not own_error:
         return "never_started"
+    if e.stopped_by == "ddptui":
+        return "stopped"  # ended by ddptui's own teardown, before any error of its own (ended_by_our_stop)
     if victim_marker(e):
         return "victim"
     if own_error:

@@ -25,6 +25,7 @@ class RankTrack:
     clock: StepClock = field(default_factory=StepClock)  # step durations
     cpu_hist: deque = field(default_factory=lambda: deque(maxlen=16))  # (monotonic, CPU seconds) samples
     pid: int | None = None
+    ran: bool = False  # its program ran: a line or a report of its own (ranks sharing one pid are told apart so)
     host: str = ""
     returncode: int | None = None
     signal: str | None = None
@@ -52,6 +53,7 @@ class RankTrack:
 
     def saw_output(self, mono: float, wall: float) -> None:
         self.last_progress, self.last_progress_wall = mono, wall
+        self.ran = True
 
     def saw_step(self, step: int | None, loss: float | None, mono: float, wall: float, reported: bool = False) -> bool:
         """Record a step/loss (`reported`: from the rank's own report, not a parsed log line); True if it is news."""

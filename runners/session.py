@@ -12,7 +12,7 @@ import psutil
 
 from . import events as ev
 from . import oom, parse, procs, replica, xla_evidence
-from .crash import RankEvidence
+from .crash import RankEvidence, ended_by_our_stop, stopped_words
 from .crash import decide as decide_crash
 from .deathwatch import DeathWatch
 from .launcher_log import TorchrunLog
@@ -88,6 +88,8 @@ class Session:
         self._held_said = False  # the current stall hold (busy ranks past their limit) was said
         self._cpu_pid: dict[int, int] = {}  # rank -> pid its CPU history belongs to
         self._tearing_down = False
+        self._stop_at: float | None = None  # wall time ddptui began signalling the run's processes (its teardown)
+        self._stop_why: str | None = None  # the run's status then: "stalled", "timeout", "stopped", "failed"
         self._pending_progress: dict[int, tuple[float, str]] = {}  # rank -> (wall, source), one event per turn
         self._started_mono = time.monotonic()
         self.plan = None
@@ -152,6 +154,8 @@ class Session:
     def _teardown(self) -> dict:
         """Tear every process down (bounded), and say which ones outlived SIGKILL."""
         self._tearing_down = True
+        if self._stop_at is None:
+            self._stop_at = time.time()
         td = procs.teardown(self.procs, self._rank_pids(), TEARDOWN_DEADLINE, hurry=self._kill_now.is_set)
         who = {pr.pid: pr.spec.name for pr in self.procs}
         who.update({t.pid: f"rank {t.rank}" for t in self.tracks.values() if t.pid})
@@ -242,6 +246,7 @@ class Session:
             elif not tailer.backlog:  # a trickle (progress lines, logs): read it in batches, a few turns a second
                 procs.sleep_until_exit(self.procs, IDLE_POLL)
         if any(pr.returncode is None for pr in self.procs):
+            self._stop_why = status
             td = self._teardown()
             self._launcher_line(f"ddptui: teardown took {td['seconds']:.2f} s"
                                 + (" (SIGKILL needed)" if td["killed"] else ""))
@@ -334,6 +339,7 @@ class Session:
         t = self.tracks.get(rank) if rank is not None else None
         if t is None:
             return
+        t.ran = True  # its own report (XLA thread replicas share one pid: each says hello for itself)
         kind = rep.get("k")
         if kind == "hello":
             if isinstance(rep.get("pid"), int):
@@ -426,17 +432,21 @@ class Session:
         own_error = t.first_failure_wall is not None or t.exc is not None
         by_launcher = self._launcher_log.pid_stopped(t.pid)
         stop_signal = t.signal in ("SIGTERM", "SIGINT") and self._first_failure is not None
+        failed = [x for x in self.tracks.values() if x.status == "failed"]
+        first = min(failed, key=lambda x: x.first_failure_wall or time.time()) if failed else None
         if rc == 0:
             t.outcome = "exited 0"
             self._set_status(t, "exited", "exit 0")
+        elif self._ended_by_our_stop(t, stopped):  # ddptui's own signal (or a launcher passing it on): not a failure
+            words = stopped_words(self._stop_why, first.rank if first else None)
+            t.outcome = words if t.ran else f"never started ({words})"
+            self._set_status(t, "killed", t.outcome)
         elif rc is not None and rc < 0 and t.completed and not stopped:
             t.outcome = f"completed, then died at exit ({t.signal})"
             self._set_status(t, "exited", t.outcome)
             self._hint_exit(t)
         elif not own_error and (stopped or by_launcher or stop_signal):
-            failed = [x for x in self.tracks.values() if x.status == "failed"]
-            first = min(failed, key=lambda x: x.first_failure_wall or time.time()) if failed else None
-            if t.last_progress_wall == 0:  # not a line, not even the injected hello: its program never ran
+            if not t.ran:  # not a line, not a report (the hello either): its program never ran
                 t.outcome = "never started"
             elif self._tearing_down and stopped:
                 t.outcome = f"torn down by ddptui after rank {first.rank} failed" if first else "stopped by ddptui"
@@ -452,6 +462,14 @@ class Session:
                 self._first_failure = time.monotonic()
             self._set_status(t, "failed", what)
             self._hint_exit(t)
+
+    def _ended_by_our_stop(self, t: RankTrack, stopped: bool) -> bool:
+        """It died after ddptui began tearing the run down, with no error of its own before (crash.ended_by_our_stop);
+        with no death time known, `stopped` during the teardown says so."""
+        if t.exit_wall is None:
+            return stopped and self._tearing_down
+        return ended_by_our_stop(RankEvidence(t.rank, t.returncode, died_at=t.exit_wall,
+                                              error_at=t.first_failure_wall), self._stop_at)
 
     def _hint_exit(self, t: RankTrack) -> None:
         if self._matcher is not None and t.returncode is not None:
@@ -864,7 +882,7 @@ class Session:
 
     def _rank_evidence(self, t: RankTrack) -> RankEvidence:
         stopped_by = None
-        if "by ddptui" in t.outcome:
+        if self._ended_by_our_stop(t, "by ddptui" in t.outcome):
             stopped_by = "ddptui"
         elif self._launcher_log.pid_stopped(t.pid):
             stopped_by = "launcher"
@@ -877,7 +895,7 @@ class Session:
         return RankEvidence(
             t.rank, t.returncode, died_at=t.exit_wall,
             error_at=t.first_failure_wall if exc is not None else None, exc=exc,
-            err_lines=tuple(t.err_tail), out_lines=tuple(t.tail), started=t.last_progress_wall > 0 or exc is not None,
+            err_lines=tuple(t.err_tail), out_lines=tuple(t.tail), started=t.ran or exc is not None,
             completed=t.completed, stopped_by=stopped_by, step=t.step, oom=oom_words)
 
     def _settle_rank_evidence(self) -> None:

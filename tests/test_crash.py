@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from runners import events as ev
-from runners.crash import RankEvidence, decide, excerpt, kind
+from runners.crash import RankEvidence, decide, ended_by_our_stop, excerpt, kind, stopped_words
 from runners.deathwatch import DeathWatch, parse_stat_exit
 from runners.launcher_log import TorchrunLog, error_file_report
 from runners.oom import cgroup_paths, kernel_log_kills, parse_oom_kill
-from runners.session import EXIT_FAILED
+from runners.session import EXIT_FAILED, EXIT_STALLED
 from tests.engine_helpers import run_profile
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -144,6 +144,45 @@ def test_no_verdict_without_a_failure_of_a_rank_and_exit_time_aborts_after_work_
     assert decide([RankEvidence(0, -6, completed=True), RankEvidence(1, 0)]) is None
     # a stopped run (every rank torn down by ddptui) is not a crash either
     assert decide([RankEvidence(0, -15, stopped_by="ddptui"), RankEvidence(1, -15, stopped_by="ddptui")]) is None
+
+
+def test_a_death_after_ddptuis_own_stop_began_is_ddptuis_doing_whatever_the_signal():
+    stop = T0 + 10
+    assert ended_by_our_stop(RankEvidence(0, -15, died_at=stop + 0.2), stop)  # its TERM
+    assert ended_by_our_stop(RankEvidence(0, -9, died_at=stop + 5.1), stop)  # its KILL at the deadline
+    assert ended_by_our_stop(RankEvidence(0, 1, died_at=stop + 0.3), stop)  # the launcher passed it on; a handler
+    # an error after the stop began is a consequence of it (a peer torn down first); one before it is the rank's own
+    assert ended_by_our_stop(RankEvidence(0, 1, died_at=stop + 0.4, error_at=stop + 0.3), stop)
+    assert not ended_by_our_stop(RankEvidence(0, 1, died_at=stop + 0.4, error_at=stop - 1), stop)
+    assert not ended_by_our_stop(RankEvidence(0, -15, died_at=stop - 0.1), stop)  # someone else's TERM, before ours
+    assert not ended_by_our_stop(RankEvidence(0, -15, died_at=stop + 1), None)  # ddptui never stopped the run
+    assert not ended_by_our_stop(RankEvidence(0, -15), stop)  # no death time: not decided here
+
+
+def test_words_for_a_rank_ddptui_stopped_say_why():
+    assert stopped_words("stalled") == "stopped by ddptui after the stall"
+    assert stopped_words("timeout") == "stopped by ddptui at the run's timeout"
+    assert stopped_words("stopped") == "stopped by ddptui on request"
+    assert stopped_words("failed", 1) == "torn down by ddptui after rank 1 failed"
+    assert stopped_words(None) == "stopped by ddptui"
+
+
+def test_thread_replicas_sharing_a_pid_torn_down_by_ddptui_are_stopped_not_failed_nor_never_started():
+    # XLA on PJRT CPU: both replicas are threads of one worker; ddptui's TERM at teardown ends it, so both share one
+    # death (same pid, same SIGTERM, same moment); each said hello itself, so each started
+    stop = T0 + 20
+    shared = dict(returncode=-15, died_at=stop + 0.3)
+    reps = [RankEvidence(r, **shared, started=True, stopped_by="ddptui" if ended_by_our_stop(
+        RankEvidence(r, **shared), stop) else None) for r in (0, 1)]
+    assert [e.stopped_by for e in reps] == ["ddptui", "ddptui"]
+    assert [kind(e, someone_died_before=False) for e in reps] == ["stopped", "stopped"]
+    assert decide(reps) is None  # stopped, not crashed: no rank "failed: SIGTERM"
+    # a replica that raised before the stop is still the root cause; its twin that ddptui stopped is not a failure
+    exc = {"type": "RuntimeError", "msg": "boom", "where": "t.py:9"}
+    v = decide([RankEvidence(0, -15, died_at=stop + 0.3, error_at=stop - 2, exc=exc),
+                RankEvidence(1, -15, died_at=stop + 0.3, stopped_by="ddptui")])
+    assert v.root == 0 and v.stopped == (1,) and v.never_started == () and v.victims == (), v.text
+    assert v.outcomes[1] == ("killed", "torn down by ddptui after rank 0 failed")
 
 
 def test_excerpt_prefers_the_traceback_then_the_report_then_the_last_lines():
@@ -467,3 +506,19 @@ def test_a_real_oom_kill_is_called_out_of_memory_with_its_evidence(runs_dir, tmp
                 break
             except OSError:
                 time.sleep(0.1)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("runner", ["torchrun", "env"])
+def test_ranks_ddptui_stops_after_a_stall_are_stopped_by_it_not_failed(runs_dir, tmp_path, runner):
+    # rank 1 sleeps at step 3, rank 0 waits in its all-reduce; on_stall: stop tears both down with ddptui's own
+    # SIGTERM (torchrun: to the launcher and to each rank), which must not read as a failure of either rank
+    path = _profile(tmp_path, "hang_ddp.py", runner=runner, env={"HANG_RANK": "1", "HANG_STEP": "3"})
+    code, rec, session = run_profile(path, runs_dir, ["stall_after=3", "startup_grace=90", "on_stall=stop"])
+    assert code == EXIT_STALLED
+    summary = rec.one(ev.RunFinished).summary
+    for r in (0, 1):
+        info = summary["ranks"][r]
+        assert (info["status"], info["outcome"]) == ("killed", "stopped by ddptui after the stall"), summary["ranks"]
+        assert _states(rec)[r] == ("killed", "stopped by ddptui after the stall")
+    assert not rec.of(ev.CrashVerdict)

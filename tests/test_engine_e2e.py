@@ -99,6 +99,9 @@ def test_hang_is_detected_with_stacks_and_culprit(runs_dir):
     assert {"rank0.txt", "rank1.txt", "stacks.json", "verdict.txt"} <= set(files)
     summary = json.loads((session.run_dir / "summary.json").read_text())
     assert summary["status"] == "stalled" and summary["hang"]["culprits"] == [1]
+    # ddptui's own teardown ended both ranks: neither "failed (SIGTERM)" nor "stopped by the launcher"
+    assert {r: (i["status"], i["outcome"]) for r, i in summary["ranks"].items()} == {
+        str(r): ("killed", "stopped by ddptui after the stall") for r in (0, 1)}
 
 
 @pytest.mark.timeout(120)

@@ -195,6 +195,12 @@ def test_reference_pattern2_ddp_init_deadlock_is_an_xla_stall_in_all_gather(runs
     _assert_ddp_init_stall_called_from_xla_evidence(rec)
     assert code == 3  # on_stall: stop, before XLA's abort
     assert not rec.of(ev.CrashVerdict)
+    # both thread replicas ran (each said hello; they share the worker's pid) and ddptui's own SIGTERM ended them
+    assert {h.rank for h in rec.of(ev.RankHello)} == {0, 1}
+    summary = rec.one(ev.RunFinished).summary
+    for r in (0, 1):
+        info = summary["ranks"].get(r) or summary["ranks"][str(r)]
+        assert (info["status"], info["outcome"]) == ("killed", "stopped by ddptui after the stall"), summary["ranks"]
 
 
 @pytest.mark.timeout(300)
