@@ -188,10 +188,13 @@ def test_help_and_usage_errors(runs_dir):
 
 @pytest.mark.timeout(120)
 def test_dump_command_collects_stacks_of_a_live_run(runs_dir):
+    # on_stall=wait: the stall is called without touching the ranks; the dump then reads the verdict from stacks
     with live_ddptui(runs_dir, "profiles/hang.yaml", "--no-ui", "--set", "on_stall=wait",
-                     "--set", "stall_after=300") as proc:
+                     "--set", "stall_after=3") as proc:
         deadline = wait_for_rank1(runs_dir, "injecting hang")
         run = only_run(runs_dir)
+        while time.monotonic() < deadline and '"kind": "stall"' not in (run / "events.jsonl").read_text():
+            time.sleep(0.2)
         p = ddptui("dump", str(run), runs_dir=runs_dir)
         assert p.returncode == 0, p.stderr
         while time.monotonic() < deadline and not list(run.glob("stacks/*/verdict.txt")):
@@ -199,7 +202,8 @@ def test_dump_command_collects_stacks_of_a_live_run(runs_dir):
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     (verdict,) = run.glob("stacks/*-on-request/verdict.txt")
-    assert "rank 1 is stuck in time.sleep" in verdict.read_text()
+    assert "rank 1 is stuck in at_step() at _faults.py:" in verdict.read_text()
+    assert "(calls time.sleep), step 10" in verdict.read_text()
     assert proc.returncode == 1 and ddptui("dump", str(run), runs_dir=runs_dir).returncode == 2
 
 
