@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import math
 import re
-import signal
 from dataclasses import dataclass, field
+
+from .procs import signal_name as signal_of
 
 # A peer went away: the rank printing this is a consequence, not a cause. The first three are what gloo says when
 # the remote process is gone (the `peer-closed` hint matches them too); the rest are the other shapes of it.
@@ -48,15 +49,6 @@ class Verdict:
     never_started: tuple[int, ...] = ()
     excerpt: tuple[str, ...] = ()
     outcomes: dict[int, tuple[str, str]] = field(default_factory=dict)  # rank -> (status, words)
-
-
-def signal_of(returncode: int | None) -> str | None:
-    if returncode is None or returncode >= 0:
-        return None
-    try:
-        return signal.Signals(-returncode).name
-    except ValueError:
-        return f"signal {-returncode}"
 
 
 def victim_marker(e: RankEvidence) -> str | None:

@@ -23,6 +23,8 @@ _TIME = re.compile(r"^\s*time\s*:\s*(\d{4}-\d\d-\d\d_\d\d:\d\d:\d\d)")
 _ERRFILE = re.compile(r"^\s*error_file\s*:\s*(.+?)\s*$")
 _SIGNAL_EXC = re.compile(r"SignalException: Process (\d+) got signal: (\d+)")
 _TRACEBACK = "Traceback (most recent call last):"
+_CHAINED = ("During handling of the above exception, another exception occurred:",
+            "The above exception was the direct cause of the following exception:")
 MAX_HELD = 400  # a traceback longer than this is not the one we fold: show it as it is
 
 
@@ -62,6 +64,7 @@ class TorchrunLog:
         self._in_root = False
         self._pending_time: float | None = None  # an entry's time line comes before its rank line
         self._held: list[str] = []
+        self._folded = False  # a SignalException traceback was just folded: its chained ones fold into it
 
     @property
     def root_rank(self) -> int | None:
@@ -106,6 +109,9 @@ class TorchrunLog:
         if line.strip() == _TRACEBACK:
             self._held = [line]
             return []
+        if self._folded and (not line.strip() or line.strip() in _CHAINED):
+            return []
+        self._folded = False
         self._parse(line)
         return [line]
 
@@ -120,6 +126,9 @@ class TorchrunLog:
         m = _SIGNAL_EXC.search(line)
         if m:
             self._held = []
+            if self._folded:  # a second signal interrupted torchrun's shutdown: already said
+                return []
+            self._folded = True
             self.signalled = int(m.group(2))
             name = _signame(int(m.group(2)))
             if we_signalled:

@@ -253,6 +253,15 @@ def test_signal_exception_traceback_folds_into_one_line_saying_who_stopped_the_l
     assert shown[-1] == "the launcher (pid 8735) was stopped by SIGTERM from outside ddptui"
 
 
+def test_a_signal_that_interrupts_torchruns_shutdown_folds_into_the_same_line():
+    """A second signal inside torchrun's shutdown chains a second SignalException traceback onto the first."""
+    chained = SIGNAL_TRACEBACK + ["", "During handling of the above exception, another exception occurred:", ""] \
+        + SIGNAL_TRACEBACK[1:] + ["W1203 07:50:38.000000 8735 torch/distributed/run.py:1] after"]
+    log = TorchrunLog()
+    shown = [x for ln in chained for x in log.feed(ln, we_signalled=True)] + log.flush()
+    assert shown == [SIGNAL_TRACEBACK[0], "ddptui stopped the launcher (SIGTERM)", chained[-1]]
+
+
 def test_other_launcher_tracebacks_pass_through_whole_even_when_split_across_reads():
     log = TorchrunLog()
     tb = ["Traceback (most recent call last):", '  File "x.py", line 1, in <module>', "ValueError: nope", "after"]
