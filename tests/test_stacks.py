@@ -228,16 +228,19 @@ def test_real_gloo_hang_pyspy_then_faulthandler(hang, tmp_path, record_property)
 
 
 WORKERS = """
-import json, multiprocessing as mp, subprocess, sys, time
-def work():
+import json, multiprocessing as mp, os, subprocess, sys, time
+def work(ready):
+    open(os.path.join(ready, str(os.getpid())), "w").close()
     time.sleep(120)
 if __name__ == "__main__":
-    kids = {}
+    ready, kids = sys.argv[1], {}
     for method in ("fork", "spawn", "forkserver"):
-        p = mp.get_context(method).Process(target=work)
+        p = mp.get_context(method).Process(target=work, args=(ready,))
         p.start()
         kids[method] = p.pid
     kids["python -c"] = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]).pid
+    while len(os.listdir(ready)) < 3:  # every worker is in work(): its stack says so
+        time.sleep(0.05)
     print(json.dumps(kids), flush=True)
     time.sleep(120)
 """
@@ -247,7 +250,10 @@ if __name__ == "__main__":
 def test_worker_processes_of_a_rank_are_its_multiprocessing_children_only(tmp_path):
     script = tmp_path / "workers.py"
     script.write_text(WORKERS)
-    p = subprocess.Popen([runhelp.PY, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    p = subprocess.Popen([runhelp.PY, str(script), str(ready)], stdout=subprocess.PIPE, text=True,
+                         start_new_session=True)
     try:
         kids = json.loads(p.stdout.readline())
         found = stacks.worker_pids([p.pid])[p.pid]

@@ -82,7 +82,7 @@ async def test_crash_run_names_the_root_cause(runs_dir):
         assert app.run_code == 1 and app.model.crash.root_rank == 1
         assert screen.query_one(TabbedContent).active == "crash"
         body = str(screen.query_one("#crash-view .crash-text").render())
-        assert "rank 1 failed first" in body and "injected crash" in body and "victims" in body
+        assert "rank 1 failed first" in body and "injected crash" in body and "rank 0: failed after it" in body
         assert screen.query_one(Banner).has_class("-crash")
         assert app.model.ranks[1].badge() == "failed (exit 1)"
 
