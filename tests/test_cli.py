@@ -215,10 +215,16 @@ def train_args(*extra: str) -> list[str]:
     return ["--no-ui", "--set", "nproc=2", *extra, "--", sys.executable, str(TRAIN_LONG)]
 
 
+SLOW_TO_STOP = ROOT / "tests" / "fixtures" / "train_ddp_slow_to_stop.py"
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("signals", [(signal.SIGINT,) * 3, (signal.SIGTERM,)], ids=["sigint-x3", "sigterm"])
 def test_every_stop_signal_ends_with_a_summary_and_no_traceback(runs_dir, signals):
-    with live_ddptui(runs_dir, *train_args()) as proc:
+    # three signals: ranks that take their time on SIGTERM, so the third surely lands during the teardown
+    args = train_args() if len(signals) == 1 else \
+        ["--no-ui", "--set", "nproc=2", "--", sys.executable, str(SLOW_TO_STOP)]
+    with live_ddptui(runs_dir, *args) as proc:
         wait_for_rank1(runs_dir, "step 3")
         ranks = psutil.Process(proc.pid).children(recursive=True)
         assert len(ranks) == 2
