@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from .procs import signal_name as signal_of
+from .stacks import Frame, is_user_frame
 
 # A peer went away: the rank printing this is a consequence, not a cause. The first three are what gloo says when
 # the remote process is gone (the `peer-closed` hint matches them too); the rest are the other shapes of it.
@@ -14,7 +15,6 @@ VICTIM_MARKERS = PEER_GONE + ("Broken pipe", "Socket Timeout", "DistBackendError
 # Failures this close together (seconds) happened at the same moment: neither was caused by the other.
 SIMULTANEOUS = 0.5
 _FATAL = "Fatal Python error"
-_LIBRARY = re.compile(r"/lib/python3[.\d]*/|site-packages|dist-packages|^<frozen")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+) in (\S+)')
 _SIGNAL_WORDS = {"SIGSEGV": "segmentation fault", "SIGABRT": "abort", "SIGBUS": "bus error",
                  "SIGFPE": "floating-point exception", "SIGILL": "illegal instruction"}
@@ -167,7 +167,7 @@ def _fatal_where(lines: list[str]) -> str:
             head = ln[ln.index(_FATAL):].strip()
             frames = [m for m in (_FRAME.match(fr) for fr in _fatal_dump(lines[i:])[1:]) if m]
             # the innermost frame of the program itself, not of the library call that faulted for it
-            mine = [m for m in frames if not _LIBRARY.search(m.group(1))] or frames
+            mine = [m for m in frames if is_user_frame(Frame(m.group(3), m.group(1), int(m.group(2))))] or frames
             if mine:
                 m = mine[0]
                 return f"{head} in {m.group(3)} at {m.group(1).rsplit('/', 1)[-1]}:{m.group(2)}"
