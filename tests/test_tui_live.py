@@ -82,7 +82,14 @@ async def test_crash_run_names_the_root_cause(runs_dir):
         assert app.run_code == 1 and app.model.crash.root_rank == 1
         assert screen.query_one(TabbedContent).active == "crash"
         body = str(screen.query_one("#crash-view .crash-text").render())
-        assert "rank 1 failed first" in body and "injected crash" in body and "rank 0: failed after it" in body
+        assert "rank 1 failed first" in body and "injected crash" in body
+        # rank 0 either failed on its own (its peer was gone) or torchrun stopped it first: a matter of timing,
+        # and the panel says whichever the engine decided
+        c = app.model.crash
+        groups = {"failed at the same moment": c.together, "failed after it": c.victims,
+                  "stopped by the launcher": c.stopped, "never started": c.never_started}
+        (words,) = [w for w, ranks in groups.items() if 0 in ranks]
+        assert f"rank 0: {words}" in body
         assert screen.query_one(Banner).has_class("-crash")
         assert app.model.ranks[1].badge() == "failed (exit 1)"
 
