@@ -78,12 +78,12 @@ def main() -> int:
     per_rank = a.lines // a.ranks
     files = prewrite(work, a.ranks, per_rank, a.mix)
 
-    from runners import events as ev
-    from runners.monitor import RankTrack
-    from runners.profile import load_profile
-    from runners.session import Session, _hint_matcher
-    from runners.tail import Tailer
-    from tui.console import Console
+    from ddptui.runners import events as ev
+    from ddptui.runners.rank_track import RankTrack
+    from ddptui.runners.profile import load_profile
+    from ddptui.runners.session import Session, _hint_matcher
+    from ddptui.runners.tail import Tailer
+    from ddptui.tui.console import Console
 
     profile = load_profile(ROOT / "profiles" / "cpu-ddp.yaml", [f"nproc={a.ranks}"])
     console = Console(out=open(os.devnull, "w"), color=False)

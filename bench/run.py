@@ -197,7 +197,7 @@ def bench_overhead(cfg, work: Path, res: dict) -> None:
                 rc = t.wait(600)
             else:
                 runs = work / f"overhead-{i}"
-                t = Timed([PY, "-m", "tui.cli", "profiles/cpu-ddp.yaml", "--no-ui", "--runs-dir", str(runs),
+                t = Timed([PY, "-m", "ddptui.tui.cli", "profiles/cpu-ddp.yaml", "--no-ui", "--runs-dir", str(runs),
                            "--set", f"steps={steps}"], stdout=DEVNULL, stderr=DEVNULL, cwd=ROOT)
                 rc = t.wait(600)
                 run_dir = only_run_dir(runs)
@@ -267,7 +267,7 @@ def ingest_once(mode: str, mix: str, n: int, d: Path) -> dict:
     if mode == "ddptui":
         prof = _ingest_profile(d, n, mix, stamps)
         runs = d / "runs"
-        t = Timed([PY, "-m", "tui.cli", str(prof), "--no-ui", "--runs-dir", str(runs)], sample_rss=True,
+        t = Timed([PY, "-m", "ddptui.tui.cli", str(prof), "--no-ui", "--runs-dir", str(runs)], sample_rss=True,
                   stdout=DEVNULL, stderr=DEVNULL, cwd=ROOT)
         rc = t.wait(600)
         rd = only_run_dir(runs)
@@ -436,7 +436,7 @@ def bench_memory(cfg, work: Path, res: dict) -> None:
 def stall_once(nproc: int, stall_after: float, d: Path) -> dict:
     if d.exists():
         shutil.rmtree(d)
-    t = Timed([PY, "-m", "tui.cli", "profiles/hang.yaml", "--no-ui", "--runs-dir", str(d),
+    t = Timed([PY, "-m", "ddptui.tui.cli", "profiles/hang.yaml", "--no-ui", "--runs-dir", str(d),
                "--set", f"nproc={nproc}", "--set", f"stall_after={stall_after}", "--set", "timeout=240"],
               stdout=DEVNULL, stderr=DEVNULL, cwd=ROOT)
     rc = t.wait(300)
@@ -510,11 +510,11 @@ def bench_startup(cfg, work: Path, res: dict) -> None:
     helps, passes = [], []
     for _ in range(reps):
         for which in ("help", "pass"):
-            argv = [PY, "-m", "tui.cli", "--help"] if which == "help" else [PY, "-c", "pass"]
+            argv = [PY, "-m", "ddptui.tui.cli", "--help"] if which == "help" else [PY, "-c", "pass"]
             t = Timed(argv, stdout=DEVNULL, stderr=DEVNULL, cwd=ROOT)
             t.wait(60)
             (helps if which == "help" else passes).append(t.wall)
-    p = subprocess.run([PY, "-X", "importtime", "-m", "tui.cli", "--help"], capture_output=True, text=True, cwd=ROOT)
+    p = subprocess.run([PY, "-X", "importtime", "-m", "ddptui.tui.cli", "--help"], capture_output=True, text=True, cwd=ROOT)
     imports = []
     for ln in p.stderr.splitlines():
         parts = ln.split("|")
@@ -533,7 +533,7 @@ def bench_startup(cfg, work: Path, res: dict) -> None:
 
 def bench_ui(cfg, work: Path, res: dict) -> None:
     code = ("import json, sys\n"
-            "try:\n    from tui.app import measure_latency\n"
+            "try:\n    from ddptui.tui.app import measure_latency\n"
             "except ImportError as e:\n    print(json.dumps({'no_hook': str(e)})); sys.exit(0)\n"
             f"print(json.dumps(measure_latency(ranks=16, rate=1000, seconds={cfg.ui_seconds}, presses={cfg.ui_presses})))\n")
     log(f"ui: tui.app.measure_latency (16 ranks x 1000 lines/s, {cfg.ui_presses} presses)")

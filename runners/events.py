@@ -163,7 +163,7 @@ class HangVerdict(Event):
     text: str  # one sentence a user can act on
     culprits: tuple[int, ...]
     waiting: tuple[int, ...]
-    where: dict[int, dict[str, Any]]  # rank -> runners.verdict.Where.to_dict(step)
+    where: dict[int, dict[str, Any]]  # rank -> runners.hang_verdict.Where.to_dict(step)
     wall: float
     path: str = ""  # the stacks folder (StacksCollected.path) the verdict was read from; "" without stacks
     reason: str = "stall"  # "stall": ranks stopped progressing; "slow": the run slowed down (sampled once)

@@ -964,11 +964,11 @@ def adhoc_profile(command: Sequence[str], overrides: Sequence[str] = ()) -> Prof
 
 
 def shipped_dir() -> Path | None:
-    """The folder of profiles installed with ddptui (the `profiles` package), if importable."""
+    """The folder of profiles installed with ddptui (the `ddptui.profiles` package), if importable."""
     try:
         from importlib.resources import files
 
-        folder = Path(str(files("profiles")))
+        folder = Path(str(files("ddptui.profiles")))
     except (ImportError, TypeError, ValueError):
         return None
     return folder if folder.is_dir() else None

@@ -17,7 +17,7 @@ from .crash import decide as decide_crash
 from .deathwatch import DeathWatch
 from .launcher_log import TorchrunLog
 from . import stall as stall_rule
-from .monitor import RankTrack, find_slow
+from .rank_track import RankTrack, find_slow
 from .steptime import slowed_down, slowed_together, take_report
 from .record import RunRecord, new_run_dir
 from .tail import Tailer
@@ -43,7 +43,7 @@ def make_plan(profile, run_dir: Path, port: int, dashboard_pid: int | None = Non
     if profile.runner == "torchrun":
         from .torchrun import plan
     elif profile.runner == "env":
-        from .envspawn import plan
+        from .env_runner import plan
     elif profile.runner == "xla":
         from .xla import plan
     elif profile.runner == "mirage":
@@ -711,7 +711,7 @@ class Session:
         still moves) also the verdict read from them, returned. Stacks of a healthy run taken at slightly different
         moments are no evidence of anything."""
         slow = slowed is not None
-        from . import stacks, verdict
+        from . import stacks, hang_verdict as verdict
         targets = self._targets()
         if not targets:
             self._launcher_line("ddptui: no live rank to collect stacks from")
@@ -764,7 +764,7 @@ class Session:
         return hv
 
     def _verdict_without_stacks(self, stalled, since: float) -> None:
-        from .verdict import ranks_text
+        from .hang_verdict import ranks_text
         steps = ", ".join(f"rank {r} at step {self.tracks[r].step}" for r in stalled)
         text = (f"{ranks_text(stalled)} made no progress since "
                 f"{time.strftime('%H:%M:%S', time.localtime(since))} ({steps}); press d / send SIGUSR1 for stacks")
@@ -825,7 +825,7 @@ class Session:
         rdv = self._xla_rdv
         if rdv is None:
             return text, culprits, waiting
-        from .verdict import pick_thread
+        from .hang_verdict import pick_thread
         calls = {}
         for r, res in results.items():
             th = pick_thread(res.threads, _thread_filter(self.profile, r)) if res.threads else None
@@ -1008,7 +1008,7 @@ def _ranks_word(ranks) -> str:
 
 def _thread_filter(profile, rank: int):
     if profile.runner == "xla":
-        from .verdict import xla_thread_filter
+        from .hang_verdict import xla_thread_filter
         return xla_thread_filter(rank)
     return None
 

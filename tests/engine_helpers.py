@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runners import events as ev
-from runners.profile import load_profile
-from runners.session import Session
+from ddptui.runners import events as ev
+from ddptui.runners.profile import load_profile
+from ddptui.runners.session import Session
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"

@@ -39,14 +39,14 @@ PLAIN_DDP = textwrap.dedent("""
 def ddptui(*args, runs_dir, timeout=120, **kw):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("NO_COLOR", None)
-    return subprocess.run([sys.executable, "-m", "tui.cli", "--runs-dir", str(runs_dir), *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "ddptui.tui.cli", "--runs-dir", str(runs_dir), *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout, env=env, **kw)
 
 
 @contextlib.contextmanager
 def live_ddptui(runs_dir: Path, *args: str):
     """A headless ddptui running in the background; killed on the way out if the test left it running."""
-    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "--runs-dir", str(runs_dir), *args], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "ddptui.tui.cli", "--runs-dir", str(runs_dir), *args], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         yield proc
@@ -273,9 +273,9 @@ def test_dump_never_signals_a_process_a_stale_pid_file_names(runs_dir, tmp_path)
 
 
 def test_pid_file_check_decisions():
-    from tui.pidfile import is_ddptui, parse, refusal
+    from ddptui.tui.pidfile import is_ddptui, parse, refusal
     rec = {"pid": 42, "create_time": 1000.0}
-    me = {"create_time": 1000.0, "cmdline": ["/venv/bin/python", "-m", "tui.cli", "--no-ui", "x"]}
+    me = {"create_time": 1000.0, "cmdline": ["/venv/bin/python", "-m", "ddptui.tui.cli", "--no-ui", "x"]}
     assert refusal(rec, me) is None
     assert refusal(rec, {**me, "cmdline": ["/venv/bin/python", "/venv/bin/ddptui", "x"]}) is None
     assert "another process" in refusal(rec, {**me, "create_time": 1003.0})
@@ -288,9 +288,9 @@ def test_pid_file_check_decisions():
 @pytest.mark.timeout(120)
 def test_a_stop_during_spawning_stops_spawning_at_once(runs_dir, monkeypatch, capsys):
     """SIGTERM arrives after the 2nd of 8 rank processes started: no 3rd, the 2 are torn down, summary, exit 1."""
-    from runners import procs
-    from runners.profile import adhoc_profile
-    from tui.cli import run_headless
+    from ddptui.runners import procs
+    from ddptui.runners.profile import adhoc_profile
+    from ddptui.tui.cli import run_headless
     real_spawn, started = procs.spawn, []
 
     def spawn(spec):
@@ -315,10 +315,10 @@ def test_a_wedged_teardown_is_cut_off_by_the_headless_bound(runs_dir):
     """Teardown stuck (as in a kernel call that never returns): ddptui still exits, with a summary, naming the ranks."""
     driver = textwrap.dedent(f"""
         import sys, time
-        import runners.procs, tui.stopper
-        runners.procs.teardown = lambda *a, **k: time.sleep(3600)  # the engine wedges in its teardown
-        tui.stopper.STOP_BOUND = 3.0
-        from tui.cli import main
+        import ddptui.runners.procs, ddptui.tui.stopper
+        ddptui.runners.procs.teardown = lambda *a, **k: time.sleep(3600)  # the engine wedges in its teardown
+        ddptui.tui.stopper.STOP_BOUND = 3.0
+        from ddptui.tui.cli import main
         sys.exit(main({["--runs-dir", str(runs_dir), *train_args()]!r}))
     """)
     proc = subprocess.Popen([sys.executable, "-c", driver], cwd=ROOT, stdout=subprocess.PIPE,
@@ -405,7 +405,7 @@ def test_replay_ignores_a_stray_rank_log_and_says_so(runs_dir, tmp_path):
 
 @pytest.mark.timeout(60)
 def test_replay_decisions_on_malformed_event_lines(tmp_path):
-    from runners.record import replay_events
+    from ddptui.runners.record import replay_events
     run = tmp_path / "r"
     run.mkdir()
     good = {"kind": "run_started", "run_dir": "r", "profile": "p", "runner": "env", "world_size": 1, "steps": None,
@@ -426,7 +426,7 @@ def test_replay_decisions_on_malformed_event_lines(tmp_path):
 def test_dashboard_replay_of_a_malformed_killed_record_opens_and_says_so(tmp_path):
     import asyncio
 
-    from tui.app import DdpApp, ReplaySource
+    from ddptui.tui.app import DdpApp, ReplaySource
     run = copied_record(tmp_path)
     lines = (run / "events.jsonl").read_text().splitlines(keepends=True)[:120]
     wall = json.loads(lines[100])["wall"]
@@ -459,9 +459,9 @@ def _session_until_progress(runs_dir, overrides=("nproc=2",)):
     """A real 2-rank run of train_ddp_long.py; `seen` is set once rank 1 reported progress."""
     import threading
 
-    from runners import events as ev
-    from runners.profile import adhoc_profile
-    from runners.session import Session
+    from ddptui.runners import events as ev
+    from ddptui.runners.profile import adhoc_profile
+    from ddptui.runners.session import Session
     seen = threading.Event()
 
     def emit(batch):
@@ -473,7 +473,7 @@ def _session_until_progress(runs_dir, overrides=("nproc=2",)):
 
 @pytest.mark.timeout(120)
 def test_an_engine_error_still_tears_down_and_writes_the_summary(runs_dir, monkeypatch):
-    from runners.session import Session
+    from ddptui.runners.session import Session
     session, seen = _session_until_progress(runs_dir)
     real = Session._sample_resources
 
@@ -493,9 +493,9 @@ def test_an_engine_error_still_tears_down_and_writes_the_summary(runs_dir, monke
 
 @pytest.mark.timeout(120)
 def test_a_front_end_that_raises_does_not_cost_the_summary(runs_dir, capsys):
-    from runners import events as ev
-    from runners.profile import adhoc_profile
-    from runners.session import Session
+    from ddptui.runners import events as ev
+    from ddptui.runners.profile import adhoc_profile
+    from ddptui.runners.session import Session
     got = []
 
     def broken_front_end(batch):
@@ -516,7 +516,7 @@ def test_stop_signal_decisions_and_the_bound(tmp_path):
     import threading
     from types import SimpleNamespace
 
-    from tui.stopper import HeadlessStopper, action
+    from ddptui.tui.stopper import HeadlessStopper, action
     assert [action(n) for n in (1, 2, 3, 4)] == ["stop", "again", "kill", "kill"]
     asked = []
     session = SimpleNamespace(run_dir=tmp_path, procs=[], tracks={}, world=2,

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import io
 
-from runners import events as ev
-from tui.console import Console
+from ddptui.runners import events as ev
+from ddptui.tui.console import Console
 
 SAMPLE = ("the run slowed down (rank 1's steps take 0.51 s, 170x its first 20 steps' 3.0 ms): rank 1 is in at_step() "
           "at _faults.py:67 (calls time.sleep); rank 0 waits for it in all_reduce")
@@ -38,7 +38,7 @@ def test_stream_labels_the_sample_slow_and_says_when_a_stall_ends():
 
 
 def test_a_record_whose_slow_entry_is_malformed_is_reported_not_replayed_into_the_console():
-    from runners.eventcheck import problem
+    from ddptui.runners.eventcheck import problem
     ok = _summary(slow={"ranks": [1], "text": "rank 1's steps take 0.51 s", "verdict": {"text": SAMPLE}})
     assert problem(ok) is None
     assert problem(_summary(slow="slow")) == "summary.slow: expected dict | NoneType, got str"

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from runners import events as ev
-from runners.crash import RankEvidence, decide, ended_by_our_stop, excerpt, kind, stopped_words
-from runners.deathwatch import DeathWatch, parse_stat_exit
-from runners.launcher_log import TorchrunLog, error_file_report
-from runners.oom import cgroup_paths, kernel_log_kills, parse_oom_kill
-from runners.session import EXIT_FAILED, EXIT_STALLED
+from ddptui.runners import events as ev
+from ddptui.runners.crash import RankEvidence, decide, ended_by_our_stop, excerpt, kind, stopped_words
+from ddptui.runners.deathwatch import DeathWatch, parse_stat_exit
+from ddptui.runners.launcher_log import TorchrunLog, error_file_report
+from ddptui.runners.oom import cgroup_paths, kernel_log_kills, parse_oom_kill
+from ddptui.runners.session import EXIT_FAILED, EXIT_STALLED
 from tests.engine_helpers import run_profile
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -412,7 +412,7 @@ def test_a_rank_the_launcher_stopped_is_said_to_be_stopped_not_failed_after_it(r
 def _torchrun_with_rank_wrapper(tmp_path: Path, wrapper_body: str, script: str):
     """An ad-hoc torchrun command (as `ddptui -- torchrun ...`) whose ranks start through a shell wrapper
     (`--no-python`): what a site script that prepares each rank's environment looks like."""
-    from runners.profile import adhoc_profile
+    from ddptui.runners.profile import adhoc_profile
     wrapper = tmp_path / "rank_wrapper"
     wrapper.write_text(f"#!/bin/sh\n{wrapper_body}\nexec {sys.executable} -u \"$@\"\n")
     wrapper.chmod(0o755)
@@ -421,7 +421,7 @@ def _torchrun_with_rank_wrapper(tmp_path: Path, wrapper_body: str, script: str):
 
 
 def _run(profile, runs_dir):
-    from runners.session import Session
+    from ddptui.runners.session import Session
     from tests.engine_helpers import Recorder
     rec = Recorder()
     session = Session(profile, runs_dir, emit=rec)
@@ -447,8 +447,8 @@ def test_ddptui_stopping_torchrun_folds_its_signal_traceback_into_one_line(runs_
     import threading
 
     path = _profile(tmp_path, "die_without_exception.py", env={"DIE_STEP": "100000000"})
-    from runners.profile import load_profile
-    from runners.session import Session
+    from ddptui.runners.profile import load_profile
+    from ddptui.runners.session import Session
     from tests.engine_helpers import Recorder
 
     rec = Recorder()

@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from runners import events as ev
-from runners.session import EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED
+from ddptui.runners import events as ev
+from ddptui.runners.session import EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED
 from tests.engine_helpers import run_profile
-from tui.console import Console
+from ddptui.tui.console import Console
 
 
 def _assert_record(session, world: int) -> dict:
@@ -159,8 +159,8 @@ def test_slow_rank_is_not_a_hang(runs_dir):
 
 @pytest.mark.timeout(60)
 def test_exit_time_abort_after_completed_work_is_called_what_it_is(runs_dir, tmp_path):
-    from runners.profile import adhoc_profile
-    from runners.session import Session
+    from ddptui.runners.profile import adhoc_profile
+    from ddptui.runners.session import Session
     from tests.engine_helpers import Recorder
     script = tmp_path / "abort_at_exit.py"
     script.write_text("import os, ddptui_report\nprint('step 1 loss 0.5')\n"
@@ -183,8 +183,8 @@ def run_until_verdict(runs_dir, overrides):
 
     import psutil
 
-    from runners.profile import load_profile
-    from runners.session import Session
+    from ddptui.runners.profile import load_profile
+    from ddptui.runners.session import Session
     from tests.engine_helpers import PROFILES, Recorder
     rec, codes = Recorder(), []
     session = Session(load_profile(PROFILES / "hang.yaml", overrides + ["timeout=200"]), runs_dir, emit=rec)
@@ -248,8 +248,8 @@ sys.stdout.write("\\n")
 
 @pytest.mark.timeout(60)
 def test_batched_progress_arrives_whole_and_on_time(runs_dir, tmp_path):
-    from runners.profile import adhoc_profile
-    from runners.session import Session
+    from ddptui.runners.profile import adhoc_profile
+    from ddptui.runners.session import Session
     from tests.engine_helpers import Recorder
     import sys
     script = tmp_path / "batched.py"

@@ -10,12 +10,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 HEADLESS = """
-import sys, pkgutil, importlib, runners
+import sys, pkgutil, importlib, ddptui.runners as runners
 for m in pkgutil.iter_modules([str(__import__('pathlib').Path(runners.__path__[0]))]):
-    importlib.import_module('runners.' + m.name)
-import tui.cli, tui.console
-from tui.cli import run_headless
-from runners.profile import load_profile
+    importlib.import_module('ddptui.runners.' + m.name)
+import ddptui.tui.cli, ddptui.tui.console
+from ddptui.tui.cli import run_headless
+from ddptui.runners.profile import load_profile
 code = run_headless(load_profile('profiles/cpu-smoke.yaml'), sys.argv[1])
 bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'torch'))
 print('BAD', bad)
@@ -24,7 +24,7 @@ sys.exit(0 if code == 0 and not bad else 1)
 
 DASHBOARD = """
 import sys
-import tui.app, tui.cli, runners.session, runners.record, runners.profile
+import ddptui.tui.app, ddptui.tui.cli, ddptui.runners.session, ddptui.runners.record, ddptui.runners.profile
 print('BAD', sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))
 """
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from runners import events as ev
-from runners.profile import adhoc_profile, load_profile
-from runners.rankenv import INJECT_DIR, activation, base_env
+from ddptui.runners import events as ev
+from ddptui.runners.profile import adhoc_profile, load_profile
+from ddptui.runners.rankenv import INJECT_DIR, activation, base_env
 from tests.engine_helpers import Recorder, strict_reports
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,7 +121,7 @@ def test_rank_helpers_and_forked_workers_are_left_alone(tmp_path, monkeypatch, r
         profile = adhoc_profile([*torchrun, "-m", "helper_and_workers"])
     else:
         profile = adhoc_profile([sys.executable, script], ["nproc=2"])
-    from runners.session import Session
+    from ddptui.runners.session import Session
 
     rec = Recorder()
     code = Session(profile, tmp_path / "runs", emit=rec).run()
@@ -168,7 +168,7 @@ def test_wrapped_torchrun_sees_the_users_environment(tmp_path, backend):
     env.update(_user_env(tmp_path), PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     if backend:
         env["DDP_BACKEND"] = backend
-    p = subprocess.run([sys.executable, "-m", "tui.cli", "--runs-dir", str(tmp_path / "runs"), "--no-ui", "--",
+    p = subprocess.run([sys.executable, "-m", "ddptui.tui.cli", "--runs-dir", str(tmp_path / "runs"), "--no-ui", "--",
                         "torchrun", "--standalone", "--nproc_per_node=2", str(FIXTURES / "ddp_reads_backend_env.py")],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=170)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr
@@ -202,7 +202,7 @@ def test_xla_launcher_passes_the_activation_to_its_worker_only(tmp_path, monkeyp
     path = tmp_path / "xla-helper.yaml"
     path.write_text(f"runner: xla\nworkload: {{script: {FIXTURES / 'xla_replicas_run_a_helper.py'}, venv: {XLA_VENV}}}\n"
                     "replica_check: false\nstall_after: 60\ntimeout: 200\n")
-    from runners.session import Session
+    from ddptui.runners.session import Session
 
     rec = Recorder()
     code = Session(load_profile(path), tmp_path / "runs", emit=rec).run()

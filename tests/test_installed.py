@@ -20,13 +20,15 @@ def test_installed_package_finds_its_profiles_and_workloads(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {**os.environ, "PYTHONPATH": str(target)}
-    listing = subprocess.run([sys.executable, "-m", "tui.cli", "profiles"], cwd=elsewhere, env=env,
+    listing = subprocess.run([sys.executable, "-m", "ddptui.tui.cli", "profiles"], cwd=elsewhere, env=env,
                              capture_output=True, text=True, timeout=60)
     assert listing.returncode == 0, listing.stderr
     assert "cpu-ddp" in listing.stdout and "(invalid)" not in listing.stdout.replace("xla", "")
-    plan = subprocess.run([sys.executable, "-m", "tui.cli", "cpu-ddp", "--dry-run"], cwd=elsewhere, env=env,
+    plan = subprocess.run([sys.executable, "-m", "ddptui.tui.cli", "cpu-ddp", "--dry-run"], cwd=elsewhere, env=env,
                           capture_output=True, text=True, timeout=60)
     assert plan.returncode == 0, plan.stderr
-    assert str(target / "runners" / "workloads" / "ddp_mlp.py") in plan.stdout
-    assert f"PYTHONPATH={target / 'runners' / 'inject'}" in plan.stdout
-    assert (target / "runners" / "inject" / "sitecustomize.py").exists()
+    assert str(target / "ddptui" / "runners" / "workloads" / "ddp_mlp.py") in plan.stdout
+    assert f"PYTHONPATH={target / 'ddptui' / 'runners' / 'inject'}" in plan.stdout
+    assert (target / "ddptui" / "runners" / "inject" / "sitecustomize.py").exists()
+    # one namespace installed: no generic top-level names that collide with other packages
+    assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".dist-info")) in (["ddptui"], ["bin", "ddptui"])

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runners import mirage
-from runners.profile import load_profile
+from ddptui.runners import mirage
+from ddptui.runners.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"

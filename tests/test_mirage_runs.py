@@ -13,9 +13,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runners import events as ev
-from runners import mirage, parse
-from runners.profile import load_profile
+from ddptui.runners import events as ev
+from ddptui.runners import mirage, parse
+from ddptui.runners.profile import load_profile
 from tests.engine_helpers import reported_steps
 
 from .test_preflight import standin
@@ -222,7 +222,7 @@ def test_sigterm_reaches_every_rank_of_a_hung_run(tmp_path, mirage_on_path, laun
 
 @pytest.mark.timeout(180)
 def test_session_runs_mi350x_ddp(tmp_path, mirage_on_path):
-    from runners.session import Session
+    from ddptui.runners.session import Session
     from .engine_helpers import Recorder
 
     rec = Recorder()
@@ -245,7 +245,7 @@ _PARSER_KNOWS_MIRAGE_LABELS = parse.split_prefix("[1] x") == (1, "x")
                     reason="runners/parse.py split_prefix does not yet read mirage's `[RANK] ` line labels")
 @pytest.mark.timeout(180)
 def test_session_runs_mi350x_smoke(tmp_path, mirage_on_path):
-    from runners.session import Session
+    from ddptui.runners.session import Session
     from .engine_helpers import Recorder
 
     rec = Recorder()

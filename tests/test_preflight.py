@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from runners import preflight
-from runners.profile import load_profile
+from ddptui.runners import preflight
+from ddptui.runners.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"

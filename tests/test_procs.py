@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from runners import procs
-from runners.plan import ProcSpec
+from ddptui.runners import procs
+from ddptui.runners.plan import ProcSpec
 
 
 def spawn_sleeper(tmp_path, seconds: float) -> procs.Proc:
@@ -54,7 +54,7 @@ def test_idle_sleep_keeps_its_timeout_while_processes_run(tmp_path):
 def test_idle_sleep_wakes_when_a_followed_file_is_written(tmp_path):
     import threading
 
-    from runners.tail import Tailer
+    from ddptui.runners.tail import Tailer
     f = tmp_path / "stdout.log"
     f.write_text("")
     tl = Tailer()
@@ -76,7 +76,7 @@ def test_idle_sleep_wakes_when_a_followed_file_is_written(tmp_path):
 
 @pytest.mark.timeout(30)
 def test_tailer_says_when_a_read_left_more_behind(tmp_path):
-    from runners.tail import CHUNK, Tailer
+    from ddptui.runners.tail import CHUNK, Tailer
     f = tmp_path / "stdout.log"
     f.write_bytes(b"x" * 99 + b"\n")
     f.open("ab").write((b"y" * 99 + b"\n") * (3 * CHUNK // 100))
@@ -171,9 +171,9 @@ def test_a_rank_that_outlives_sigkill_is_named_in_the_launcher_log_and_summary(r
     """A real 2-rank run stopped by request; rank 1's pid is made to look immortal once the stop is asked."""
     import json
 
-    from runners import events as ev
-    from runners.profile import adhoc_profile
-    from runners.session import Session
+    from ddptui.runners import events as ev
+    from ddptui.runners.profile import adhoc_profile
+    from ddptui.runners.session import Session
     profile = adhoc_profile([sys.executable, str(FIXTURES / "train_ddp_long.py")], ["nproc=2"])
     holder = {}
     real_alive, real_state = procs._alive, procs._state
@@ -243,9 +243,9 @@ def test_teardown_gives_up_on_a_real_frozen_process_and_reports_it(tmp_path, fre
 def test_a_real_frozen_rank_is_named_as_a_survivor_in_the_summary(runs_dir, freeze):
     import json
 
-    from runners import events as ev
-    from runners.profile import adhoc_profile
-    from runners.session import Session
+    from ddptui.runners import events as ev
+    from ddptui.runners.profile import adhoc_profile
+    from ddptui.runners.session import Session
     profile = adhoc_profile([sys.executable, str(FIXTURES / "train_ddp_long.py")], ["nproc=2"])
     holder = {}
 

@@ -22,7 +22,7 @@ MEASURED = """
 import os, runpy, sys
 sys.argv[0] = "ddptui"
 try:
-    runpy.run_module("tui.cli", run_name="__main__", alter_sys=True)
+    runpy.run_module("ddptui.tui.cli", run_name="__main__", alter_sys=True)
 finally:
     with open("/proc/self/status") as st, open(os.environ["PEAK_FILE"], "w") as out:
         out.write(next(ln.split()[1] for ln in st if ln.startswith("VmHWM:")))

@@ -1,7 +1,7 @@
 """The replica verdict (runners/replica.py): which parameter differs, and whether the replicas differed from the first step or drifted apart."""
 from __future__ import annotations
 
-from runners import replica
+from ddptui.runners import replica
 
 
 def _d(*hexes, names=("net.0.weight", "net.0.bias", "net.2.weight")):

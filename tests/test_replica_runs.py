@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from runners import events as ev
-from runners.profile import adhoc_profile
-from runners.session import Session
+from ddptui.runners import events as ev
+from ddptui.runners.profile import adhoc_profile
+from ddptui.runners.session import Session
 
 from .engine_helpers import Recorder
 

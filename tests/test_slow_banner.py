@@ -1,9 +1,9 @@
 """The dashboard banner says which rank slowed down and by how much, with or without a stack sample."""
 from __future__ import annotations
 
-from runners import events as ev
-from tui.model import RunModel
-from tui.widgets.banner import banner_text
+from ddptui.runners import events as ev
+from ddptui.tui.model import RunModel
+from ddptui.tui.widgets.banner import banner_text
 
 
 def test_banner_names_the_slow_rank_with_its_numbers():

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from runners import events as ev
-from runners.session import EXIT_OK, EXIT_STALLED
+from ddptui.runners import events as ev
+from ddptui.runners.session import EXIT_OK, EXIT_STALLED
 from tests.engine_helpers import run_profile
-from tui.console import Console
+from ddptui.tui.console import Console
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -116,9 +116,9 @@ def test_a_stall_that_ends_is_cleared_and_its_verdict_kept(runs_dir, tmp_path):
     hang = rec.one(ev.HangVerdict)
     assert hang.reason == "stall" and hang.culprits == (1,) and "take_a_break()" in hang.text, hang.text
     # recorded and replayable like every other event; the dashboard's model drops the banner, keeps the verdict
-    from runners.record import replay_events
-    from tui.model import RunModel
-    from tui.widgets.banner import banner_text
+    from ddptui.runners.record import replay_events
+    from ddptui.tui.model import RunModel
+    from ddptui.tui.widgets.banner import banner_text
     problems: list[str] = []
     replayed = list(replay_events(session.run_dir, problems))
     assert not problems and [e.ranks for e in replayed if isinstance(e, ev.StallCleared)] == [stall.stalled]

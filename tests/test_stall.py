@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from runners.monitor import RankTrack
-from runners.stall import (Held, Limit, Quiet, Stall, busy_floor, cpu_share, judge, limit_for, quiet_ranks)
-from runners.steptime import StepClock
+from ddptui.runners.rank_track import RankTrack
+from ddptui.runners.stall import (Held, Limit, Quiet, Stall, busy_floor, cpu_share, judge, limit_for, quiet_ranks)
+from ddptui.runners.steptime import StepClock
 
 
 def prof(stall_after="auto", startup_grace=60.0):

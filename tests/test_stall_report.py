@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from runners import events as ev
-from runners.profile import load_profile
-from runners.session import EXIT_STALLED, Session
+from ddptui.runners import events as ev
+from ddptui.runners.profile import load_profile
+from ddptui.runners.session import EXIT_STALLED, Session
 from tests.engine_helpers import Recorder
-from tui.console import Console
+from ddptui.tui.console import Console
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -44,7 +44,7 @@ def _events(run_dir: Path) -> list[dict]:
 @pytest.mark.timeout(150)
 def test_stall_names_the_user_function_and_the_console_prints_its_stack(tmp_path, runs_dir):
     lock, allreduce = _line("lock_wait_ddp.py", "# LOCK_LINE"), _line("lock_wait_ddp.py", "# ALL_REDUCE_LINE")
-    p = subprocess.run([sys.executable, "-m", "tui.cli", "--runs-dir", str(runs_dir),
+    p = subprocess.run([sys.executable, "-m", "ddptui.tui.cli", "--runs-dir", str(runs_dir),
                         str(_profile(tmp_path, "lock_wait_ddp.py")), "--no-ui"],
                        cwd=ROOT, capture_output=True, text=True, timeout=140)
     assert p.returncode == EXIT_STALLED, p.stdout[-3000:] + p.stderr[-2000:]
@@ -140,8 +140,8 @@ def test_d_in_the_dashboard_on_a_healthy_run_shows_stacks_and_no_diagnosis(tmp_p
     import time
 
     from tests.test_tui_app import SIZE
-    from tui.app import DdpApp, LiveSource
-    from tui.widgets.banner import Banner
+    from ddptui.tui.app import DdpApp, LiveSource
+    from ddptui.tui.widgets.banner import Banner
 
     profile = load_profile(_profile(tmp_path, "healthy_ddp_loop.py", stall_after=60), [])
 

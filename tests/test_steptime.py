@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from runners.steptime import (BASE_STEPS, StepClock, fmt_seconds, median_step, slowed_down, slowed_together,
+from ddptui.runners.steptime import (BASE_STEPS, StepClock, fmt_seconds, median_step, slowed_down, slowed_together,
                               take_report, weighted_median)
 
 

@@ -7,15 +7,15 @@ import threading
 
 import pytest
 from textual.widgets import DataTable, Input, TabbedContent
-from runners import events as ev
+from ddptui.runners import events as ev
 
 from tests.test_tui_model import crash_scenario, diverge_scenario, hang_scenario
-from tui.app import DdpApp, SyntheticSource
-from tui.screens.run import RunScreen
-from tui.widgets.banner import Banner
-from tui.widgets.rank_pane import RankPane
-from tui.widgets.stacks_view import render_stacks
-from tui.widgets.tail import TailView
+from ddptui.tui.app import DdpApp, SyntheticSource
+from ddptui.tui.screens.run import RunScreen
+from ddptui.tui.widgets.banner import Banner
+from ddptui.tui.widgets.rank_pane import RankPane
+from ddptui.tui.widgets.stacks_view import render_stacks
+from ddptui.tui.widgets.tail import TailView
 
 SIZE = (160, 50)
 
@@ -155,12 +155,12 @@ async def test_search_filters_panes_and_timeline_toggle_zoom_help():
         await pilot.press("escape")  # clears the filter
         assert screen.needle == "" and screen.query_one(TabbedContent).active == "ranks"
         await pilot.press("1", "z")
-        from tui.screens.zoom import ZoomScreen
+        from ddptui.tui.screens.zoom import ZoomScreen
         assert isinstance(app.screen, ZoomScreen) and app.screen.rank == 1
         await pilot.pause(0.2)
         assert app.screen.query_one("#zoom-log").line_count == 3
         await pilot.press("escape", "question_mark")
-        from tui.screens.help import HelpScreen
+        from ddptui.tui.screens.help import HelpScreen
         assert isinstance(app.screen, HelpScreen)
         assert "dump the stacks" in str(app.screen.query_one("#help-keys").render())
         await pilot.press("escape")
@@ -177,7 +177,7 @@ async def test_quit_while_live_asks_then_stops_and_waits_for_run_to_return():
         await pilot.press("d")
         assert src.dumps == 1 and app.screen.query_one(TabbedContent).active == "stacks"
         await pilot.press("q")
-        from tui.screens.confirm import ConfirmQuit
+        from ddptui.tui.screens.confirm import ConfirmQuit
         assert isinstance(app.screen, ConfirmQuit)
         await pilot.press("n")
         assert not src.stopped.is_set() and app.running
@@ -226,8 +226,8 @@ async def test_sixteen_ranks_flood_stays_bounded_and_responsive():
 @pytest.mark.timeout(30)
 @aio
 async def test_picker_lists_profiles_validates_overrides_and_escape_returns_to_it(tmp_path, monkeypatch):
-    from runners.profile import load_profile
-    from tui.screens.picker import PickerScreen
+    from ddptui.runners.profile import load_profile
+    from ddptui.tui.screens.picker import PickerScreen
 
     prof = tmp_path / "tiny.yaml"
     prof.write_text("name: tiny\ndescription: a tiny test profile\nnproc: 2\nworkload:\n  builtin: ddp_mlp\nsteps: 5\n")
@@ -261,8 +261,8 @@ def test_the_dashboard_process_never_imports_torch():
     root = Path(__file__).resolve().parent.parent
     code = (
         "import asyncio, sys\n"
-        "from tui.app import DdpApp, ReplaySource\n"
-        "import tui.screens.picker, tui.screens.zoom, tui.screens.help, tui.screens.confirm\n"
+        "from ddptui.tui.app import DdpApp, ReplaySource\n"
+        "import ddptui.tui.screens.picker, ddptui.tui.screens.zoom, ddptui.tui.screens.help, ddptui.tui.screens.confirm\n"
         "async def main():\n"
         "    app = DdpApp(source=ReplaySource('tests/fixtures/records/hang'))\n"
         "    async with app.run_test(size=(120, 40)) as pilot:\n"
@@ -353,7 +353,7 @@ def long_line(rank: int, n: int) -> str:
 
 def pane_run(ranks: int):
     """60 lines per rank, 10 more while the ranks tab shows, then the ranks exit and the run ends ok."""
-    from runners import events as ev
+    from ddptui.runners import events as ev
 
     def first(t):
         return ([ev.RunStarted("/tmp/panes", "panes", "torchrun", ranks, 70, t)]
@@ -437,7 +437,7 @@ async def test_too_many_ranks_for_the_rows_scroll_and_each_pane_still_shows_its_
 
 
 def test_narrow_tails_drop_the_timestamp_so_the_text_shows():
-    from tui.widgets.tail import stamped
+    from ddptui.tui.widgets.tail import stamped
 
     assert stamped(76) and stamped(33)  # 2 ranks at 160 or 80 columns; 16 ranks at 160 columns (36)
     assert not stamped(32) and not stamped(16)  # 16 ranks at 80 columns: 16 columns, 7 of text behind a stamp

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tui.app import measure_latency
+from ddptui.tui.app import measure_latency
 
 
 @pytest.mark.timeout(90)

@@ -8,11 +8,11 @@ import psutil
 import pytest
 from textual.widgets import DataTable, TabbedContent
 
-from runners.profile import load_profile
+from ddptui.runners.profile import load_profile
 from tests.test_tui_app import SIZE, aio
-from tui.app import DdpApp, LiveSource
-from tui.widgets.banner import Banner
-from tui.widgets.rank_pane import RankPane
+from ddptui.tui.app import DdpApp, LiveSource
+from ddptui.tui.widgets.banner import Banner
+from ddptui.tui.widgets.rank_pane import RankPane
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,7 +66,7 @@ async def test_hang_run_shows_stall_banner_and_stacks(runs_dir):
         assert screen.query_one(TabbedContent).active == "stacks"
         text = str(screen.query_one("#stacks-view .stacks-text").render())
         assert "rank 1 (culprit)" in text and "rank 0 (waiting)" in text and "thread MainThread" in text
-        from tui.widgets.stacks_view import render_stacks
+        from ddptui.tui.widgets.stacks_view import render_stacks
         rich = render_stacks(m.stacks, m.hang)
         marked = [rich.plain[s.start:s.end] for s in rich.spans if str(s.style) == "bold magenta"]
         assert "  ▶ " in marked  # rank 0's frame in the collective is highlighted

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from runners import events as ev
-from tui.model import LINES_PER_RANK, RunModel, grid_columns, human_bytes
+from ddptui.runners import events as ev
+from ddptui.tui.model import LINES_PER_RANK, RunModel, grid_columns, human_bytes
 
 T0 = 1_700_000_000.0
 
@@ -151,7 +151,7 @@ def test_a_progress_event_brings_every_loss_since_the_previous_one():
 
 @pytest.mark.timeout(10)
 def test_engine_thins_a_burst_of_loss_points_evenly():
-    from runners.monitor import POINTS_PER_EVENT, RankTrack
+    from ddptui.runners.rank_track import POINTS_PER_EVENT, RankTrack
     t = RankTrack(0, 0.0)
     for s in range(1, 2001):
         t.saw_step(s, 1.0 / s, 1.0, 1.0)
@@ -163,7 +163,7 @@ def test_engine_thins_a_burst_of_loss_points_evenly():
 
 @pytest.mark.timeout(10)
 def test_a_rank_that_reports_its_losses_owns_its_curve():
-    from runners.monitor import RankTrack
+    from ddptui.runners.rank_track import RankTrack
     t = RankTrack(0, 0.0)
     for s in (1, 2, 3):  # the script prints "step N loss X" before its first batched report is read
         t.saw_step(s, 1.0 / s, 1.0, 1.0)
@@ -196,7 +196,7 @@ def test_a_cleared_stall_leaves_the_model_and_a_slow_sample_never_replaces_the_s
 
 
 def test_stall_cleared_round_trips_through_the_record():
-    from runners.eventcheck import problem
+    from ddptui.runners.eventcheck import problem
     e = ev.StallCleared((0, 1), T0)
     back = ev.from_json(__import__("json").loads(__import__("json").dumps(e.to_json())))
     assert back == e and problem(back) is None

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from textual.widgets import TabbedContent
 
-from runners.profile import load_profile
+from ddptui.runners.profile import load_profile
 from tests.test_tui_app import aio, screen_text
 from tests.tmux_term import TMUX, Term
-from tui.app import DdpApp, LiveSource
+from ddptui.tui.app import DdpApp, LiveSource
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 ROOT = Path(__file__).resolve().parent.parent

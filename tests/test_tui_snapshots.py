@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import tui.screens.picker as picker
-from tui.app import DdpApp, ReplaySource
+import ddptui.tui.screens.picker as picker
+from ddptui.tui.app import DdpApp, ReplaySource
 
 RECORDS = Path(__file__).resolve().parent / "fixtures" / "records"
 PROFILES = Path(__file__).resolve().parent.parent / "profiles"

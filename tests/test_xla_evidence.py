@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from runners import xla_evidence as xe
-from runners.hints import HintMatcher, by_code
-from runners.stacks import Frame
-from runners.verdict import Where
+from ddptui.runners import xla_evidence as xe
+from ddptui.runners.hints import HintMatcher, by_code
+from ddptui.runners.stacks import Frame
+from ddptui.runners.hang_verdict import Where
 
 # Recorded from the reference's pattern 2 (DDP over xla://, gradient_as_bucket_view=True) on 2 PJRT CPU replicas.
 KEY0 = ("RendezvousKey{run_id=RunId: 0, global_devices=[0,1], num_local_participants=2, "

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from runners import xla
-from runners.profile import load_profile
-from runners.rankenv import INJECT_DIR, WORKLOADS_DIR
+from ddptui.runners import xla
+from ddptui.runners.profile import load_profile
+from ddptui.runners.rankenv import INJECT_DIR, WORKLOADS_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"

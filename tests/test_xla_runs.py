@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runners import events as ev
+from ddptui.runners import events as ev
 
 from .engine_helpers import run_profile
 
@@ -146,8 +146,8 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def _adhoc(script, runs_dir, *overrides):
-    from runners.profile import adhoc_profile
-    from runners.session import Session
+    from ddptui.runners.profile import adhoc_profile
+    from ddptui.runners.session import Session
 
     from .engine_helpers import Recorder
 

@@ -11,8 +11,8 @@ from textual.app import App
 from textual.binding import Binding
 from textual.message import Message
 
-from runners import events as ev
-from tui.model import RunModel
+from ddptui.runners import events as ev
+from ddptui.tui.model import RunModel
 
 JOIN_SECONDS = 60.0  # teardown is TERM → deadline → KILL per group; this only guards against a wedged engine
 
@@ -29,7 +29,7 @@ class LiveSource:
         self.session = None
 
     def prepare(self, emit: Callable[[list], None]) -> None:
-        from runners.session import Session
+        from ddptui.runners.session import Session
         self.session = Session(self.profile, runs_root=self.runs_root, emit=emit)
 
     def run(self) -> int:
@@ -64,7 +64,7 @@ class ReplaySource:
         self.emit = emit
 
     def run(self) -> int:
-        from runners.record import replay_events
+        from ddptui.runners.record import replay_events
         batch: list = []
         start = last = finished = None
         code = 0
@@ -205,7 +205,7 @@ class DdpApp(App):
 
     def on_mount(self) -> None:
         if self.show_picker:
-            from tui.screens.picker import PickerScreen
+            from ddptui.tui.screens.picker import PickerScreen
             self.push_screen(PickerScreen(self.picker_extra))
         if self.first_source is not None:
             self.start_source(self.first_source)
@@ -215,7 +215,7 @@ class DdpApp(App):
         self.start_source(LiveSource(profile, self.runs_root))
 
     def start_source(self, source) -> None:
-        from tui.screens.run import RunScreen
+        from ddptui.tui.screens.run import RunScreen
         if self.running:
             self.notify("a run is still live: stop it first (s)", severity="warning")
             return
@@ -283,7 +283,7 @@ class DdpApp(App):
         if self._quitting:
             return
         if self.running and getattr(self.source, "kind", "") == "live":
-            from tui.screens.confirm import ConfirmQuit
+            from ddptui.tui.screens.confirm import ConfirmQuit
             if not isinstance(self.screen, ConfirmQuit):
                 self.push_screen(ConfirmQuit(), self._confirmed_quit)
             return
@@ -313,7 +313,7 @@ class DdpApp(App):
     def action_dump(self) -> None:
         if self.running and self.source.request_dump():
             self.notify("collecting the stacks of every rank…")
-            from tui.screens.run import RunScreen
+            from ddptui.tui.screens.run import RunScreen
             if isinstance(self.screen, RunScreen):
                 self.screen.action_tab("stacks")
         else:
@@ -328,12 +328,12 @@ class DdpApp(App):
         self.start_source(self.source.again())
 
     def action_help(self) -> None:
-        from tui.screens.help import HelpScreen
+        from ddptui.tui.screens.help import HelpScreen
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 
     def back_to_picker(self) -> None:
-        from tui.screens.picker import PickerScreen
+        from ddptui.tui.screens.picker import PickerScreen
         if self.running or not any(isinstance(s, PickerScreen) for s in self.screen_stack):
             return
         while not isinstance(self.screen, PickerScreen):
@@ -360,7 +360,7 @@ def run_app(profile_path, overrides: Sequence[str] = (), runs_root: Path = Path(
     source = None
     extra = None
     if isinstance(profile_path, (str, Path)):
-        from runners.profile import load_profile
+        from ddptui.runners.profile import load_profile
         source = LiveSource(load_profile(profile_path, overrides), runs_root)
         extra = Path(profile_path)
     elif profile_path is not None:  # an already loaded Profile (e.g. `ddptui -- CMD`)

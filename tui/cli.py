@@ -84,7 +84,7 @@ def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.profile and command:
         return _fail("give either a PROFILE or a command after '--', not both")
-    from runners.profile import ProfileError, adhoc_profile, find_profile, load_profile
+    from ddptui.runners.profile import ProfileError, adhoc_profile, find_profile, load_profile
     try:
         if command:
             profile = adhoc_profile(command, args.overrides)
@@ -105,12 +105,12 @@ def _main(argv: list[str]) -> int:
         if profile is None:
             return _fail("--no-ui needs a PROFILE or a command after '--'")
         return run_headless(profile, args.runs_dir, args.summary, args.pyspy, args.stacks)
-    from tui.app import run_app
+    from ddptui.tui.app import run_app
     return run_app(path if path is not None else profile, args.overrides, args.runs_dir) or 0
 
 
 def _dry_run(profile, runs_dir: str) -> int:
-    from runners.session import free_port, make_plan
+    from ddptui.runners.session import free_port, make_plan
     run_dir = Path(runs_dir).resolve() / f"<time>-{profile.name}"
     port = free_port(profile.master_addr) if profile.master_port == "auto" else int(profile.master_port)
     plan = make_plan(profile, run_dir, port, os.getpid())
@@ -121,10 +121,10 @@ def _dry_run(profile, runs_dir: str) -> int:
 
 def run_headless(profile, runs_dir: str, summary_path: str | None = None, pyspy: str | None = None,
                  stacks: str = "auto") -> int:
-    from runners.session import Session
-    from tui import pidfile
-    from tui.console import Console
-    from tui.stopper import HeadlessStopper
+    from ddptui.runners.session import Session
+    from ddptui.tui import pidfile
+    from ddptui.tui.console import Console
+    from ddptui.tui.stopper import HeadlessStopper
 
     console = Console()
     stopper = HeadlessStopper()
@@ -151,7 +151,7 @@ def run_headless(profile, runs_dir: str, summary_path: str | None = None, pyspy:
 
 def _subcommand(name: str, rest: list[str]) -> int:
     if name == "profiles":
-        from runners.profile import ProfileError, list_profiles, load_profile
+        from ddptui.runners.profile import ProfileError, list_profiles, load_profile
         for path in list_profiles():
             try:
                 p = load_profile(path)
@@ -168,7 +168,7 @@ def _subcommand(name: str, rest: list[str]) -> int:
     if not (run_dir / "events.jsonl").exists():
         return _fail(f"{run_dir}: not a ddptui run record (no events.jsonl)")
     if name == "dump":
-        from tui.pidfile import live_ddptui
+        from ddptui.tui.pidfile import live_ddptui
         pid, why = live_ddptui(run_dir)  # a stale pid file can name a reused pid: signal only that run's ddptui
         if pid is None:
             return _fail(f"{run_dir}: {why}")
@@ -180,14 +180,14 @@ def _subcommand(name: str, rest: list[str]) -> int:
         return 0
     if args.no_ui:
         return _replay_headless(run_dir)
-    from tui.app import run_replay
+    from ddptui.tui.app import run_replay
     return run_replay(run_dir) or 0
 
 
 def _replay_headless(run_dir: Path) -> int:
     """Replay what the record holds; 1 (and one line on stderr saying what) when it is incomplete or malformed."""
-    from runners.record import replay_events
-    from tui.console import Console
+    from ddptui.runners.record import replay_events
+    from ddptui.tui.console import Console
     console = Console()
     problems: list[str] = []
     for e in replay_events(run_dir, problems):

@@ -5,8 +5,8 @@ import os
 import sys
 import time
 
-from runners import events as ev
-from runners import stacks as stk
+from ddptui.runners import events as ev
+from ddptui.runners import stacks as stk
 
 _COLOURS = ("36", "33", "35", "32", "34", "31", "96", "93", "95", "92", "94", "91")
 

@@ -5,7 +5,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from runners import events as ev
+from ddptui.runners import events as ev
 
 LINES_PER_RANK = 2000
 TIMELINE_LINES = 5000

@@ -42,7 +42,7 @@ def parse(text: str) -> dict | None:
 
 def is_ddptui(cmdline: list[str]) -> bool:
     """A ddptui front end: the installed `ddptui` script or `python -m tui.cli`."""
-    return any(Path(a).name == "ddptui" or a in ("tui.cli", "-mtui.cli") or a.endswith("tui/cli.py")
+    return any(Path(a).name == "ddptui" or a in ("ddptui.tui.cli", "-mddptui.tui.cli") or a.endswith("tui/cli.py")
                for a in cmdline[:3])
 
 

@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from tui.widgets.keybar import KeyBar
+from ddptui.tui.widgets.keybar import KeyBar
 
 OVERRIDE_FIELDS = ("nproc", "steps", "stall_after")
 
@@ -20,10 +20,10 @@ OVERRIDE_FIELDS = ("nproc", "steps", "stall_after")
 def find_profiles(extra: Path | None = None) -> list[Path]:
     """The command line's path first, then what runners.profile ships and finds in ./profiles."""
     try:
-        from runners.profile import list_profiles
+        from ddptui.runners.profile import list_profiles
         found = list(list_profiles())
     except ImportError:  # older engine: look in the two folders ourselves
-        import profiles as shipped
+        import ddptui.profiles as shipped
         found = sorted(Path(shipped.__file__).parent.glob("*.yaml")) + sorted(Path("profiles").glob("*.yaml"))
     out: list[Path] = []
     seen: set[Path] = set()
@@ -112,7 +112,7 @@ class PickerScreen(Screen):
 
     def validate(self):
         """Load the highlighted profile with the overrides; show its settings or ProfileError's one line."""
-        from runners.profile import ProfileError, load_profile
+        from ddptui.runners.profile import ProfileError, load_profile
         path = self.selected_path()
         err = self.query_one("#profile-error", Static)
         self.current = None

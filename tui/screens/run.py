@@ -11,17 +11,17 @@ from textual.containers import Grid, Vertical
 from textual.screen import Screen
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
-from tui.fit import chart_rows, fit
-from tui.model import RunModel, grid_columns
-from tui.widgets.banner import Banner
-from tui.widgets.crash_view import CrashView
-from tui.widgets.hints_view import HintsView
-from tui.widgets.keybar import KeyBar
-from tui.widgets.loss_chart import LossChart
-from tui.widgets.rank_pane import RankPane
-from tui.widgets.stacks_view import StacksView
-from tui.widgets.timeline import TimelineView
-from tui.widgets.verdict_view import VerdictView
+from ddptui.tui.fit import chart_rows, fit
+from ddptui.tui.model import RunModel, grid_columns
+from ddptui.tui.widgets.banner import Banner
+from ddptui.tui.widgets.crash_view import CrashView
+from ddptui.tui.widgets.hints_view import HintsView
+from ddptui.tui.widgets.keybar import KeyBar
+from ddptui.tui.widgets.loss_chart import LossChart
+from ddptui.tui.widgets.rank_pane import RankPane
+from ddptui.tui.widgets.stacks_view import StacksView
+from ddptui.tui.widgets.timeline import TimelineView
+from ddptui.tui.widgets.verdict_view import VerdictView
 
 TICK = 0.25  # widget refresh period: the model absorbs events in between; keys redraw at once
 CHART_PERIOD = 1.0  # seconds between loss chart redraws while losses stream in (plotext is the costly part)
@@ -258,7 +258,7 @@ class RunScreen(Screen):
         return f.rank if isinstance(f, RankPane) else None
 
     def action_zoom(self) -> None:
-        from tui.screens.zoom import ZoomScreen
+        from ddptui.tui.screens.zoom import ZoomScreen
         rank = self.focused_rank()
         if rank is None:
             ids = self.model.rank_ids()

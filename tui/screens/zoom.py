@@ -7,9 +7,9 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Log, ProgressBar, Static
 
-from tui.model import RunModel
-from tui.widgets.keybar import KeyBar
-from tui.widgets.rank_pane import status_line
+from ddptui.tui.model import RunModel
+from ddptui.tui.widgets.keybar import KeyBar
+from ddptui.tui.widgets.rank_pane import status_line
 
 
 class ZoomScreen(Screen):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from tui.model import RunModel
+from ddptui.tui.model import RunModel
 
 KINDS = ("-stall", "-crash", "-ok", "-failed", "-info")
 

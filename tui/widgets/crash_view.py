@@ -5,7 +5,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from runners.events import CrashVerdict
+from ddptui.runners.events import CrashVerdict
 
 
 def render_crash(c: CrashVerdict | None) -> Text:

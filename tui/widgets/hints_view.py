@@ -5,7 +5,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from runners.events import HintRaised
+from ddptui.runners.events import HintRaised
 
 
 def render_hints(hints: list[HintRaised], start_wall: float | None) -> Text:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from textual_plotext import PlotextPlot
 
-from tui.model import RunModel
+from ddptui.tui.model import RunModel
 
 POINT_BUDGET = 1000  # points over all series: plotext's braille drawing is the cost
 

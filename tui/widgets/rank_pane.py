@@ -5,8 +5,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import ProgressBar
 
-from tui.model import RankView, RunModel, human_bytes
-from tui.widgets.tail import LineView, TailView
+from ddptui.tui.model import RankView, RunModel, human_bytes
+from ddptui.tui.widgets.tail import LineView, TailView
 
 BADGE_CLASSES = ("-running", "-slow", "-stalled", "-ok", "-failed", "-starting", "-killed")
 

@@ -8,9 +8,9 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from runners.events import HangVerdict, StacksCollected
-from runners.stacks import HELPER_THREAD
-from runners.verdict import collective_frame
+from ddptui.runners.events import HangVerdict, StacksCollected
+from ddptui.runners.stacks import HELPER_THREAD
+from ddptui.runners.hang_verdict import collective_frame
 
 
 def _verdict_of(stacks: StacksCollected, hang: HangVerdict | None) -> HangVerdict | None:

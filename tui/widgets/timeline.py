@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from textual.widgets import Log
 
-from tui.model import RunModel
+from ddptui.tui.model import RunModel
 
 SHOWN = 2000  # lines kept in the widget; the model keeps more
 PER_TICK = 400  # at most this many new lines drawn per tick: beyond that nobody reads them, a marker says so

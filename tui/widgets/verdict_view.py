@@ -6,8 +6,8 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
-from runners.events import ReplicaVerdict
-from tui.model import RunModel, human_bytes
+from ddptui.runners.events import ReplicaVerdict
+from ddptui.tui.model import RunModel, human_bytes
 
 DIGEST_CHARS = 8
 

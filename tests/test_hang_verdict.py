@@ -7,9 +7,9 @@ import pytest
 
 import json
 
-from runners import stacks
-from runners.stacks import Frame, StackResult, ThreadStack
-from runners.verdict import Where, classify, collective_frame, hang_sentence, xla_thread_filter
+from ddptui.runners import stacks
+from ddptui.runners.stacks import Frame, StackResult, ThreadStack
+from ddptui.runners.hang_verdict import Where, classify, collective_frame, hang_sentence, xla_thread_filter
 
 SP = "/venv/lib/python3.11/site-packages"
 LIB = "/usr/lib/python3.11"
@@ -319,7 +319,7 @@ def test_dataset_code_in_the_rank_itself_is_the_culprit_not_a_worker_wait():
 
 
 # ---- a stack sample of a run that slowed down but still moves: phrased as a slow-down ----
-from runners.verdict import slow_sentence  # noqa: E402
+from ddptui.runners.hang_verdict import slow_sentence  # noqa: E402
 
 AT_STEP = Where("sleep", "time.sleep", "at_step", "/r/_faults.py", 67, "time.sleep(s)", "MainThread", "time.sleep")
 AR = Where("collective", "all_reduce", "main", "/w/ddp_mlp.py", 70, "dist.all_reduce(t)")
