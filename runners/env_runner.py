@@ -5,10 +5,11 @@ import os
 from pathlib import Path
 
 from .plan import LaunchPlan, ProcSpec
+from .profile import Profile
 from .rankenv import base_env, workload_argv
 
 
-def rank_env(rank: int, profile, port: int) -> dict[str, str]:
+def rank_env(rank: int, profile: Profile, port: int) -> dict[str, str]:
     node, local = divmod(rank, profile.nproc)
     return {
         "RANK": str(rank),
@@ -22,7 +23,7 @@ def rank_env(rank: int, profile, port: int) -> dict[str, str]:
     }
 
 
-def plan(profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
+def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
     common = base_env(profile, dashboard_pid)
     argv = tuple(workload_argv(profile))
     procs = []

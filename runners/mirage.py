@@ -4,88 +4,23 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 from .plan import LaunchPlan, ProcSpec
+from .profile import MirageOptions, Profile
 from .rankenv import base_env, workload_target
 from .torchrun import launcher_prefix, rank_sources
 
-DEFAULT_COMMAND = ("mirage",)
-DEFAULT_PROFILE = "mi350x"
-INNERS = ("torchrun", "env")
 
-
-@dataclass(frozen=True)
-class MirageOptions:
-    """The profile's `mirage:` section with every default applied."""
-
-    command: tuple[str, ...]
-    workspace: str
-    profile: str
-    gpus_per_node: int
-    num_nodes: int
-    in_process: bool
-    env: dict[str, str]
-    inner: str
-    require_rocm: bool  # preflight: the venv must carry the ROCm SDK (real mirage); false for stand-ins
-
-    @property
-    def via_cargo(self) -> bool:
-        return bool(self.command) and os.path.basename(self.command[0]) == "cargo"
-
-
-def _field(section, key: str):
-    if section is None:
-        return None
-    if isinstance(section, dict):
-        return section.get(key)
-    return getattr(section, key, None)
-
-
-def profile_dir(profile) -> str:
-    for attr in ("path", "source", "file"):
-        p = getattr(profile, attr, None)
-        if p:
-            return str(Path(p).resolve().parent)
-    return os.getcwd()
-
-
-def options(profile) -> MirageOptions:
-    m = getattr(profile, "mirage", None)
-
-    def get(key, default):
-        v = _field(m, key)
-        return default if v is None else v
-
-    inner = get("inner", "torchrun")
-    if inner not in INNERS:
-        raise ValueError(f"mirage.inner: expected one of {', '.join(INNERS)}, got {inner!r}")
-    return MirageOptions(
-        command=tuple(get("command", DEFAULT_COMMAND)) or DEFAULT_COMMAND,
-        workspace=str(get("workspace", profile_dir(profile))),
-        profile=str(get("profile", DEFAULT_PROFILE)),
-        gpus_per_node=int(get("gpus_per_node", profile.nproc)),
-        num_nodes=int(get("num_nodes", profile.nnodes)),
-        in_process=bool(get("in_process", False)),
-        env={str(k): str(v) for k, v in dict(get("env", {})).items()},
-        inner=inner,
-        require_rocm=bool(get("require_rocm", True)),
-    )
-
-
-def venv_of(profile) -> str | None:
-    """The document's VENV: workload.venv where the profile kept it, else the venv the interpreter lives in."""
-    v = getattr(profile.workload, "venv", None)
-    if v:
-        return str(v)
+def venv_of(profile: Profile) -> str | None:
+    """The document's VENV: the venv the rank interpreter lives in (workload.venv resolves to its bin/python)."""
     python = Path(profile.workload.python)
     if python.parent.name == "bin" and (python.parent.parent / "pyvenv.cfg").is_file():
         return str(python.parent.parent)
     return None
 
 
-def interpreter(profile) -> str:
+def interpreter(profile: Profile) -> str:
     """The rank interpreter, spelled `$VENV/bin/python3` as in the document when the venv has one."""
     python = profile.workload.python
     venv = venv_of(profile)
@@ -96,7 +31,7 @@ def interpreter(profile) -> str:
     return python
 
 
-def torchrun_command(profile) -> list[str]:
+def torchrun_command(profile: Profile) -> list[str]:
     """`$VENV/bin/torchrun` as in the document, else the interpreter's sibling, else `python -m torch.distributed.run`."""
     python = profile.workload.python
     venv = venv_of(profile)
@@ -123,7 +58,7 @@ def mirage_argv(opts: MirageOptions, nproc_per_node: int | None = None) -> list[
     return argv + ["--"]
 
 
-def _torchrun_inner(profile, opts: MirageOptions, log_root: Path) -> tuple[list[str], list, list[str]]:
+def _torchrun_inner(profile: Profile, opts: MirageOptions, log_root: Path) -> tuple[list[str], list, list[str]]:
     nproc, nodes = profile.nproc, opts.num_nodes
     torchrun = torchrun_command(profile)
     target = workload_target(profile)
@@ -146,8 +81,8 @@ def _torchrun_inner(profile, opts: MirageOptions, log_root: Path) -> tuple[list[
     return ["/bin/sh", "-c", script], sources, notes
 
 
-def plan(profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
-    opts = options(profile)
+def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
+    opts = profile.mirage
     run_dir = Path(run_dir)
     nproc = profile.nproc
     world = opts.num_nodes * nproc

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import mirage
+from .profile import MirageOptions, Profile
 
 ROCM_INDEX = "https://rocm.nightlies.amd.com/v2/gfx950-dcgpu/"
 PROBE_TIMEOUT = 90.0
@@ -60,19 +61,19 @@ def _resolve(exe: str, cwd: str | None = None, path: str | None = None) -> str |
     return shutil.which(exe, path=path)
 
 
-def check(profile) -> list[Problem]:
+def check(profile: Profile) -> list[Problem]:
     problems = _generic(profile)
-    if getattr(profile, "runner", None) == "mirage":
+    if profile.runner == "mirage":
         problems += _mirage(profile)
     return problems
 
 
-def _generic(profile) -> list[Problem]:
+def _generic(profile: Profile) -> list[Problem]:
     out = []
     if profile.nproc < 1:
         out.append(Problem("error", "nproc", f"nproc is {profile.nproc}: a run needs at least one rank per node",
                            "set nproc to 1 or more (--set nproc=2)"))
-    if getattr(profile, "nnodes", 1) < 1:
+    if profile.nnodes < 1:
         out.append(Problem("error", "nnodes", f"nnodes is {profile.nnodes}: a run needs at least one node",
                            "set nnodes to 1 or more"))
     w = profile.workload
@@ -81,27 +82,18 @@ def _generic(profile) -> list[Problem]:
             out.append(Problem("error", "command-missing", f"command not found: {w.command[0]}",
                                "give workload.command an executable on PATH or an existing path"))
         return out
-    venv = getattr(w, "venv", None)
-    if venv and not (Path(venv) / "bin" / "python").exists():
-        out.append(Problem("error", "venv-missing", f"no venv at {venv} (no bin/python in it)",
-                           f"create it: python3 -m venv {venv} (then install torch), or fix workload.venv"))
-    elif _resolve(w.python) is None:
+    if _resolve(w.python) is None:  # workload.venv is its bin/python: the loader checked it was there
         out.append(Problem("error", "python-missing", f"interpreter not found: {w.python}",
                            "fix workload.python (a path or a name on PATH) or use workload.venv"))
-    script = getattr(w, "script_path", None)
-    if not w.module and script and not Path(script).is_file():
-        out.append(Problem("error", "script-missing", f"rank script not found: {script}",
+    if not w.module and w.script_path and not Path(w.script_path).is_file():
+        out.append(Problem("error", "script-missing", f"rank script not found: {w.script_path}",
                            "fix workload.script (relative to the profile's folder) or workload.builtin"))
     return out
 
 
-def _mirage(profile) -> list[Problem]:
-    out = []
-    try:
-        opts = mirage.options(profile)
-    except ValueError as e:
-        return [Problem("error", "mirage-options", str(e), "set mirage.inner to torchrun or env")]
-    out += _mirage_binary(profile, opts)
+def _mirage(profile: Profile) -> list[Problem]:
+    opts = profile.mirage
+    out = _mirage_binary(profile, opts)
     per_node = profile.nproc
     if per_node > opts.gpus_per_node:
         out.append(Problem(
@@ -116,8 +108,8 @@ def _mirage(profile) -> list[Problem]:
             "GPU memory and ranks SIGSEGV/SIGABRT at start-up",
             "drop --in-process (--set mirage.in_process=false) so the default daemon emulator is used"))
     world = opts.num_nodes * per_node
-    single_collective = getattr(profile.workload, "builtin", None) == "dist_smoke"  # the case known to work
-    if getattr(profile, "backend", None) == "nccl" and world > 1 and not single_collective:
+    single_collective = profile.workload.builtin == "dist_smoke"  # the case known to work
+    if profile.backend == "nccl" and world > 1 and not single_collective:
         out.append(Problem(
             "warning", "mirage-nccl-multi-gpu",
             f"backend nccl over {world} emulated GPUs: RCCL initialises and one collective completes, but DDP's "
@@ -134,7 +126,7 @@ def _mirage(profile) -> list[Problem]:
     return out
 
 
-def _mirage_binary(profile, opts: mirage.MirageOptions) -> list[Problem]:
+def _mirage_binary(profile: Profile, opts: MirageOptions) -> list[Problem]:
     out = []
     exe = opts.command[0]
     ws = Path(opts.workspace)
@@ -195,7 +187,7 @@ def probe_python(python: str, cwd: str | None = None) -> dict | None:
     return None
 
 
-def _venv_probe(profile, opts: mirage.MirageOptions) -> list[Problem]:
+def _venv_probe(profile: Profile, opts: MirageOptions) -> list[Problem]:
     python = mirage.interpreter(profile)
     if _resolve(python) is None:
         return []  # already an error of its own

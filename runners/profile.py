@@ -9,16 +9,18 @@ import shlex
 import shutil
 import stat
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+from .workloads import _faults
 
 RUNNERS = ("torchrun", "env", "xla", "mirage")
 BACKENDS = ("gloo", "nccl", "xla", "auto")
 DEVICES = ("cpu", "cuda", "xla", "auto")
 ON_STALL = ("wait", "dump", "stop")
-FAULT_KINDS = ("hang", "crash", "diverge", "slow")
-FAULT_SECONDS = {"hang": 3600.0, "slow": 0.2, "crash": 0.0, "diverge": 0.0}
+FAULT_KINDS = _faults.KINDS  # the rank side's table: the one place the kinds and their seconds are written
+FAULT_SECONDS = _faults.DEFAULT_SECONDS
 PJRT_DEVICES = ("CPU", "TPU", "CUDA")
 MIRAGE_INNER = ("torchrun", "env")
 WORKLOAD_KINDS = ("builtin", "script", "module", "command")
@@ -90,10 +92,8 @@ class Fault:
     seconds: float = 0.0
 
     def spec(self) -> str:
-        """The DDP_FAULT value: kind:rank:step:seconds."""
-        s = self.seconds
-        secs = str(int(s)) if float(s).is_integer() else repr(float(s))
-        return f"{self.kind}:{self.rank}:{self.step}:{secs}"
+        """The DDP_FAULT value: kind:rank:step:seconds, as the ranks' _faults.parse reads it."""
+        return _faults.spec(self.kind, self.rank, self.step, self.seconds)
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,13 @@ class MirageOptions:
     num_nodes: int = 1
     in_process: bool = False
     require_rocm: bool = True  # preflight checks the venv for the ROCm SDK (stand-ins for tests set false)
-    env: dict[str, str] = field(default_factory=dict)
-    inner: str = "torchrun"
+    env: dict[str, str] = field(default_factory=dict)  # passed as --env K=V
+    inner: str = "torchrun"  # what mirage runs: torchrun, or the rank program itself (env)
+
+    @property
+    def via_cargo(self) -> bool:
+        """mirage run from its workspace build (`cargo run ... --`), not an installed binary."""
+        return bool(self.command) and os.path.basename(self.command[0]) == "cargo"
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,12 @@ class Profile:
                 out["DDP_FAULT"] = self.fault.spec()
         out.update(self.env)
         return out
+
+
+def default(name: str, of: type = Profile) -> Any:
+    """The default a field of Profile (or of another of these dataclasses) declares: the one place it is written."""
+    f = next(f for f in fields(of) if f.name == name)
+    return f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
 
 
 # ---------------------------------------------------------------- located tree
@@ -450,8 +461,8 @@ def _suggest(word: str, choices: Sequence[str], cutoff: float = 0.6) -> str:
 class _Fields:
     """One mapping under validation: rejects unknown keys, hands out typed values located at their node."""
 
-    def __init__(self, node: _Node | None, path: str, allowed: Sequence[str], where: _Loc):
-        self.path = path
+    def __init__(self, node: _Node | None, path: str, allowed: Sequence[str], where: _Loc, of: type | None = None):
+        self.path, self.of = path, of  # of: the dataclass whose field defaults typed() applies
         if node is None or (node.kind == "scalar" and node.value is None):
             self.items: dict[str, tuple[_Loc, _Node]] = {}
             self.loc = node.loc if node is not None else where
@@ -476,6 +487,11 @@ class _Fields:
     def get(self, name: str, default: Any, check: Callable[[_Node, str], Any]) -> Any:
         node = self.node(name)
         return default if node is None else check(node, self.dotted(name))
+
+    def typed(self, name: str, check: Callable[[_Node, str], Any]) -> Any:
+        """The value given, else the default that the field of the same name in `of` declares."""
+        assert self.of is not None
+        return self.get(name, default(name, self.of), check)
 
 
 def _fail(node: _Node, field: str, expected: str) -> ProfileError:
@@ -664,7 +680,7 @@ _MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
 def _workload(node: _Node | None, root_loc: _Loc, base: Path) -> Workload:
     if node is None:
         raise root_loc.error("workload", "missing required field 'workload'", show_field=False)
-    f = _Fields(node, "workload", WORKLOAD_KEYS, root_loc)
+    f = _Fields(node, "workload", WORKLOAD_KEYS, root_loc, Workload)
     kinds = [k for k in f.items if k in WORKLOAD_KINDS]
     if len(kinds) != 1:
         got = "none" if not kinds else " and ".join(kinds)
@@ -694,56 +710,56 @@ def _workload(node: _Node | None, root_loc: _Loc, base: Path) -> Workload:
         values["module"] = mod
     else:
         values["command"] = _argv(nonempty=True)(vnode, field_name)
-    args = f.get("args", (), _argv(nonempty=False))
+    args = f.typed("args", _argv(nonempty=False))
     return Workload(args=args, python=_interpreter(f, base), **values)
 
 
 def _fault(node: _Node | None, where: _Loc, world: int, nproc: int, nnodes: int) -> Fault | None:
     if node is None or (node.kind == "scalar" and node.value is None):
         return None
-    f = _Fields(node, "fault", FAULT_KEYS, where)
+    f = _Fields(node, "fault", FAULT_KEYS, where, Fault)
     kind_node = f.node("kind")
     if kind_node is None:
         raise f.loc.error("fault.kind", f"missing, expected one of {', '.join(FAULT_KINDS)}")
     kind = _enum(FAULT_KINDS)(kind_node, "fault.kind")
-    rank = f.get("rank", 0, _int(0))
+    rank = f.typed("rank", _int(0))
     if rank >= world:
         rnode = f.node("rank")
         assert rnode is not None  # the default 0 is always < world
         raise rnode.loc.error("fault.rank", f"expected an integer in 0..{world - 1} (world size"
                                             f" {nproc}*{nnodes}), got {rank}")
-    return Fault(kind=kind, rank=rank, step=f.get("step", 0, _int(0)),
+    return Fault(kind=kind, rank=rank, step=f.typed("step", _int(0)),
                  seconds=f.get("seconds", FAULT_SECONDS[kind], _num(0, strict=False)))
 
 
 def _mirage(node: _Node | None, where: _Loc, base: Path, nproc: int, nnodes: int) -> MirageOptions:
-    f = _Fields(node, "mirage", MIRAGE_KEYS, where)
+    f = _Fields(node, "mirage", MIRAGE_KEYS, where, MirageOptions)
     ws = f.node("workspace")
     workspace = str(_path_value(ws, "mirage.workspace", base)) if ws is not None else str(base)
     return MirageOptions(
-        command=f.get("command", ("mirage",), _argv(nonempty=True)),
+        command=f.typed("command", _argv(nonempty=True)),
         workspace=workspace,
-        profile=f.get("profile", "mi350x", _str()),
+        profile=f.typed("profile", _str()),
         gpus_per_node=f.get("gpus_per_node", nproc, _int(1)),
         num_nodes=f.get("num_nodes", nnodes, _int(1)),
-        in_process=f.get("in_process", False, _bool),
-        env=f.get("env", {}, _env_map),
-        inner=f.get("inner", "torchrun", _enum(MIRAGE_INNER)),
-        require_rocm=f.get("require_rocm", True, _bool),
+        in_process=f.typed("in_process", _bool),
+        env=f.typed("env", _env_map),
+        inner=f.typed("inner", _enum(MIRAGE_INNER)),
+        require_rocm=f.typed("require_rocm", _bool),
     )
 
 
 def _xla(node: _Node | None, where: _Loc, base: Path, nproc: int) -> XlaOptions:
-    f = _Fields(node, "xla", XLA_KEYS, where)
+    f = _Fields(node, "xla", XLA_KEYS, where, XlaOptions)
     cache = f.node("cache_dir")
     cache_dir = None
     if cache is not None and _str(nullable=True)(cache, "xla.cache_dir") is not None:
         cache_dir = str(_path_value(cache, "xla.cache_dir", base))
     return XlaOptions(
-        pjrt_device=f.get("pjrt_device", "CPU", _enum(PJRT_DEVICES)),
+        pjrt_device=f.typed("pjrt_device", _enum(PJRT_DEVICES)),
         num_devices=f.get("num_devices", nproc, _int(1)),
-        async_client=f.get("async_client", False, _bool),
-        thread_pool_size=f.get("thread_pool_size", None, _int(1, nullable=True)),
+        async_client=f.typed("async_client", _bool),
+        thread_pool_size=f.typed("thread_pool_size", _int(1, nullable=True)),
         cache_dir=cache_dir,
     )
 
@@ -815,9 +831,9 @@ def unbindable(addr: str) -> str | None:
 
 
 def _check_rendezvous(f: _Fields, profile: Profile) -> None:
-    for name, default in (("master_port", "auto"), ("master_addr", "127.0.0.1")):
-        node, value = f.node(name), getattr(profile, name)
-        if node is None or value == default:
+    for name, value in (("master_port", profile.master_port), ("master_addr", profile.master_addr)):
+        node = f.node(name)
+        if node is None or value == default(name):
             continue
         problem = rendezvous_problem(name, profile.runner, bool(profile.workload.command))
         if problem is None and name == "master_addr":
@@ -827,10 +843,10 @@ def _check_rendezvous(f: _Fields, profile: Profile) -> None:
 
 
 def _build(root: _Node, source: str, base: Path, default_name: str) -> Profile:
-    f = _Fields(root, "", TOP_KEYS, root.loc)
-    nproc = f.get("nproc", 2, _int(1))
-    nnodes = f.get("nnodes", 1, _int(1))
-    max_world = f.get("max_world_size", None, _int(1, WORLD_CEILING, nullable=True))
+    f = _Fields(root, "", TOP_KEYS, root.loc, Profile)
+    nproc = f.typed("nproc", _int(1))
+    nnodes = f.typed("nnodes", _int(1))
+    max_world = f.typed("max_world_size", _int(1, WORLD_CEILING, nullable=True))
     limit = default_max_world_size() if max_world is None else max_world
     explicit = max_world is not None
     nproc_node, nnodes_node = f.node("nproc"), f.node("nnodes")
@@ -845,23 +861,23 @@ def _build(root: _Node, source: str, base: Path, default_name: str) -> Profile:
                  explicit)
     profile = Profile(
         name=f.get("name", default_name, _name),
-        description=f.get("description", "", _str()),
-        runner=f.get("runner", "torchrun", _enum(RUNNERS)),
+        description=f.typed("description", _str()),
+        runner=f.typed("runner", _enum(RUNNERS)),
         nproc=nproc,
         nnodes=nnodes,
         workload=_workload(f.node("workload"), root.loc, base),
-        env=f.get("env", {}, _env_map),
-        backend=f.get("backend", "auto", _enum(BACKENDS)),
-        device=f.get("device", "cpu", _enum(DEVICES)),
-        steps=f.get("steps", None, _int(1, nullable=True)),
-        seed=f.get("seed", 0, _int(0)),
-        stall_after=f.get("stall_after", "auto", _num(0, strict=True, auto=True)),
-        startup_grace=f.get("startup_grace", 60.0, _num(0, strict=True)),
-        on_stall=f.get("on_stall", "stop", _enum(ON_STALL)),
-        timeout=f.get("timeout", 0.0, _num(0, strict=False)),
-        master_addr=f.get("master_addr", "127.0.0.1", _str()),
-        master_port=f.get("master_port", "auto", _int(1, 65535, auto=True)),
-        replica_check=f.get("replica_check", True, _bool),
+        env=f.typed("env", _env_map),
+        backend=f.typed("backend", _enum(BACKENDS)),
+        device=f.typed("device", _enum(DEVICES)),
+        steps=f.typed("steps", _int(1, nullable=True)),
+        seed=f.typed("seed", _int(0)),
+        stall_after=f.typed("stall_after", _num(0, strict=True, auto=True)),
+        startup_grace=f.typed("startup_grace", _num(0, strict=True)),
+        on_stall=f.typed("on_stall", _enum(ON_STALL)),
+        timeout=f.typed("timeout", _num(0, strict=False)),
+        master_addr=f.typed("master_addr", _str()),
+        master_port=f.typed("master_port", _int(1, 65535, auto=True)),
+        replica_check=f.typed("replica_check", _bool),
         fault=_fault(f.node("fault"), root.loc, nproc * nnodes, nproc, nnodes),
         mirage=mirage,
         xla=xla,

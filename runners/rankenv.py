@@ -6,8 +6,9 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from .profile import Profile
+
 INJECT_DIR = Path(__file__).resolve().parent / "inject"
-WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
 # Set only so the injected code reaches the rank; the rank puts the user's values back (USER_ENV) before its
 # program runs, so what the rank starts inherits the user's environment. Keep in step with inject/ddptui_scope.py.
 PLUMBING = ("PYTHONPATH", "PYTHONUNBUFFERED")
@@ -27,7 +28,7 @@ def activation(wanted: Mapping[str, str], dashboard_pid: int | None = None) -> d
     }
 
 
-def base_env(profile, dashboard_pid: int | None = None, runner_env: Mapping[str, str] | None = None) -> dict[str, str]:
+def base_env(profile: Profile, dashboard_pid: int | None = None, runner_env: Mapping[str, str] | None = None) -> dict[str, str]:
     """What ddptui adds to the inherited environment of every process it starts for a profile.
 
     runner_env: the runner's own variables; the profile's env wins over them. A wrapped torchrun command gets
@@ -43,7 +44,7 @@ def base_env(profile, dashboard_pid: int | None = None, runner_env: Mapping[str,
     return env
 
 
-def workload_argv(profile) -> list[str]:
+def workload_argv(profile: Profile) -> list[str]:
     """The rank program as argv (interpreter first), for runners that start the ranks themselves."""
     w = profile.workload
     if w.command:
@@ -53,7 +54,7 @@ def workload_argv(profile) -> list[str]:
     return [w.python, "-u", w.script_path, *w.args]
 
 
-def workload_target(profile) -> list[str]:
+def workload_target(profile: Profile) -> list[str]:
     """The rank program as torchrun takes it after its own options (no interpreter)."""
     w = profile.workload
     if w.module:

@@ -6,10 +6,10 @@ import re
 from pathlib import Path
 
 from .plan import LaunchPlan, LogSource, ProcSpec
+from .profile import Profile, default
 from .rankenv import base_env, workload_target
 
 _OUTPUT_FLAGS = ("-r", "--redirects", "-t", "--tee", "--log-dir", "--log_dir")
-DEFAULT_MASTER_ADDR = "127.0.0.1"  # Profile.master_addr's default
 
 
 def launcher_prefix(python: str) -> list[str]:
@@ -25,12 +25,13 @@ def rank_sources(log_dir: Path, node: int, nproc: int) -> list[LogSource]:
     return out
 
 
-def _standalone(profile) -> bool:
+def _standalone(profile: Profile) -> bool:
     # --standalone binds a port of its own choosing on localhost: only right when the profile chose neither
-    return profile.nnodes == 1 and profile.master_port == "auto" and profile.master_addr == DEFAULT_MASTER_ADDR
+    return (profile.nnodes == 1 and profile.master_port == default("master_port")
+            and profile.master_addr == default("master_addr"))
 
 
-def rendezvous_args(profile, node: int, port: int) -> list[str]:
+def rendezvous_args(profile: Profile, node: int, port: int) -> list[str]:
     """torchrun's rendezvous flags for one agent: --standalone, or a static rendezvous at master_addr:port."""
     if _standalone(profile):
         return ["--standalone"]
@@ -38,7 +39,7 @@ def rendezvous_args(profile, node: int, port: int) -> list[str]:
             "--master-addr", profile.master_addr, "--master-port", str(port)]
 
 
-def plan(profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
+def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
     if profile.workload.command:
         return _adhoc_plan(profile, run_dir, dashboard_pid)
     env = base_env(profile, dashboard_pid)
@@ -72,7 +73,7 @@ def _nproc_from_argv(argv: list[str]) -> int | None:
     return None
 
 
-def _adhoc_plan(profile, run_dir: Path, dashboard_pid: int | None) -> LaunchPlan:
+def _adhoc_plan(profile: Profile, run_dir: Path, dashboard_pid: int | None) -> LaunchPlan:
     """Wrap a user's own torchrun command line, adding per-rank log files unless it already chose its own."""
     argv = list(profile.workload.command)
     if os.path.basename(argv[0]) == "torchrun":

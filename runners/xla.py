@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from .plan import LaunchPlan, ProcSpec
+from .profile import Profile
 from .rankenv import base_env, workload_argv
 
 # XLA's collectives abort the whole worker (SIGABRT) when a replica stays away: a warning after
@@ -14,7 +15,7 @@ XLA_ABORT_AFTER = 20.0
 _SHARED_CACHE_VARS = ("XLA_PERSISTENT_CACHE_PATH",)
 
 
-def xla_env(profile, run_dir: Path) -> dict[str, str]:
+def xla_env(profile: Profile, run_dir: Path) -> dict[str, str]:
     """The PJRT variables for a profile (the profile's own env still wins over them)."""
     x = profile.xla
     n = x.num_devices
@@ -39,7 +40,7 @@ def xla_env(profile, run_dir: Path) -> dict[str, str]:
     return env
 
 
-def _notes(profile, env: dict[str, str]) -> list[str]:
+def _notes(profile: Profile, env: dict[str, str]) -> list[str]:
     x, n = profile.xla, profile.xla.num_devices
     notes = []
     if x.pjrt_device == "CPU":
@@ -76,7 +77,7 @@ def _notes(profile, env: dict[str, str]) -> list[str]:
     return notes
 
 
-def plan(profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
+def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
     run_dir = Path(run_dir)
     xenv = xla_env(profile, run_dir)
     env = base_env(profile, dashboard_pid, runner_env=xenv)

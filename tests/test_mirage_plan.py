@@ -1,6 +1,7 @@
 """The mirage runner's plans against the tutorial's own command lines, for every shipped profile and override."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import mirage
+from ddptui.runners import profile as profile_mod
 from ddptui.runners.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -197,9 +199,26 @@ def test_workload_args_and_modules_reach_the_inner_command(tmp_path):
 
 @pytest.mark.timeout(20)
 def test_options_defaults_follow_the_profile():
-    o = mirage.options(load("mi350x-ddp", "nproc=3"))
+    o = load("mi350x-ddp", "nproc=3").mirage
     assert o.gpus_per_node == 3 and o.num_nodes == 1 and o.command == ("mirage",) and o.inner == "torchrun"
     assert o.require_rocm is True  # until the profile says otherwise, the venv must carry the ROCm SDK
-    o = mirage.options(load("mi350x-multinode"))
+    assert o.workspace == str(PROFILES) and not o.via_cargo
+    o = load("mi350x-multinode").mirage
     assert o.env == {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo"}
     assert o.num_nodes == 2 and o.gpus_per_node == 2 and o.inner == "env"
+
+
+@pytest.mark.timeout(20)
+def test_the_runner_takes_the_typed_profiles_mirage_options(tmp_path):
+    """One home: the plan is built from Profile.mirage as given, with no defaults or re-reading of its own."""
+    assert mirage.MirageOptions is profile_mod.MirageOptions
+    p = load("mi350x-ddp")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    opts = dataclasses.replace(p.mirage, command=("cargo", "run", "--"), profile="mi300x", gpus_per_node=4,
+                               env={"A": "1"}, workspace=str(ws))
+    assert opts.via_cargo
+    proc = mirage.plan(dataclasses.replace(p, mirage=opts), tmp_path / "run", 1).procs[0]
+    head = list(proc.argv)[:list(proc.argv).index("--", 3) + 1]
+    assert head == ["cargo", "run", "--", "run", "--profile", "mi300x", "--gpus-per-node", "4", "--env", "A=1", "--"]
+    assert proc.cwd == str(ws)

@@ -17,19 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"
 
 
-class View:
-    """The profile with some attributes replaced (the loader's dataclasses are frozen and have no require_rocm)."""
-
-    def __init__(self, base, **over):
-        self._base, self._over = base, over
-
-    def __getattr__(self, name):
-        return self._over[name] if name in self._over else getattr(self._base, name)
-
-
 def standin(profile):
-    """A profile run by the stand-in mirage: no ROCm SDK expected in the venv."""
-    return View(profile, mirage=View(profile.mirage, require_rocm=False))
+    """A profile run by the stand-in mirage: no ROCm SDK expected in the venv (the typed Profile, as the loader gives)."""
+    return dataclasses.replace(profile, mirage=dataclasses.replace(profile.mirage, require_rocm=False))
 
 
 def load(name: str, *overrides: str):

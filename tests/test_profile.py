@@ -1,6 +1,7 @@
 """Profile loader: exact one-line errors, defaults, overrides, lookup, ad-hoc profiles."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -49,6 +50,39 @@ def test_defaults_are_resolved(tmp_path):
     assert p.mirage.command == ("mirage",) and p.mirage.profile == "mi350x" and p.mirage.inner == "torchrun"
     assert p.xla.num_devices == 2 and p.xla.pjrt_device == "CPU" and p.xla.async_client is False
     assert p.source == str(path) and p.world_size == 2
+
+
+def test_the_loader_takes_every_default_from_the_dataclasses(tmp_path, monkeypatch):
+    """One home for a default: the field's declaration. A field left out resolves to what its dataclass declares."""
+    p = load_profile(write(tmp_path, BASE))
+    computed = {"name", "workload", "source", "mirage", "xla"}  # the file's name and folder, the sections below
+    for f in dataclasses.fields(prof.Profile):
+        if f.name not in computed:
+            assert getattr(p, f.name) == prof.default(f.name), f.name
+    follow = {"workspace", "gpus_per_node", "num_nodes", "num_devices"}  # the profile's folder, nproc, nnodes
+    for section, cls in ((p.mirage, prof.MirageOptions), (p.xla, prof.XlaOptions)):
+        for f in dataclasses.fields(cls):
+            if f.name not in follow:
+                assert getattr(section, f.name) == prof.default(f.name, cls), f.name
+    # and the loader reads them from there: change a declaration, the loaded profile follows
+    monkeypatch.setattr(prof.Profile.__dataclass_fields__["seed"], "default", 7)
+    monkeypatch.setattr(prof.MirageOptions.__dataclass_fields__["profile"], "default", "mi300x")
+    p = load_profile(write(tmp_path, BASE))
+    assert p.seed == 7 and p.mirage.profile == "mi300x"
+
+
+@pytest.mark.parametrize("kind", ["hang", "crash", "diverge", "slow"])
+def test_fault_kinds_seconds_and_format_live_in_the_rank_side_file(tmp_path, kind):
+    """_faults.py (run by the ranks, importing nothing of ddptui) holds the kinds, their seconds and DDP_FAULT's
+    format; the loader's values are its values, and what the loader exports is what the ranks read back."""
+    from ddptui.runners.workloads import _faults
+
+    assert prof.FAULT_KINDS is _faults.KINDS and prof.FAULT_SECONDS is _faults.DEFAULT_SECONDS
+    builtin = "workload: {builtin: ddp_mlp}\n"
+    p = load_profile(write(tmp_path, builtin + f"fault: {{kind: {kind}, rank: 1, step: 3}}\n"))
+    assert _faults.parse(p.rank_env()["DDP_FAULT"]) == _faults.Fault(kind, 1, 3, _faults.DEFAULT_SECONDS[kind])
+    p = load_profile(write(tmp_path, builtin + f"fault: {{kind: {kind}, seconds: 1.25}}\n"))
+    assert _faults.parse(p.fault.spec()) == _faults.Fault(kind, 0, 0, 1.25)
 
 
 def test_full_profile_round_trips_through_json(tmp_path):

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import xla
-from ddptui.runners.profile import load_profile
-from ddptui.runners.rankenv import INJECT_DIR, WORKLOADS_DIR
+from ddptui.runners.profile import WORKLOADS_DIR, load_profile
+from ddptui.runners.rankenv import INJECT_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"

@@ -1,4 +1,8 @@
-"""DDP_FAULT=kind:rank:step[:seconds] fault injection shared by the built-in workloads."""
+"""DDP_FAULT=kind:rank:step[:seconds] fault injection shared by the built-in workloads.
+
+The one home of the fault kinds, their default seconds and the DDP_FAULT format: the ranks run this file (under
+any interpreter, without ddptui installed, so it imports nothing of ddptui) and the profile loader reads it too.
+"""
 from __future__ import annotations
 
 import os
@@ -6,14 +10,22 @@ import sys
 import time
 from typing import Callable, NamedTuple
 
-KINDS = {"hang": 3600.0, "crash": None, "diverge": None, "slow": 0.2}
+# seconds: for hang how long to sleep, for slow the delay of every step; crash and diverge take none
+DEFAULT_SECONDS = {"hang": 3600.0, "crash": 0.0, "diverge": 0.0, "slow": 0.2}
+KINDS = tuple(DEFAULT_SECONDS)
 
 
 class Fault(NamedTuple):
     kind: str
     rank: int
     step: int
-    seconds: float | None
+    seconds: float
+
+
+def spec(kind: str, rank: int, step: int, seconds: float) -> str:
+    """The DDP_FAULT value that parse() reads back: kind:rank:step:seconds."""
+    secs = str(int(seconds)) if float(seconds).is_integer() else repr(float(seconds))
+    return f"{kind}:{rank}:{step}:{secs}"
 
 
 def parse(text: str) -> Fault:
@@ -24,7 +36,7 @@ def parse(text: str) -> Fault:
     rank, step = int(parts[1]), int(parts[2])
     if rank < 0 or step < 0:
         raise ValueError("rank and step must be >= 0")
-    seconds = KINDS[kind]
+    seconds = DEFAULT_SECONDS[kind]
     if len(parts) == 4 and parts[3].strip():
         seconds = float(parts[3])
         if not seconds >= 0:
