@@ -32,6 +32,8 @@ _DDP_SYNC = {
     "_check_global_requires_backward_grad_sync": "all_reduce of the sync flag (DDP)",
     "_match_all_reduce_for_bwd_pass": "all_reduce matching the backward pass (DDP join)",
 }
+DDP_FILE = "torch/nn/parallel/distributed.py"
+_DDP_UTILS = "torch/distributed/utils.py"  # DDP's helpers: _sync_module_states, _verify_param_shape_across_processes
 _XLA_OPS = {
     "all_reduce": "xm.all_reduce", "reduce_gradients": "gradient all-reduce (xm.reduce_gradients)",
     "optimizer_step": "gradient all-reduce in xm.optimizer_step", "rendezvous": "xm.rendezvous",
@@ -76,10 +78,6 @@ def _base(func: str) -> str:
     return func.rsplit(".", 1)[-1]  # py-spy gives qualified names ("Tensor.backward"), faulthandler plain ones
 
 
-def _is_user(f: Frame) -> bool:
-    return is_user_frame(f)
-
-
 def collective_frame(func: str, file: str) -> tuple[str, str] | None:
     """(category, detail) when this frame is inside a collective or an XLA op that waits for the peers, else None."""
     f = Frame(func, file or "", 0)
@@ -90,13 +88,21 @@ def collective_frame(func: str, file: str) -> tuple[str, str] | None:
         return "collective", name
     if _in(f, "torch/distributed/rendezvous.py") or (_in(f, "torch/distributed/") and "store" in name.lower()):
         return "collective", "rendezvous (waiting for the other ranks to join the store)"
-    if (_in(f, "torch/nn/parallel/distributed.py") or _in(f, "torch/distributed/utils.py")) and name in _DDP_SYNC:
+    if name in _DDP_SYNC and in_ddp(func, file):
         return "collective", _DDP_SYNC[name]
     if f.file.endswith("ddptui_xla.py") and name == "before":  # the injected turnstile (_Turnstile.before)
         return "xla", "ordinal-ordered sync (waits for its turn after the lower ordinals)"
     if _in(f, "torch_xla/") and _XLA_OPS.get(name):
         return "xla", _XLA_OPS[name]
     return None
+
+
+def in_ddp(func: str, file: str) -> bool:
+    """This frame is DistributedDataParallel's own machinery: its module (e.g. the bucket rebuild that waits in
+    _pre_forward before the second forward), or one of its sync helpers in torch.distributed.utils (the
+    constructor's parameter shape check and initial broadcast), which run outside the program's own collectives."""
+    f = Frame(func, file or "", 0)
+    return _in(f, DDP_FILE) or (_in(f, _DDP_UTILS) and _base(func) in _DDP_SYNC)
 
 
 def _in(f: Frame, part: str) -> bool:
@@ -127,17 +133,17 @@ def xla_thread_filter(ordinal: int) -> Callable[[ThreadStack], bool]:
 def _calls(frames: list[Frame], at: Frame) -> str | None:
     """What the user frame ``at`` is in a call to: the library frame right inside it, or the sleep it calls."""
     i = next((k for k, f in enumerate(frames) if f is at), None)
-    if i and not _is_user(frames[i - 1]):
+    if i and not is_user_frame(frames[i - 1]):
         return qualified(frames[i - 1])
     m = _SLEEP_CALL.search(at.code or "")  # a C function: no frame of its own, only the call in the code
     return m.group(1) if m else None
 
 
 def _where(cat: str, detail: str, frames: list[Frame], hit: Frame | None, thread: ThreadStack) -> Where:
-    at = hit if hit is not None and _is_user(hit) else next((f for f in frames if _is_user(f)), hit)
+    at = hit if hit is not None and is_user_frame(hit) else next((f for f in frames if is_user_frame(f)), hit)
     if at is None:
         return Where(cat, detail, thread=thread.name)
-    calls = _calls(frames, at) if _is_user(at) else None
+    calls = _calls(frames, at) if is_user_frame(at) else None
     return Where(cat, detail, _base(at.func), at.file, at.line, at.code, thread.name, calls)
 
 
@@ -150,7 +156,7 @@ def _worker_where(w: StackResult) -> dict[str, Any]:
     loop = next((i for i, f in enumerate(t.frames) if _base(f.func) == "_worker_loop" and _in(f, "torch/utils/data/")),
                 len(t.frames))
     inner = t.frames[:loop]  # the fetch: the dataset's __getitem__, the collate function, ...
-    at = next((f for f in inner if _is_user(f)), None)
+    at = next((f for f in inner if is_user_frame(f)), None)
     if at is None:
         return {**base, "busy": False}
     return {**base, "busy": True, "func": _base(at.func), "file": at.file, "line": at.line, "code": at.code,
@@ -191,7 +197,7 @@ def classify(threads: list[ThreadStack], thread_filter: Callable[[ThreadStack], 
     for i, f in enumerate(fr):
         # waiting on its workers; with the user's own code inside (num_workers=0: __getitem__ in this process)
         # the rank is in that code, classified below like any other
-        if _in(f, "torch/utils/data/") and not any(_is_user(g) for g in fr[:i]):
+        if _in(f, "torch/utils/data/") and not any(is_user_frame(g) for g in fr[:i]):
             return _dataloader(_where("dataloader", f"data loader ({_base(f.func)})", fr, f, t), workers or [])
     for f in fr:
         if _SLEEP_CODE.search(f.code or ""):

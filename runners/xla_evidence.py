@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
+from .hang_verdict import in_ddp  # which frames are DDP's own collectives: the frame classifier's knowledge
+
 # XLA (xla/service/rendezvous.cc) on a collective that not every participant joined, e.g.
 #   2026-12-03 07:49:21.190496: E external/xla/xla/service/rendezvous.cc:100] [id=0] This thread has been waiting for
 #   `all gather RendezvousKey{run_id=RunId: 0, global_devices=[0,1], num_local_participants=2, collective_op_kind=
@@ -24,11 +26,6 @@ _TERMINATED = re.compile(r"rendezvous\.cc:\d+\].*?Termination timeout for `?(?P<
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(\.\d+)?")
 _FIELD = re.compile(r"(\w+)=([^,}]*(?:\[[^\]]*\])?)")
 _ABORTED = "Fatal Python error: Aborted"
-# DDP's own collectives, run outside the program's step markers: the constructor's shape check and initial
-# broadcast (torch/distributed/utils.py), and the bucket rebuild before the second forward (DDP._pre_forward).
-DDP_INIT_FUNCS = ("_verify_param_shape_across_processes", "_verify_params_across_processes", "_sync_module_states",
-                  "_sync_params_and_buffers")
-DDP_FILE = "torch/nn/parallel/distributed.py"
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+ in (?P<func>\S+)')  # faulthandler's dump
 _LIB = ("/torch/", "/torch_xla/")
 
@@ -120,7 +117,7 @@ class Rendezvous:
             m = _FRAME.match(line) if self._thread_top else None
             if m is not None:
                 self._thread_top = False
-                if self.ddp_frame is None and is_ddp_collective(m.group("func"), m.group("file")):
+                if self.ddp_frame is None and in_ddp(m.group("func"), m.group("file")):
                     self.ddp_frame = m.group("func")
                 return None
         rl = parse_line(line)
@@ -227,11 +224,6 @@ def library_call(frames) -> tuple[str, str] | None:
     return None
 
 
-def is_ddp_collective(func: str, file: str) -> bool:
-    file = file.replace("\\", "/")
-    return func.rsplit(".", 1)[-1] in DDP_INIT_FUNCS or file.endswith(DDP_FILE)
-
-
 def stall_sentence(rdv: Rendezvous, base: str, culprits: tuple[int, ...], waiting: tuple[int, ...],
                    wheres: Mapping[int, object], calls: Mapping[int, tuple[str, str] | None], steps: Mapping[int, int | None],
                    ) -> tuple[str, tuple[int, ...], tuple[int, ...]]:
@@ -281,5 +273,5 @@ def ddp_collective(rdv: Rendezvous | None, calls: Mapping[int, tuple[str, str] |
         return False
     known = [c for c in calls.values() if c]
     if known:
-        return all(is_ddp_collective(*c) for c in known)
+        return all(in_ddp(*c) for c in known)
     return rdv is not None and rdv.ddp_frame is not None

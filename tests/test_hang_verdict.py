@@ -301,6 +301,24 @@ def test_collective_frame(func, file, expected):
     assert collective_frame(func, file) == expected
 
 
+@pytest.mark.parametrize("func,file", [
+    ("_verify_param_shape_across_processes", f"{SP}/torch/distributed/utils.py"),
+    ("_sync_module_states", f"{SP}/torch/distributed/utils.py"),
+    ("_sync_params_and_buffers", f"{SP}/torch/distributed/utils.py"),
+    ("DistributedDataParallel._distributed_broadcast_coalesced", f"{SP}/torch/nn/parallel/distributed.py"),
+    ("DistributedDataParallel._sync_buffers", f"{SP}/torch/nn/parallel/distributed.py"),
+    ("_check_global_requires_backward_grad_sync", f"{SP}/torch/nn/parallel/distributed.py"),
+])
+def test_every_ddp_sync_the_hang_verdict_names_is_ddps_own_collective_for_the_xla_evidence(func, file):
+    """One home for "is this frame DDP's own collective": the frame classifier's table, which the XLA evidence asks."""
+    from ddptui.runners import xla_evidence
+    from ddptui.runners.hang_verdict import in_ddp
+
+    assert collective_frame(func, file)[0] == "collective" and in_ddp(func, file)
+    assert xla_evidence.ddp_collective(None, {0: (func.rsplit(".", 1)[-1], file)})
+    assert not in_ddp(func, "/w/train.py") and collective_frame(func, "/w/train.py") is None
+
+
 def test_dataloader_with_an_unreadable_worker_says_so():
     unreadable = StackResult(0, 4322, "unavailable: py-spy timed out after 5s")
     w = classify(RANK_IN_LOADER, workers=[worker(4320, 0, IDLE_WORKER), unreadable])

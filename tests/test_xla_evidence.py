@@ -151,9 +151,11 @@ def test_stall_sentence_without_stacks():
 
 
 def test_ddp_collectives_are_told_from_others():
-    assert xe.is_ddp_collective("_verify_param_shape_across_processes", "/v/torch/distributed/utils.py")
-    assert xe.is_ddp_collective("DistributedDataParallel._pre_forward", "/v/torch/nn/parallel/distributed.py")
-    assert not xe.is_ddp_collective("all_reduce", "/v/torch_xla/core/xla_model.py")
+    ddp = {0: ("_verify_param_shape_across_processes", "/v/torch/distributed/utils.py")}
+    assert xe.ddp_collective(None, ddp)
+    assert xe.ddp_collective(None, {0: ("_pre_forward", "/v/torch/nn/parallel/distributed.py")})
+    assert not xe.ddp_collective(None, {0: ("all_reduce", "/v/torch_xla/core/xla_model.py")})
+    assert not xe.ddp_collective(None, {0: ("_sync_module_states", "/w/my_own_helpers.py")})  # the user's namesake
     # the bucket rebuild before the second forward, from a real abort dump
     rdv = xe.Rendezvous()
     now = time.time()
