@@ -286,6 +286,11 @@ def _wait_group(waiting: list[int], wheres: dict[int, Where]) -> str:
     return f"{ranks_text(waiting)} wait in collectives (" + ", ".join(f"{r}: {wheres[r].detail} at {wheres[r].at}" for r in waiting) + ")"
 
 
+def _readable(wheres: dict[int, Where]) -> dict[int, Where]:
+    """The ranks whose stacks say where they are (not a rank with no stack, nor one whose thread had no frame)."""
+    return {r: w for r, w in wheres.items() if w is not None and not (w.category == "unknown" and w.file is None)}
+
+
 def hang_sentence(wheres: dict[int, Where], steps: dict[int, int | None], stalled: Iterable[int],
                   since_wall: float) -> tuple[str, tuple[int, ...], tuple[int, ...]]:
     """One sentence a user can act on, plus (culprits, waiting). Ranks absent from ``stalled`` are progressing."""
@@ -293,7 +298,7 @@ def hang_sentence(wheres: dict[int, Where], steps: dict[int, int | None], stalle
     since = time.strftime("%H:%M:%S", time.localtime(since_wall))
     everyone = sorted(set(wheres) | set(steps) | set(stalled))
     progressing = [r for r in everyone if r not in stalled]
-    known = {r: w for r, w in wheres.items() if w is not None and not (w.category == "unknown" and w.file is None)}
+    known = _readable(wheres)
     blind = [r for r in stalled if r not in known]
     waiting = [r for r in stalled if r in known and known[r].category in WAITING]
     culprits = [r for r in stalled if r in known and known[r].category not in WAITING]
@@ -354,7 +359,7 @@ def slow_sentence(wheres: dict[int, Where], slowed: dict[int, str]) -> tuple[str
     ``slowed``: rank -> how its steps slowed ("rank 1's steps take 0.51 s, 170x its first 20 steps' 3.0 ms"). The
     ranks still step, so nothing is "stuck", and ranks caught inside collectives at one moment are no evidence of a
     lost peer or of mismatched collectives: the sample only says who was outside a collective, in its own work."""
-    known = {r: w for r, w in wheres.items() if w is not None and not (w.category == "unknown" and w.file is None)}
+    known = _readable(wheres)
     blind = sorted(r for r in set(wheres) | set(slowed) if r not in known)
     waiting = sorted(r for r, w in known.items() if w.category in WAITING)
     culprits = sorted(r for r, w in known.items() if w.category not in WAITING)

@@ -21,10 +21,7 @@ _STEP = re.compile(r"\b(?:step|iter(?:ation)?|it)\b\s*[:=#]?\s*(\d+)(?:\s*/\s*\d
 def split_prefix(line: str) -> tuple[int | None, str]:
     """Rank of a launcher-stream line from its tag or prefix, and the text without it."""
     if line.startswith(TAG):
-        head, _, text = line[len(TAG):].partition(" ")
-        if head.isdigit():
-            return int(head), text
-        return None, line
+        return untag(line)
     if line.startswith("["):
         m = _PREFIX.match(line)
         if m:

@@ -13,6 +13,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from . import torchrun_argv
 from .workloads import _faults
 
 RUNNERS = ("torchrun", "env", "xla", "mirage")
@@ -941,32 +942,17 @@ def load_profile(path: str | Path, overrides: Sequence[str] = ()) -> Profile:
     return _build(root, file, Path(os.path.abspath(p.parent)), p.stem)
 
 
-def _flag_int(command: Sequence[str], names: Sequence[str]) -> int | None:
-    """The value of a torchrun flag like --nproc_per_node 4 / --nproc-per-node=4, when it is an integer."""
-    for i, word in enumerate(command):
-        for name in names:
-            value = None
-            if word == name and i + 1 < len(command):
-                value = command[i + 1]
-            elif word.startswith(name + "="):
-                value = word[len(name) + 1:]
-            if value is not None and value.isdigit() and int(value) >= 1:
-                return int(value)
-    return None
-
-
 def adhoc_profile(command: Sequence[str], overrides: Sequence[str] = ()) -> Profile:
     """A profile for `ddptui -- CMD...`: the command runs as given, under torchrun when it is torchrun."""
     cmd = [str(c) for c in command]
     loc = _Loc(ADHOC_SOURCE)
     if not cmd:
         raise loc.error(None, "expected a command after --")
-    torchrun = os.path.basename(cmd[0]) == "torchrun" or any(
-        a == "-m" and b == "torch.distributed.run" for a, b in zip(cmd, cmd[1:]))
+    torchrun = torchrun_argv.launcher_end(cmd) is not None
     nproc = nnodes = 1
     if torchrun:
-        nproc = _flag_int(cmd, ("--nproc_per_node", "--nproc-per-node")) or 1
-        nnodes = _flag_int(cmd, ("--nnodes",)) or 1
+        nproc = torchrun_argv.nproc_per_node(cmd) or 1
+        nnodes = torchrun_argv.nnodes(cmd) or 1
 
     def scalar(v: Any) -> tuple[_Loc, _Node]:
         return loc, _Node("scalar", v, loc, str(v))

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from .plan import LaunchPlan, LogSource, ProcSpec
 from .profile import Profile, default
 from .rankenv import base_env, workload_target
+from .torchrun_argv import launcher_end, nproc_per_node
 
 _OUTPUT_FLAGS = ("-r", "--redirects", "-t", "--tee", "--log-dir", "--log_dir")
 
@@ -64,23 +64,13 @@ def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None =
     return LaunchPlan("torchrun", profile.world_size, tuple(procs), tuple(sources), tuple(notes))
 
 
-def _nproc_from_argv(argv: list[str]) -> int | None:
-    for i, a in enumerate(argv):
-        m = re.fullmatch(r"--nproc[-_]per[-_]node(?:=(.*))?", a)
-        if m:
-            val = m.group(1) if m.group(1) is not None else (argv[i + 1] if i + 1 < len(argv) else "")
-            return int(val) if val.isdigit() else None
-    return None
-
-
 def _adhoc_plan(profile: Profile, run_dir: Path, dashboard_pid: int | None) -> LaunchPlan:
     """Wrap a user's own torchrun command line, adding per-rank log files unless it already chose its own."""
     argv = list(profile.workload.command)
-    if os.path.basename(argv[0]) == "torchrun":
-        head = 1
-    else:
-        head = argv.index("torch.distributed.run") + 1
-    nproc = _nproc_from_argv(argv) or profile.nproc
+    head = launcher_end(argv)
+    if head is None:
+        raise ValueError(f"the torchrun runner wraps a torchrun command; {argv[0]!r} is not one (runner: env runs it)")
+    nproc = nproc_per_node(argv) or profile.nproc
     notes, sources = [], []
     log_dir = run_dir / "torchrun" / "node0"
     if not any(a.split("=")[0] in _OUTPUT_FLAGS for a in argv[head:]):

@@ -239,9 +239,13 @@ def test_malformed_fault_exits_4(workload):
 
 
 @pytest.mark.timeout(100)
-def test_missing_env_exits_4():
-    p = run_single("ddp_mlp", RANK="")
-    assert p.returncode == 4 and "RANK is not set" in p.stderr
+@pytest.mark.parametrize("workload", ["ddp_mlp", "dist_smoke"])
+@pytest.mark.parametrize("missing", ["RANK", "MASTER_PORT"])
+def test_missing_env_exits_4(workload, missing):
+    """Both built-ins read the launcher's variables through _rankio.launch_env: one line, exit 4."""
+    p = run_single(workload, **{missing: ""})
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    assert p.returncode == 4 and len(lines) == 1 and f"{missing} is not set" in lines[0], p.stderr
 
 
 @pytest.mark.timeout(10)

@@ -35,6 +35,18 @@ def env_int(name: str, default: int | None) -> int:
         fail(4, f"{name}={raw!r} is not an integer" if raw else f"{name} is not set (launch with torchrun)")
 
 
+def launch_env() -> tuple[int, int, int]:
+    """(RANK, WORLD_SIZE, LOCAL_RANK) as torchrun or any env:// launcher exports them, MASTER_ADDR/PORT checked;
+    anything missing ends the rank with exit 4 and one line saying what."""
+    rank = env_int("RANK", None)
+    world = env_int("WORLD_SIZE", None)
+    local = env_int("LOCAL_RANK", 0)
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        if not os.environ.get(name):
+            fail(4, f"{name} is not set (launch with torchrun, or export the env:// variables)")
+    return rank, world, local
+
+
 def exit_after_teardown(code: int) -> None:
     """End a rank whose work is done, reported and whose process group is destroyed, skipping C++ teardown.
 

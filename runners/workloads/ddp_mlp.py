@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 
 import _faults
-from _rankio import env_int, exit_after_teardown, fail, log
+from _rankio import env_int, exit_after_teardown, fail, launch_env, log
 
 try:
     import ddptui_report
@@ -46,12 +46,7 @@ def checksum(model) -> int:
 
 def main() -> int:
     """Exit code: 0 ok, 2 loss did not drop, 3 replicas differ, 4 bad environment."""
-    rank = env_int("RANK", None)
-    world = env_int("WORLD_SIZE", None)
-    env_int("LOCAL_RANK", 0)
-    for name in ("MASTER_ADDR", "MASTER_PORT"):
-        if not os.environ.get(name):
-            fail(4, f"{name} is not set (launch with torchrun, or export the env:// variables)")
+    rank, world, _ = launch_env()
     faults = _faults.Injector(_faults.from_env(rank), rank, log)
     steps = env_int("DDP_STEPS", 50)
     seed = env_int("DDP_SEED", 0)

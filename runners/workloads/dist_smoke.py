@@ -6,19 +6,14 @@ import sys
 
 import _faults
 import _rankio
-from _rankio import env_int, exit_after_teardown, fail, log
+from _rankio import env_int, exit_after_teardown, fail, launch_env, log
 
 _rankio.STAMP = True
 
 
 def main() -> int:
     """Exit code: 0 ok, 3 wrong all_reduce sum (a diverge fault), 4 bad environment."""
-    rank = env_int("RANK", None)
-    world = env_int("WORLD_SIZE", None)
-    local = env_int("LOCAL_RANK", 0)
-    for name in ("MASTER_ADDR", "MASTER_PORT"):
-        if not os.environ.get(name):
-            fail(4, f"{name} is not set (launch with torchrun, or export the env:// variables)")
+    rank, world, local = launch_env()
     faults = _faults.Injector(_faults.from_env(rank), rank, log)
     steps = env_int("DDP_STEPS", 5)
     log(f"start: world={world} local_rank={local} master={os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}")
