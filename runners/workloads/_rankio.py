@@ -47,6 +47,24 @@ def launch_env() -> tuple[int, int, int]:
     return rank, world, local
 
 
+def pick_device(torch) -> str:
+    """DDP_DEVICE (cpu, cuda, auto) against what torch has; exit 4 with one line when it cannot be had."""
+    want = os.environ.get("DDP_DEVICE", "auto").strip().lower() or "auto"
+    if want == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if want == "cuda" and not torch.cuda.is_available():
+        fail(4, "CUDA requested (DDP_DEVICE=cuda) but torch.cuda.is_available() is False")
+    if want not in ("cpu", "cuda"):
+        fail(4, f"DDP_DEVICE={want!r} is not supported here (cpu|cuda|auto)")
+    return want
+
+
+def pick_backend(device: str) -> str:
+    """DDP_BACKEND, auto: nccl on cuda, else gloo."""
+    b = os.environ.get("DDP_BACKEND", "auto").strip().lower() or "auto"
+    return ("nccl" if device == "cuda" else "gloo") if b == "auto" else b
+
+
 def exit_after_teardown(code: int) -> None:
     """End a rank whose work is done, reported and whose process group is destroyed, skipping C++ teardown.
 

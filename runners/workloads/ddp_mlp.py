@@ -2,34 +2,16 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
 from collections import Counter
 
 import _faults
-from _rankio import env_int, exit_after_teardown, fail, launch_env, log
+from _rankio import env_int, exit_after_teardown, fail, launch_env, log, pick_backend, pick_device
 
 try:
     import ddptui_report
 except ImportError:
     ddptui_report = None
-
-
-
-def pick_device(torch) -> str:
-    want = os.environ.get("DDP_DEVICE", "auto").strip().lower() or "auto"
-    if want == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if want == "cuda" and not torch.cuda.is_available():
-        fail(4, "CUDA requested (DDP_DEVICE=cuda) but torch.cuda.is_available() is False")
-    if want not in ("cpu", "cuda"):
-        fail(4, f"DDP_DEVICE={want!r} is not supported here (cpu|cuda|auto)")
-    return want
-
-
-def pick_backend(device: str) -> str:
-    b = os.environ.get("DDP_BACKEND", "auto").strip().lower() or "auto"
-    return ("nccl" if device == "cuda" else "gloo") if b == "auto" else b
 
 
 def checksum(model) -> int:

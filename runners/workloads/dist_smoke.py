@@ -6,7 +6,7 @@ import sys
 
 import _faults
 import _rankio
-from _rankio import env_int, exit_after_teardown, fail, launch_env, log
+from _rankio import env_int, exit_after_teardown, fail, launch_env, log, pick_backend, pick_device
 
 _rankio.STAMP = True
 
@@ -23,13 +23,7 @@ def main() -> int:
     except ImportError as e:
         fail(4, f"cannot import torch: {e}")
 
-    want = os.environ.get("DDP_DEVICE", "auto").strip().lower() or "auto"
-    if want == "auto":
-        want = "cuda" if torch.cuda.is_available() else "cpu"
-    if want == "cuda" and not torch.cuda.is_available():
-        fail(4, "CUDA requested (DDP_DEVICE=cuda) but torch.cuda.is_available() is False")
-    if want not in ("cpu", "cuda"):
-        fail(4, f"DDP_DEVICE={want!r} is not supported here (cpu|cuda|auto)")
+    want = pick_device(torch)
     if want == "cuda":
         torch.cuda.set_device(rank % torch.cuda.device_count())
         dev = torch.device("cuda", torch.cuda.current_device())
@@ -37,8 +31,7 @@ def main() -> int:
     else:
         dev = torch.device("cpu")
         log("current device = cpu")
-    backend = os.environ.get("DDP_BACKEND", "auto").strip().lower() or "auto"
-    backend = ("nccl" if want == "cuda" else "gloo") if backend == "auto" else backend
+    backend = pick_backend(want)
     log(f"init_process_group(backend={backend}) ...")
     dist.init_process_group(backend=backend, rank=rank, world_size=world)
     log("init_process_group done")
