@@ -6,13 +6,12 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+# PLUMBING: set only so the injected code reaches the rank; the rank puts the user's values back (USER_ENV) before
+# its program runs, so what the rank starts inherits the user's environment. The rank side's names are the only copy.
+from .inject.ddptui_scope import PLUMBING, USER_ENV
 from .profile import Profile
 
 INJECT_DIR = Path(__file__).resolve().parent / "inject"
-# Set only so the injected code reaches the rank; the rank puts the user's values back (USER_ENV) before its
-# program runs, so what the rank starts inherits the user's environment. Keep in step with inject/ddptui_scope.py.
-PLUMBING = ("PYTHONPATH", "PYTHONUNBUFFERED")
-USER_ENV = "DDPTUI_USER_ENV"
 
 
 def activation(wanted: Mapping[str, str], dashboard_pid: int | None = None) -> dict[str, str]:
