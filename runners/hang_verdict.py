@@ -90,7 +90,7 @@ def collective_frame(func: str, file: str) -> tuple[str, str] | None:
         return "collective", "rendezvous (waiting for the other ranks to join the store)"
     if name in _DDP_SYNC and in_ddp(func, file):
         return "collective", _DDP_SYNC[name]
-    if f.file.endswith("ddptui_xla.py") and name == "before":  # the injected turnstile (_Turnstile.before)
+    if f.file.endswith("ddptui_turnstile.py") and name == "before":  # the ordinal turnstile (Turnstile.before)
         return "xla", "ordinal-ordered sync (waits for its turn after the lower ordinals)"
     if _in(f, "torch_xla/") and _XLA_OPS.get(name):
         return "xla", _XLA_OPS[name]

@@ -60,7 +60,7 @@ CASES = [
      "xla", "graph execution (torch_xla.sync)", 21),
     ("xla turnstile", th([("Condition.wait", f"{LIB}/threading.py", 320, "waiter.acquire()"),
                           ("Condition.wait_for", f"{LIB}/threading.py", 360, ""),
-                          ("_Turnstile.before", "/work/main/runners/inject/ddptui_xla.py", 163, ""), user(22, "", "_mp_fn")]),
+                          ("Turnstile.before", "/work/main/runners/inject/ddptui_turnstile.py", 27, ""), user(22, "", "_mp_fn")]),
      "xla", "ordinal-ordered sync (waits for its turn after the lower ordinals)", 22),
     ("time.sleep", th([("culprit", USER, 88, "time.sleep(600)"), user(40, "culprit()")]), "sleep", "time.sleep", 88),
     ("dataloader worker wait", th([("Connection._recv", f"{LIB}/multiprocessing/connection.py", 395, ""),

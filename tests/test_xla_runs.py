@@ -229,3 +229,44 @@ def test_reference_pattern1_unseeded_replicas_differed_from_the_first_step(runs_
     assert "fix: xm.broadcast_master_param(model) after building it, or torch.manual_seed(S) before" in rv.text
     assert [h.code for h in rec.of(ev.HintRaised) if h.code.startswith("replicas-")] == ["replicas-differ-from-start-xla"]
     assert code == 4
+
+
+# ---- one digest spelling: replica verdicts compare parameter names, whichever path reported them
+
+def _raw_reports(path: Path, kind: str) -> dict[int, dict]:
+    lines = [ln.split(" ", 1)[1] for ln in path.read_text().splitlines() if ln.startswith(f'@ddptui {{"k":"{kind}"')]
+    return {d["r"]: d for d in map(json.loads, lines)}
+
+
+@pytest.mark.timeout(400)
+def test_xla_and_ddp_paths_digest_the_same_model_alike(runs_dir):
+    import sys
+
+    from ddptui.runners.profile import adhoc_profile
+    from ddptui.runners.session import Session
+
+    from .engine_helpers import Recorder
+
+    code, rec, xla = _adhoc("xla_seeded_model_one_step.py", runs_dir, "startup_grace=300")
+    assert code == 0, [e.to_json() for e in rec.events if not isinstance(e, (ev.LogLines, ev.Progress))][-6:]
+    ddp_rec = Recorder()
+    ddp = Session(adhoc_profile([sys.executable, str(FIXTURES / "ddp_seeded_model_one_step.py")],
+                                ["runner=env", "nproc=2"]), runs_dir, emit=ddp_rec)
+    assert ddp.run() == 0
+    x_first, x_end = (_raw_reports(xla.run_dir / "raw" / "xla.out", k) for k in ("first_digest", "digest"))
+    d_first = {**_raw_reports(ddp.run_dir / "raw" / "rank0.out", "first_digest"),
+               **_raw_reports(ddp.run_dir / "raw" / "rank1.out", "first_digest")}
+    d_end = {**_raw_reports(ddp.run_dir / "raw" / "rank0.out", "digest"),
+             **_raw_reports(ddp.run_dir / "raw" / "rank1.out", "digest")}
+    assert set(x_first) == set(x_end) == set(d_first) == set(d_end) == {0, 1}
+    assert {d["source"] for d in x_end.values()} == {"xla"} and {d["source"] for d in d_end.values()} == {"ddp"}
+    for r in (0, 1):
+        # the same seeded weights before the first update: same names, bytes, shapes and dtype spelling
+        assert x_first[r]["params"] == d_first[r]["params"], (x_first[r], d_first[r])
+        # after the update (XLA and eager CPU may round differently): same names, shapes and dtypes
+        assert [p[:1] + p[2:] for p in x_end[r]["params"]] == [p[:1] + p[2:] for p in d_end[r]["params"]]
+    assert [p[0] for p in d_end[0]["params"]] == ["0.weight", "0.bias", "2.weight", "2.bias"]  # DDP's `module.` stripped
+    assert d_end[0]["params"][0][2:] == [[16, 8], "torch.float32"]
+    for r in (rec, ddp_rec):
+        rv = r.one(ev.ReplicaVerdict)
+        assert rv.status == "identical" and rv.params == ("0.weight", "0.bias", "2.weight", "2.bias")

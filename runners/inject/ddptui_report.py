@@ -271,15 +271,20 @@ def _raw_bytes(t: Any) -> bytes:
     return ctypes.string_at(t.data_ptr(), n) if n else b""
 
 
+def digest_entry(name: str, p: Any) -> list[Any]:
+    """[name, blake2b-16 hex, shape, dtype] of one parameter: the one spelling every path reports (DDP, XLA, first step).
+
+    DDP's `module.` prefix is stripped (ranks compare names whether or not they wrapped the model); the dtype is
+    str(tensor.dtype), e.g. "torch.float32".
+    """
+    if name.startswith("module."):
+        name = name[len("module."):]
+    return [name, hashlib.blake2b(_raw_bytes(p), digest_size=16).hexdigest(), list(p.shape), str(p.dtype)]
+
+
 def param_digests(model: Any) -> list[list[Any]]:
-    """[[name, blake2b-16 hex, shape, dtype], ...] in named_parameters() order, DDP's `module.` stripped."""
-    out = []
-    for name, p in model.named_parameters():
-        if name.startswith("module."):
-            name = name[len("module."):]
-        h = hashlib.blake2b(_raw_bytes(p), digest_size=16).hexdigest()
-        out.append([name, h, list(p.shape), str(p.dtype)])
-    return out
+    """[[name, blake2b-16 hex, shape, dtype], ...] in named_parameters() order (see digest_entry)."""
+    return [digest_entry(name, p) for name, p in model.named_parameters()]
 
 
 def digests(model: Any, source: str = "explicit", r: int | None = None) -> None:
@@ -353,11 +358,7 @@ def first_step_digests(optimizer: Any, r: int | None = None) -> None:
                  for i, p in enumerate(g["params"])]
     if first_step_readable is not None and not first_step_readable([p for _, p in named]):
         return  # reading them would run the program's pending graph outside its own step: leave it alone
-    out = []
-    for name, p in named:
-        if name.startswith("module."):
-            name = name[len("module."):]
-        out.append([name, hashlib.blake2b(_raw_bytes(p), digest_size=16).hexdigest(), list(p.shape), str(p.dtype)])
+    out = [digest_entry(name, p) for name, p in named]
     # its own kind: readers of `digest` reports (the end-of-run weights) never mistake it for those
     emit("first_digest", source=source, params=out, **({} if r is None else {"r": r}))
 

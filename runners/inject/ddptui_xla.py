@@ -12,20 +12,22 @@ torch_xla.launch runs every replica as a thread of one worker process sharing on
 - when the replica returns, the parameters of the first module it moved to the XLA device are digested
   (source ``xla``), unless the workload already called ``digests()``;
 - with DDPTUI_XLA_TURNSTILE=1 (the xla runner sets it for PJRT CPU with more than one device) every
-  step marker (torch_xla.sync, xm.mark_step, torch_xla.step, MpDeviceLoader) runs in ordinal order, so
+  step marker (torch_xla.sync, xm.mark_step, torch_xla.step, MpDeviceLoader) runs in ordinal order
+  (ddptui_turnstile), so
   replica N reuses the executable replica N-1 compiled instead of compiling a twin whose collectives
   wait on a different rendezvous key (the deadlock in docs/xla.md). Unmodified scripts work with it.
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.abc
-import json
 import os
 import socket
 import sys
 import threading
 import traceback
+
+import ddptui_postimport
+import ddptui_report
+from ddptui_turnstile import Turnstile
 
 _HOOKED_MODULE = "torch_xla._internal.pjrt"
 _local = threading.local()
@@ -38,42 +40,14 @@ def ordinal() -> int | None:
     return getattr(_local, "ordinal", None)
 
 
-# ---------------------------------------------------------------- reports
-
-
-def _emit(kind: str, **fields) -> None:
-    """One ``@ddptui`` report line from this replica (through ddptui_report when it is there)."""
-    rep = sys.modules.get("ddptui_report")
-    if rep is not None and hasattr(rep, "emit"):
-        try:
-            rep.emit(kind, **fields)
-            return
-        except Exception:
-            pass
-    rec = {"k": kind, "r": ordinal(), **fields}
-    sys.stdout.write("@ddptui " + json.dumps(rec, separators=(",", ":"), default=str) + "\n")
-    sys.stdout.flush()
-
-
-def param_digests(model) -> list[list]:
-    """[[name, blake2b hex, shape, dtype], ...] of the parameters moved to host, in named_parameters() order."""
-    out = []
-    for name, p in model.named_parameters():
-        t = p.detach().cpu().contiguous()
-        raw = t.reshape(-1).view(__import__("torch").uint8).numpy().tobytes()
-        out.append([name, hashlib.blake2b(raw, digest_size=16).hexdigest(), list(t.shape),
-                    str(t.dtype).replace("torch.", "")])
-    return out
+# ---------------------------------------------------------------- reports (their "r" is the ordinal: install() sets
+# ddptui_report's rank resolver)
 
 
 def digests(model) -> None:
     """Report this replica's parameter digests (source "xla"); the automatic end-of-replica report is then skipped."""
     _local.digested = True
-    rep = sys.modules.get("ddptui_report")
-    if rep is not None and hasattr(rep, "digests"):
-        rep.digests(model, source="xla")
-    else:
-        _emit("digest", source="xla", params=param_digests(model))
+    ddptui_report.digests(model, source="xla")
 
 
 def report_exception(exc: BaseException) -> None:
@@ -89,7 +63,7 @@ def report_exception(exc: BaseException) -> None:
     where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
     sys.stderr.write("".join(tb))
     sys.stderr.flush()
-    _emit("exc", type=type(exc).__name__, msg=str(exc), where=where, tb=[s.rstrip("\n") for s in tb])
+    ddptui_report.emit("exc", type=type(exc).__name__, msg=str(exc), where=where, tb=[s.rstrip("\n") for s in tb])
 
 
 # ---------------------------------------------------------------- binding a thread to its ordinal
@@ -110,8 +84,8 @@ def bind(index: int) -> None:
     except Exception:
         pass
     if world and world > 1 and os.environ.get("DDPTUI_XLA_TURNSTILE") == "1":
-        _TURNSTILE.enable(world)
-    _emit("hello", world=world, local=index, pid=os.getpid(), host=socket.gethostname())
+        _ORDER.enable(world)
+    ddptui_report.emit("hello", world=world, local=index, pid=os.getpid(), host=socket.gethostname())
 
 
 def unbind() -> None:
@@ -119,7 +93,7 @@ def unbind() -> None:
     n = ordinal()
     if n is None:
         return
-    _TURNSTILE.finish(n)
+    _ORDER.turnstile.leave(n)
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, _TaggedStream):
             stream.flush_partial()
@@ -129,48 +103,31 @@ def unbind() -> None:
 # ---------------------------------------------------------------- ordered step markers
 
 
-class _Turnstile:
-    """Replica N's k-th step marker waits until replica N-1 finished its k-th (or finished altogether)."""
+class _StepOrder:
+    """Which replicas take their step markers through the turnstile: ordinals below `world`, once enabled."""
 
     def __init__(self):
-        self.cond = threading.Condition()
+        self.turnstile = Turnstile()
         self.world = 0
-        self.done: list[int] = []
-        self.gone: set[int] = set()
+        self.lock = threading.Lock()
 
     def enable(self, world: int) -> None:
-        with self.cond:
+        with self.lock:
             if self.world == 0:
                 self.world = world
-                self.done = [0] * world
                 _patch_step_marker()
 
     @property
     def active(self) -> bool:
         return self.world > 1
 
-    def before(self, n: int) -> None:
-        with self.cond:
-            # Every lower ordinal (not only N-1) is checked: one that is gone no longer blocks N.
-            self.cond.wait_for(lambda: all(self.done[j] > self.done[n] or j in self.gone for j in range(n)))
 
-    def after(self, n: int) -> None:
-        with self.cond:
-            self.done[n] += 1
-            self.cond.notify_all()
-
-    def finish(self, n: int) -> None:
-        with self.cond:
-            self.gone.add(n)
-            self.cond.notify_all()
-
-
-_TURNSTILE = _Turnstile()
+_ORDER = _StepOrder()
 
 
 def turnstile_active() -> bool:
     """True when every step marker is already ordered here (the built-in workloads then skip their own)."""
-    return _TURNSTILE.active
+    return _ORDER.active
 
 
 def _patch_step_marker() -> None:
@@ -183,13 +140,13 @@ def _patch_step_marker() -> None:
 
     def _xla_step_marker(*args, **kwargs):
         n = ordinal()
-        if n is None or n >= _TURNSTILE.world:
+        if n is None or n >= _ORDER.world:
             return orig(*args, **kwargs)
-        _TURNSTILE.before(n)
+        _ORDER.turnstile.before(n)
         try:
             return orig(*args, **kwargs)
         finally:
-            _TURNSTILE.after(n)
+            _ORDER.turnstile.after(n)
 
     _xla_step_marker._ddptui = True
     xlac._xla_step_marker = _xla_step_marker
@@ -206,9 +163,7 @@ def _remember_module(module, device) -> None:
         mods = _local.modules = []
     mods.append(module)
     if len(mods) == 1:
-        rep = sys.modules.get("ddptui_report")
-        if rep is not None and hasattr(rep, "remember_model"):
-            rep.remember_model(module, "xla")  # names its first-step digest
+        ddptui_report.remember_model(module, "xla")  # names its first-step digest
 
 
 def device_data_only(params) -> bool:
@@ -249,8 +204,7 @@ def _auto_digests() -> None:
     mods = getattr(_local, "modules", None) or []
     if getattr(_local, "digested", False) or not mods:
         return
-    rep = sys.modules.get("ddptui_report")
-    if rep is not None and hasattr(rep, "was_reported") and rep.was_reported(mods[0]):
+    if ddptui_report.was_reported(mods[0]):
         return  # already reported (e.g. by the DDP wrapper's digest)
     model = mods[0]  # the first module moved to XLA in this replica: `model = Net().to('xla')`
     try:
@@ -288,34 +242,6 @@ def _patch_pjrt(mod) -> None:
     __call__._ddptui = True
     cls.__call__ = __call__
     _patch_module_to()
-
-
-class _PostImportLoader(importlib.abc.Loader):
-    def __init__(self, loader):
-        self.loader = loader
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        self.loader.exec_module(module)
-        _patch_pjrt(module)
-
-
-class _PostImportFinder(importlib.abc.MetaPathFinder):
-    """Patches torch_xla._internal.pjrt right after it is imported (never imports torch_xla itself)."""
-
-    def find_spec(self, name, path, target=None):
-        if name != _HOOKED_MODULE:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None and spec.loader is not None:
-                spec.loader = _PostImportLoader(spec.loader)
-                return spec
-        return None
 
 
 # ---------------------------------------------------------------- tagged output
@@ -374,17 +300,9 @@ def install() -> None:
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, _TaggedStream):
             setattr(sys, name, _TaggedStream(stream))
-    try:
-        import ddptui_report as rep  # its reports then carry the thread's ordinal as "r"
-    except Exception:
-        rep = None
-    if rep is not None and hasattr(rep, "set_rank_resolver"):
-        rep.set_rank_resolver(ordinal)
-        rep.first_step_readable = device_data_only
-    if _HOOKED_MODULE in sys.modules:
-        _patch_pjrt(sys.modules[_HOOKED_MODULE])
-    else:
-        sys.meta_path.insert(0, _PostImportFinder())
+    ddptui_report.set_rank_resolver(ordinal)  # its reports then carry the thread's ordinal as "r"
+    ddptui_report.first_step_readable = device_data_only
+    ddptui_postimport.when_imported(_HOOKED_MODULE, _patch_pjrt)  # never imports torch_xla itself
 
 
 if os.environ.get("DDPTUI_XLA") == "1":

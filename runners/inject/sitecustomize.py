@@ -132,61 +132,6 @@ def _patch_ddp(mod) -> None:
 _PATCHES = {"torch.optim.optimizer": _patch_optimizer, "torch.nn.parallel.distributed": _patch_ddp}
 
 
-class _Loader:
-    """Delegates to the real loader; after the module ran, applies our patch and puts the real loader back."""
-
-    def __init__(self, real, patch):
-        self._real, self._patch = real, patch
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-
-    def create_module(self, spec):
-        return self._real.create_module(spec)
-
-    def exec_module(self, module):
-        try:
-            spec = module.__spec__
-            spec.loader = self._real
-            module.__loader__ = self._real
-        except Exception:
-            pass
-        self._real.exec_module(module)
-        try:
-            self._patch(module)
-        except Exception:
-            pass
-
-
-class _PostImportFinder:
-    """A sys.meta_path entry that only wraps the loaders of the modules in _PATCHES, then removes itself."""
-
-    def __init__(self):
-        self.pending = dict(_PATCHES)
-
-    def find_spec(self, name, path=None, target=None):
-        patch = self.pending.get(name)
-        if patch is None:
-            return None
-        try:
-            del self.pending[name]
-            if not self.pending and self in sys.meta_path:
-                sys.meta_path.remove(self)
-            for finder in sys.meta_path:
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(name, path, target)
-                if spec is not None:
-                    break
-            else:
-                return None
-            if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                spec.loader = _Loader(spec.loader, patch)
-            return spec
-        except Exception:
-            return None
-
-
 def _excepthooks() -> None:
     import threading
 
@@ -282,16 +227,13 @@ def _install() -> None:
     except Exception:
         pass
     try:
-        finder = _PostImportFinder()
+        import ddptui_postimport
+
+        patches = dict(_PATCHES)
         if "DDPTUI_XLA" in _given:
-            finder.pending["torch_xla._internal.pjrt"] = _patch_xla_launch
-        for name, patch in list(finder.pending.items()):
-            if name in sys.modules:  # imported before us (unusual): patch in place
-                del finder.pending[name]
-                patch(sys.modules[name])
-        if finder.pending:
-            sys.meta_path.insert(0, finder)
-            _undo.append(lambda: finder in sys.meta_path and sys.meta_path.remove(finder))
+            patches["torch_xla._internal.pjrt"] = _patch_xla_launch
+        for name, patch in patches.items():
+            _undo.append(ddptui_postimport.when_imported(name, patch))  # undo: no patch in a non-rank fork child
     except Exception:
         pass
 

@@ -23,6 +23,20 @@ except ImportError:
     ddptui_report = None
 
 
+def _load_turnstile():
+    """ddptui_turnstile: on the ranks' PYTHONPATH under ddptui; outside it, from the inject folder beside this one."""
+    try:
+        import ddptui_turnstile
+        return ddptui_turnstile
+    except ImportError:
+        import importlib.util
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "inject", "ddptui_turnstile.py")
+        spec = importlib.util.spec_from_file_location("ddptui_turnstile", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+
 class SimpleModel(nn.Module):
     def __init__(self, dim=512):
         super().__init__()
@@ -49,37 +63,8 @@ def thread_replicas() -> bool:
     return xr.device_type() == "CPU" and xr.world_size() > 1
 
 
-class Turnstile:
-    """Replica N's k-th sync starts after every lower replica finished its k-th (or left).
-
-    Why: replicas that miss the compile cache at the same moment compile twin executables whose
-    collectives wait on different rendezvous keys, and the all-reduce deadlocks. In ordinal order,
-    replica N reuses what replica 0 compiled.
-    """
-
-    def __init__(self):
-        self.cond = threading.Condition()
-        self.done: dict[int, int] = {}
-        self.gone: set[int] = set()
-
-    def sync(self, n: int) -> None:
-        with self.cond:
-            self.done.setdefault(n, 0)
-            self.cond.wait_for(lambda: all(self.done.get(j, 0) > self.done[n] or j in self.gone for j in range(n)))
-        try:
-            torch_xla.sync()
-        finally:
-            with self.cond:
-                self.done[n] += 1
-                self.cond.notify_all()
-
-    def leave(self, n: int) -> None:
-        with self.cond:
-            self.gone.add(n)
-            self.cond.notify_all()
-
-
-_TURNSTILE = Turnstile()
+# The workloads' own syncs in ordinal order, for when ddptui_xla does not order every step marker already.
+_TURNSTILE = _load_turnstile().Turnstile()
 _INIT = threading.Lock()
 _cache_done: set[int] = set()
 
@@ -87,7 +72,8 @@ _cache_done: set[int] = set()
 def ordered_sync(index: int) -> None:
     """torch_xla.sync(), in ordinal order when the replicas are threads (unless ddptui already orders every sync)."""
     if thread_replicas() and not (ddptui_xla is not None and ddptui_xla.turnstile_active()):
-        _TURNSTILE.sync(index)
+        with _TURNSTILE.turn(index):
+            torch_xla.sync()
     else:
         torch_xla.sync()
 
