@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import time
 
 import pytest
 from textual.widgets import DataTable, Input, TabbedContent
@@ -36,6 +37,7 @@ class ScriptSource:
         self.stopped = threading.Event()
         self.dumps = 0
         self.emit = None
+        self.emitted = False  # every batch was posted
 
     def prepare(self, emit):
         self.emit = emit
@@ -43,6 +45,7 @@ class ScriptSource:
     def run(self):
         for b in self.batches:
             self.emit(b)
+        self.emitted = True
         if self.hold:
             self.stopped.wait(30)
             self.emit([])
@@ -59,14 +62,22 @@ class ScriptSource:
         return ScriptSource(self.batches, self.kind, self.hold)
 
 
-async def settle(pilot, app, ticks: float = 0.35):
-    for _ in range(100):
-        if app.thread is not None and not app.thread.is_alive() and app.run_code is not None:
-            break
-        if app.source is not None and getattr(app.source, "hold", False) and app.model.events_seen:
-            break
-        await pilot.pause(0.05)
-    await pilot.pause(ticks)
+async def until(pilot, cond, limit: float = 10.0, what: str = "") -> None:
+    """Wait until cond() holds (the app's state, polled as the app runs), then until the screens handled what they
+    were told; fails after `limit` seconds instead of guessing how long drawing takes."""
+    end = time.monotonic() + limit
+    while not cond():
+        assert time.monotonic() < end, f"timed out waiting for {what or cond}"
+        await pilot.pause(0.01)
+    await pilot.pause()  # the screen and its widgets processed every pending message, then the CPU went idle
+
+
+async def settle(pilot, app, limit: float = 10.0) -> None:
+    """The run's batches are folded and drawn: a script that ends, ended (its end handled by the UI); one that holds
+    like a live run emitted everything it had."""
+    held = getattr(app.source, "hold", False)
+    await until(pilot, lambda: app.worker is not None and app.drawn and (
+        (held and app.source.emitted) or not app.running), limit, "the run's events to be drawn")
 
 
 @pytest.mark.timeout(30)
@@ -105,7 +116,6 @@ async def test_crash_panel_and_failed_badges():
         body = str(screen.query_one("#crash-view .crash-text").render())
         assert "Root cause" in body and "injected crash on rank 1" in body and "rank 0: failed after it" in body
         await pilot.press("escape")
-        await pilot.pause(0.2)
         assert screen.query_one("#rank-1", RankPane).border_subtitle == "failed (exit 1)"
         assert screen.query_one("#rank-0", RankPane).has_class("-failed")
 
@@ -139,15 +149,13 @@ async def test_search_filters_panes_and_timeline_toggle_zoom_help():
         await pilot.press("escape")  # back to the grid from the stacks view
         await pilot.press("slash")
         assert screen.query_one("#search", Input).has_focus
-        await pilot.press(*"step 2")
-        await pilot.pause(0.2)
+        await pilot.press(*"step 2")  # each key is handled (Input.Changed, the panes redrawn) before press returns
         tail = screen.query_one("#rank-0 TailView", TailView)
         shown = str(tail.render())
         assert "step 2" in shown and "step 1" not in shown and "step 3" not in shown
         await pilot.press("enter")
         assert isinstance(app.focused, RankPane)
         await pilot.press("t")
-        await pilot.pause(0.2)
         assert screen.query_one(TabbedContent).active == "timeline"
         log = screen.query_one("#timeline-log")
         assert log.line_count == 2 and all("step 2" in log.lines[i] for i in range(2))
@@ -157,7 +165,7 @@ async def test_search_filters_panes_and_timeline_toggle_zoom_help():
         await pilot.press("1", "z")
         from ddptui.tui.screens.zoom import ZoomScreen
         assert isinstance(app.screen, ZoomScreen) and app.screen.rank == 1
-        await pilot.pause(0.2)
+        await pilot.pause()
         assert app.screen.query_one("#zoom-log").line_count == 3
         await pilot.press("escape", "question_mark")
         from ddptui.tui.screens.help import HelpScreen
@@ -184,12 +192,11 @@ async def test_quit_while_live_asks_then_stops_and_waits_for_run_to_return():
         await pilot.press("r")  # rerun refused while live
         assert app.runs_started == 1
         await pilot.press("q", "y")
-        for _ in range(50):
-            if not app.is_running:
-                break
-            await pilot.pause(0.05)
+        end = time.monotonic() + 10
+        while app.is_running and time.monotonic() < end:  # the app leaves once the engine's run() returned
+            await pilot.pause(0.01)
         assert src.stopped.is_set()
-    assert not app.thread.is_alive()
+    assert app.engine_done.is_set() and app.run_code == 0
 
 
 @pytest.mark.timeout(30)
@@ -205,22 +212,90 @@ async def test_rerun_after_the_end_starts_a_fresh_model():
         assert isinstance(app.screen, RunScreen) and len(app.screen_stack) == 2
 
 
+class FailingSource(ScriptSource):
+    """Emits its batches, then its run() raises, as an engine bug would."""
+
+    def run(self):
+        super().run()
+        raise RuntimeError("the engine broke")
+
+    def again(self):
+        return FailingSource(self.batches, self.kind)
+
+
+@pytest.mark.timeout(30)
+@aio
+async def test_an_engine_error_reaches_the_ui_through_the_worker_and_the_app_stays_usable():
+    app = DdpApp(source=FailingSource(crash_scenario()[:2], kind="live"))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        assert app.run_code is None and "RuntimeError: the engine broke" in app.run_error
+        assert "in run" in app.run_error  # the whole traceback is kept, not only its last line
+        assert any(n.title == "engine error" and "the engine broke" in n.message for n in app._notifications)
+        assert app.is_running and app.model.ranks[1].lines  # not exited; what came before the error is shown
+        first = app.worker
+        await pilot.press("r")  # a run that ended in an error can be run again
+        await settle(pilot, app)
+        assert app.runs_started == 2 and app.worker is not first and "the engine broke" in app.run_error
+
+
+class ManyBatches:
+    """A source that emits one line per batch as fast as it can: far more batches than the UI handles messages."""
+
+    kind = "replay"
+
+    def __init__(self, n: int) -> None:
+        self.n, self.emit = n, None
+
+    def prepare(self, emit):
+        self.emit = emit
+
+    def run(self):
+        t = 1_700_000_000.0
+        self.emit([ev.RunStarted("/runs/many", "many", "env", 1, None, t)])
+        for i in range(self.n):
+            self.emit([ev.LogLines(0, "out", t + i * 1e-3, 0.0, (f"line {i}",))])
+        return 0
+
+    def request_stop(self):
+        pass
+
+    def request_dump(self):
+        return False
+
+
+@pytest.mark.timeout(60)
+@aio
+async def test_batches_waiting_in_the_queue_are_merged_in_order_and_none_is_lost():
+    handled = []
+
+    class Counting(DdpApp):
+        def on_events_arrived(self, msg):  # Textual then calls DdpApp's own handler too (the base class's)
+            handled.append(len(msg.batches))
+
+    app = Counting(source=ManyBatches(5000))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 40)
+        rv = app.model.ranks[0]
+        assert rv.seq == 5000 and [t for _, _, t in rv.lines] == [f"line {i}" for i in range(3000, 5000)]
+        assert sum(handled) == 5001 and len(handled) < 5001  # some messages stood for several batches
+        assert "line 4999" in str(app.screen.query_one("#rank-0 TailView").render())
+
+
 @pytest.mark.timeout(40)
 @aio
 async def test_sixteen_ranks_flood_stays_bounded_and_responsive():
     src = SyntheticSource(ranks=16, lines_per_s=1000, seconds=30)
     app = DdpApp(source=src)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(2.0)
-        assert len(app.screen.query(RankPane)) == 16
-        assert app.model.lines_seen > 10_000
+        await until(pilot, lambda: len(app.screen.query(RankPane)) == 16 and app.model.lines_seen > 10_000, 20)
         assert max(len(r.lines) for r in app.model.ranks.values()) <= 2000
         await pilot.press("t")
-        await pilot.pause(0.3)
         assert app.screen.query_one(TabbedContent).active == "timeline"
+        await until(pilot, lambda: app.screen.query_one("#timeline-log").line_count > 0, 10)
         src.request_stop()
     app.shutdown(5)
-    assert not app.thread.is_alive()
+    assert app.engine_done.is_set()
 
 
 @pytest.mark.timeout(30)
@@ -235,13 +310,13 @@ async def test_picker_lists_profiles_validates_overrides_and_escape_returns_to_i
     app = DdpApp(picker_extra=prof)
     monkeypatch.setattr(app, "start_run", lambda p: (started.append(p), app.start_source(ScriptSource(crash_scenario()))))
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.2)
+        await until(pilot, lambda: isinstance(app.screen, PickerScreen))
         screen = app.screen
-        assert isinstance(screen, PickerScreen) and screen.paths[0] == prof
+        assert screen.paths[0] == prof
         assert "a tiny test profile" in str(screen.query_one("#profile-desc").render())
         assert "2 × 1 node(s) = 2" in str(screen.query_one("#profile-settings").render())
         await pilot.press("tab", "0")  # nproc=0 is refused by load_profile: its one line shows
-        await pilot.pause(0.1)
+        await pilot.pause()
         assert "nproc" in str(screen.query_one("#profile-error").render())
         assert screen.query_one("#launch").disabled
         await pilot.press("backspace", "4", "enter")
@@ -266,8 +341,10 @@ def test_the_dashboard_process_never_imports_torch():
         "async def main():\n"
         "    app = DdpApp(source=ReplaySource('tests/fixtures/records/hang'))\n"
         "    async with app.run_test(size=(120, 40)) as pilot:\n"
-        "        await pilot.pause(0.5)\n"
-        "        assert app.model.hang is not None\n"
+        "        while app.running:\n"
+        "            await pilot.pause(0.01)\n"
+        "        await pilot.pause()\n"
+        "        assert app.model.hang is not None and app.run_code == 3\n"  # the record of a stalled run
         "asyncio.run(main())\n"
         "print('torch' in sys.modules)\n"
     )
@@ -374,23 +451,35 @@ def pane_run(ranks: int):
     return [first, more, end]
 
 
+async def on_screen(pilot, app, found, limit: float = 5.0):
+    """found(screen text) once it is truthy, or its last value after `limit`: called once the app drew what it was
+    told, it only gives Textual's own refresh (layout, compositor) its turns."""
+    end = time.monotonic() + limit
+    while True:
+        got = found(screen_text(app))
+        if got or time.monotonic() > end:
+            return got
+        await pilot.pause(0.01)
+
+
 async def newest_on_screen(pilot, app, ranks: int, n: int) -> list[int]:
-    """Ranks whose line n is on screen, once the dashboard had ticks enough to draw it (or 5 s passed)."""
-    for _ in range(100):
-        shown = [r for r in range(ranks) if f"r{r}-line{n:04d}" in screen_text(app)]
-        if len(shown) == ranks:
-            return shown
-        await pilot.pause(0.05)
-    return shown
+    """Ranks whose line n is on screen, once the model has it for every rank and the screens were told."""
+    tag = [f"r{r}-line{n:04d}" for r in range(ranks)]
+    await until(pilot, lambda: app.drawn and all(
+        (rv := app.model.ranks.get(r)) is not None and rv.lines and rv.lines[-1][2].startswith(tag[r])
+        for r in range(ranks)), 10, f"line {n} of every rank in the model")
+    every = list(range(ranks))
+
+    def shown(text: str) -> list[int]:
+        return [r for r in every if tag[r] in text]
+    await on_screen(pilot, app, lambda text: shown(text) == every)
+    return shown(screen_text(app))
 
 
 async def shows(pilot, app, text: str) -> bool:
-    """Whether text is on screen within 5 s (the dashboard draws at 4 Hz)."""
-    for _ in range(100):
-        if text in screen_text(app):
-            return True
-        await pilot.pause(0.05)
-    return False
+    """Whether text is on screen once the app drew what it was told."""
+    await until(pilot, lambda: app.drawn)
+    return bool(await on_screen(pilot, app, lambda t: text in t))
 
 
 @pytest.mark.timeout(40)
@@ -431,7 +520,7 @@ async def test_too_many_ranks_for_the_rows_scroll_and_each_pane_still_shows_its_
         first = panes_in_view()
         assert len(first) >= 6 and [r for r in first if f"r{r}-line0069" in screen_text(app)] == first
         grid.scroll_end(animate=False)
-        await pilot.pause(0.3)
+        await on_screen(pilot, app, lambda text: "─ rank 31 " in text)
         last = panes_in_view()
         assert 31 in last and [r for r in last if f"r{r}-line0069" in screen_text(app)] == last, screen_text(app)
 
@@ -479,10 +568,7 @@ async def test_timeline_keeps_the_newest_line_when_the_end_banner_shrinks_it_and
         await pilot.pause(0.2)
         held = log.scroll_y
         src.release(1)
-        for _ in range(100):
-            if log.line_count >= 140:
-                break
-            await pilot.pause(0.05)
+        await until(pilot, lambda: log.line_count >= 140, 10, "the new lines in the timeline")
         assert log.line_count >= 140 and log.scroll_y == held and "r1-line0069" not in screen_text(app)
         await pilot.press("end")  # back to the bottom: following again
         assert await newest_on_screen(pilot, app, 2, 69) == [0, 1]
@@ -520,17 +606,12 @@ def _stall_then_progress_again(t: float = 1_700_000_000.0):
 async def test_stall_banner_goes_when_the_ranks_progress_again_and_the_stacks_keep_the_verdict():
     app = DdpApp(source=ScriptSource(_stall_then_progress_again(), kind="live", hold=True))
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot, app)
-        for _ in range(40):  # the last batch is folded on the UI's timer
-            if app.model.stall is None:
-                break
-            await pilot.pause(0.05)
-        await pilot.pause(0.35)
+        await settle(pilot, app)  # every batch drawn, the StallCleared one too
+        assert app.model.stall is None
         screen = app.screen
         banner = screen.query_one(Banner)
         assert not banner.display or "STALL" not in str(banner.render())
         screen.action_tab("stacks")
-        await pilot.pause(0.35)
         stacks = str(screen.query_one("#stacks-view .stacks-text").render())
         assert "rank 1 is in culprit_wait" in stacks  # the ended stall's verdict, with its stacks
         app.source.request_stop()

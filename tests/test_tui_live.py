@@ -9,7 +9,7 @@ import pytest
 from textual.widgets import DataTable, TabbedContent
 
 from ddptui.runners.profile import load_profile
-from tests.test_tui_app import SIZE, aio
+from tests.test_tui_app import SIZE, aio, until
 from ddptui.tui.app import DdpApp, LiveSource
 from ddptui.tui.widgets.banner import Banner
 from ddptui.tui.widgets.rank_pane import RankPane
@@ -22,11 +22,8 @@ def live_app(name: str, runs_dir: Path, *overrides: str) -> DdpApp:
 
 
 async def until_done(pilot, app, limit: float) -> None:
-    end = time.monotonic() + limit
-    while app.running and time.monotonic() < end:
-        await pilot.pause(0.2)
-    assert not app.running, "run did not finish in time"
-    await pilot.pause(0.4)  # a few ticks to draw the end
+    """The run ended, the UI heard it (Worker.StateChanged) and drew everything it was told."""
+    await until(pilot, lambda: not app.running and app.drawn, limit, "the run to finish and be drawn")
 
 
 @pytest.mark.timeout(120)
@@ -113,7 +110,7 @@ async def test_quit_mid_run_stops_every_rank(runs_dir):
         while app.is_running and time.monotonic() < end:
             await pilot.pause(0.1)
     app.shutdown(30)
-    assert not app.thread.is_alive()
+    assert app.engine_done.is_set()
     alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert alive == []
     assert app.model.finished is not None and app.model.finished.status == "stopped"

@@ -19,8 +19,7 @@ def hang_scenario(world: int = 2, steps: int = 10) -> list[list[ev.Event]]:
     b.append([ev.RankHello(r, 5000 + r, "host-a", world, t + 0.5) for r in range(world)]
              + [ev.RankState(r, "running", "", t + 0.5) for r in range(world)])
     for s in range(1, 4):
-        b.append([ev.LogLines(r, "out", t + s, s, (f"[rank {r}] step {s} loss {1.0 / s:.3f}", f"@ddptui {{\"k\": \"step\", \"r\": {r}}}"))
-                  for r in range(world)]
+        b.append([ev.LogLines(r, "out", t + s, s, (f"[rank {r}] step {s} loss {1.0 / s:.3f}",)) for r in range(world)]
                  + [ev.Progress(r, s, 1.0 / s + 0.01 * r, t + s, "hook") for r in range(world)])
     b.append([ev.LogLines(None, "err", t + 3.5, 3.5, ("W torchrun: some launcher warning",)),
               ev.Resources({r: 50.0 + r for r in range(world)}, {r: (100 + r) << 20 for r in range(world)}, t + 4),
@@ -39,7 +38,12 @@ def hang_scenario(world: int = 2, steps: int = 10) -> list[list[ev.Event]]:
     b.append([ev.StacksCollected({0: "py-spy", 1: "py-spy"}, threads, 0.42, "/runs/x-hang/stacks/1", t + 9),
               ev.HangVerdict("rank 1 is in culprit_wait (hang_ddp.py:31) at step 3 while rank 0 waits in all_reduce",
                              (1,), (0,), {1: {"category": "sleep", "func": "culprit_wait", "file": "/w/hang_ddp.py",
-                                              "line": 31, "code": "time.sleep(600)", "step": 3}}, t + 9,
+                                              "line": 31, "code": "time.sleep(600)", "step": 3},
+                                          # as runners.hang_verdict.classify(rank 0's threads).to_dict(3) says
+                                          0: {"category": "collective", "detail": "all_reduce", "func": "all_reduce",
+                                              "file": "/venv/torch/distributed/distributed_c10d.py", "line": 2200,
+                                              "code": "", "thread": "MainThread", "calls": None, "worker": None,
+                                              "step": 3}}, t + 9,
                              path="/runs/x-hang/stacks/1")])
     b.append([ev.RankState(r, "killed", "stopped after the stall", t + 10) for r in range(world)]
              + [ev.ProcessExited("torchrun", tuple(range(world)), -15, "SIGTERM", t + 10),
@@ -91,8 +95,6 @@ def test_hang_scenario_folds_into_ranks_verdicts_and_timeline():
     assert m.ranks[1].step == 3 and m.ranks[1].loss == pytest.approx(1 / 3 + 0.01)
     assert [p[0] for p in m.ranks[0].losses] == [1, 2, 3]
     assert m.ranks[0].pid == 5000 and m.ranks[0].cpu == 50.0 and m.ranks[1].rss == 101 << 20
-    # @ddptui report lines never reach the panes or the timeline
-    assert all(not t.startswith("@ddptui") for _, _, t in m.ranks[0].lines)
     assert len(m.ranks[0].lines) == 3 and m.ranks[0].seq == 3
     assert [x[1] for x in m.timeline][-1] is None  # the launcher line, latest read
     walls = [x[0] for x in m.timeline]
@@ -201,3 +203,35 @@ def test_stall_cleared_round_trips_through_the_record():
     back = ev.from_json(__import__("json").loads(__import__("json").dumps(e.to_json())))
     assert back == e and problem(back) is None
     assert problem(ev.from_json({"kind": "stall_cleared", "ranks": "1", "wall": T0})).startswith("stall_cleared.ranks")
+
+
+@pytest.mark.timeout(10)
+def test_lines_are_shown_as_the_engine_sent_them():
+    from ddptui.runners import parse
+    torn = '@ddptui {"k": "step", "r": 0'  # not a report (cut short): the engine shows it, so must the panes
+    assert parse.report(torn) is None
+    m = RunModel()
+    m.apply([ev.RunStarted("/r", "p", "env", 1, None, T0), ev.LogLines(0, "out", T0, 0.0, ("a", torn))])
+    assert [t for _, _, t in m.ranks[0].lines] == ["a", torn] and m.timeline[-1][3] == torn
+
+
+@pytest.mark.timeout(10)
+def test_the_model_says_what_each_batch_changed():
+    m = RunModel()
+    m.apply([ev.RunStarted("/r", "p", "env", 3, 10, T0)])
+    c = m.take_changes()
+    assert c.run and not c.lines and not c.loss
+    assert not m.take_changes()  # taken: nothing left
+    m.apply([ev.LogLines(2, "out", T0 + 1, 1.0, ("x",)), ev.Progress(1, 1, 0.5, T0 + 1, "hook")])
+    c = m.take_changes()
+    assert c.ranks == {1, 2} and c.lines and c.loss and not c.run
+    m.apply([ev.Resources({0: 5.0}, {}, T0 + 2)])
+    assert m.take_changes().ranks == {0}
+    m.apply([ev.Progress(0, 2, None, T0 + 3, "hook")])  # a step without a loss: the chart has nothing new
+    c = m.take_changes()
+    assert c.ranks == {0} and not c.loss
+    m.apply([ev.CrashVerdict("rank 0 died", 0, (), "exit 1", (), T0 + 4)])
+    c = m.take_changes()
+    assert c.run and not c.ranks
+    merged = c.merge(m.take_changes()).merge(type(c)({4}, True, False, False))
+    assert merged.ranks == {4} and merged.run and merged.lines and not merged.loss

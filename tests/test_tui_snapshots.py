@@ -34,12 +34,10 @@ def replay_app(name: str, until: float | None = None) -> DdpApp:
 
 
 async def replayed(pilot) -> None:
+    """The whole record replayed, its end handled and everything drawn (the chart too: the end is not held back)."""
+    from tests.test_tui_app import until
     app = pilot.app
-    for _ in range(200):
-        if app.thread is not None and not app.thread.is_alive() and app.run_code is not None:
-            break
-        await pilot.pause(0.05)
-    await pilot.pause(0.8)  # past the loss chart's redraw tick
+    await until(pilot, lambda: app.worker is not None and not app.running and app.drawn, 30, "the replay to be drawn")
 
 
 @pytest.mark.timeout(60)
@@ -74,10 +72,10 @@ async def _export(app: DdpApp, path: Path, keys: tuple[str, ...] = ()) -> None:
         if app.source is not None:
             await replayed(pilot)
         else:
-            await pilot.pause(0.5)
+            await pilot.pause()
         for k in keys:
             await pilot.press(k)
-            await pilot.pause(0.3)
+            await pilot.pause()
         app.save_screenshot(path.name, str(path.parent))
 
 

@@ -1,4 +1,4 @@
-"""The Textual front end: picks a profile, runs the engine in a thread, folds its batches into the model, draws at 4 Hz."""
+"""The Textual front end: picks a profile, runs the engine in a thread worker, folds its batches into the model and tells the screens what changed."""
 from __future__ import annotations
 
 import threading
@@ -7,12 +7,15 @@ import traceback
 from pathlib import Path
 from typing import Callable, Sequence
 
+from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.message import Message
+from textual.worker import Worker, WorkerState
 
 from ddptui.runners import events as ev
-from ddptui.tui.model import RunModel
+from ddptui.tui.model import Changes, RunModel
+from ddptui.tui.pace import Pace
 
 JOIN_SECONDS = 60.0  # teardown is TERM → deadline → KILL per group; this only guards against a wedged engine
 
@@ -20,7 +23,7 @@ JOIN_SECONDS = 60.0  # teardown is TERM → deadline → KILL per group; this on
 # -- event sources: the one thing that runs outside the UI thread -----------------------------------
 
 class LiveSource:
-    """A real run: runners.session.Session, built on the UI thread, run() in the feed thread."""
+    """A real run: runners.session.Session, built on the UI thread, run() in the engine's thread worker."""
 
     kind = "live"
 
@@ -171,17 +174,37 @@ class SyntheticSource:
 # -- the app --------------------------------------------------------------------------------------
 
 class EventsArrived(Message):
-    """Posted from the feed thread at most once until the UI drains the pending events (coalescing)."""
+    """A batch from the engine's thread; one still waiting in the queue is folded into the next (can_replace)."""
 
-
-class RunEnded(Message):
-    def __init__(self, source, code: int | None, error: str | None) -> None:
+    def __init__(self, source, batch: Sequence[ev.Event]) -> None:
         super().__init__()
-        self.source, self.code, self.error = source, code, error
+        self.source, self.batches = source, [batch]
+
+    def can_replace(self, message: Message) -> bool:
+        # Textual asks the message it is about to handle whether the next one in the queue may stand for both:
+        # the next one takes this one's batches in front of its own, so nothing is lost and order is kept.
+        if isinstance(message, EventsArrived) and message.source is self.source:
+            message.batches[:0] = self.batches
+            return True
+        return False
+
+
+class ModelChanged(Message, bubble=False):
+    """Posted to the screens showing the model, at most as often as tui/pace.py allows; pending ones merge."""
+
+    def __init__(self, changes: Changes) -> None:
+        super().__init__()
+        self.changes = changes
+
+    def can_replace(self, message: Message) -> bool:
+        if isinstance(message, ModelChanged):
+            message.changes.merge(self.changes)
+            return True
+        return False
 
 
 class DdpApp(App):
-    CSS_PATH = "app.tcss"
+    CSS_PATH = Path(__file__).with_name("app.tcss")  # not relative: a subclass elsewhere (tests) finds it too
     TITLE = "ddptui"
     BINDINGS = [Binding("ctrl+q", "quit_run", "quit", show=False, priority=True)]
 
@@ -194,13 +217,15 @@ class DdpApp(App):
         self.show_picker = source is None if show_picker is None else show_picker
         self.source = None
         self.model: RunModel | None = None
-        self.thread: threading.Thread | None = None
+        self.worker: Worker | None = None  # the engine's thread worker of the current run
+        self.engine_done = threading.Event()  # set when the current run's run() returned (its thread is done)
+        self._live = False  # a run started and the UI has not yet heard that it ended
         self.run_code: int | None = None
         self.run_error: str | None = None
         self.runs_started = 0
-        self._pending: list = []
-        self._posted = False
-        self._lock = threading.Lock()
+        self._pace = Pace()
+        self._pace_timer = None
+        self._pace_at = 0.0  # when the pending timer fires
         self._quitting = False
 
     def on_mount(self) -> None:
@@ -221,10 +246,12 @@ class DdpApp(App):
             return
         self.source, self.model = source, RunModel()
         self.run_code = self.run_error = None
-        with self._lock:
-            self._pending, self._posted = [], False
+        if self._pace_timer is not None:
+            self._pace_timer.stop()
+            self._pace_timer = None
+        self._pace = Pace()
         try:
-            source.prepare(lambda batch, src=source: self._emit(src, batch))
+            source.prepare(lambda batch, src=source: self.post_message(EventsArrived(src, batch)))
         except Exception as exc:  # noqa: BLE001 - shown to the user, the app stays usable
             self.notify(f"cannot start: {exc}", severity="error", timeout=15, markup=False)
             self.source = None
@@ -235,48 +262,72 @@ class DdpApp(App):
         else:
             self.push_screen(screen)
         self.runs_started += 1
-        self.thread = threading.Thread(target=self._feed, args=(source,), name="ddptui-feed", daemon=True)
-        self.thread.start()
+        self.engine_done = threading.Event()
+        self._live = True
+        self.worker = self._run_engine(source, self.engine_done)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="engine", name="ddptui-engine")
+    def _run_engine(self, source, done: threading.Event) -> int:
+        """The engine's loop, off the UI thread; what it returns or raises arrives as Worker.StateChanged."""
+        try:
+            return source.run()
+        finally:
+            done.set()
 
     @property
     def running(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
+        """The run has not ended, as far as the UI heard (its end arrives as Worker.StateChanged)."""
+        return self._live
 
-    def _feed(self, source) -> None:
-        code, error = None, None
-        try:
-            code = source.run()
-        except BaseException:  # noqa: BLE001 - reported in the UI; the thread must always say it ended
-            error = traceback.format_exc()
-        self.post_message(RunEnded(source, code, error))
+    @property
+    def drawn(self) -> bool:
+        """Every change folded into the model has been told to the screens (nothing held back by tui/pace.py)."""
+        return self._pace_timer is None and (self.model is None or not self.model.changes)
 
-    def _emit(self, source, batch: Sequence[ev.Event]) -> None:
-        """Feed thread: queue the batch; post one wake-up unless one is already pending."""
-        if source is not self.source:
+    def on_events_arrived(self, msg: EventsArrived) -> None:
+        if msg.source is not self.source or self.model is None:
             return
-        with self._lock:
-            self._pending.extend(batch)
-            if self._posted:
-                return
-            self._posted = True
-        self.post_message(EventsArrived())
+        for batch in msg.batches:
+            if batch:
+                self.model.apply(batch)
+        self._publish()
 
-    def on_events_arrived(self, _: EventsArrived) -> None:
-        with self._lock:
-            batch, self._pending, self._posted = self._pending, [], False
-        if self.model is not None and batch:
-            self.model.apply(batch)
-
-    def on_run_ended(self, msg: RunEnded) -> None:
-        if msg.source is not self.source:
+    def _publish(self, final: bool = False) -> None:
+        """Tell the screens what changed, at most as often as tui/pace.py says; the rest goes out when due."""
+        if self.model is None:
             return
-        self.on_events_arrived(EventsArrived())
-        self.run_code, self.run_error = msg.code, msg.error
-        if msg.error:
-            self.notify(msg.error.strip().splitlines()[-1], title="engine error", severity="error", timeout=30,
+        now = time.monotonic()
+        out, wait = self._pace.due(self.model.changes, now, final)
+        if out:
+            for screen in self.screen_stack:
+                if getattr(screen, "model", None) is self.model:
+                    screen.post_message(ModelChanged(out.copy()))
+        at = None if wait is None else now + wait
+        if self._pace_timer is not None and (at is None or at < self._pace_at):
+            self._pace_timer.stop()  # nothing held back any more, or what is held is due sooner (panes, not the chart)
+            self._pace_timer = None
+        if at is not None and self._pace_timer is None:
+            self._pace_timer, self._pace_at = self.set_timer(wait, self._publish_due), at
+
+    def _publish_due(self) -> None:
+        self._pace_timer = None
+        self._publish()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker is not self.worker or not event.worker.is_finished:
+            return
+        w = event.worker
+        self._live = False
+        if w.state == WorkerState.SUCCESS:
+            self.run_code = w.result
+        elif w.state == WorkerState.ERROR:
+            err = w.error
+            self.run_error = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+            self.notify(self.run_error.strip().splitlines()[-1], title="engine error", severity="error", timeout=30,
                         markup=False)
+        self._publish(final=True)  # the run's batches came before this message: its end is drawn at once
         if self._quitting:
-            self.exit(return_code=msg.code or 0)
+            self.exit(return_code=self.run_code or 0)
 
     # -- actions ------------------------------------------------------------------------------------
     def action_quit_run(self) -> None:
@@ -294,7 +345,7 @@ class DdpApp(App):
             self._stop_and_exit()
 
     def _stop_and_exit(self) -> None:
-        """Stop every rank and leave once run() has returned (on_run_ended), or at once when nothing runs."""
+        """Stop every rank and leave once run() has returned (on_worker_state_changed), or at once when nothing runs."""
         if not self.running:
             self.exit(return_code=self.run_code or 0)
             return
@@ -340,14 +391,14 @@ class DdpApp(App):
             self.pop_screen()
 
     def on_unmount(self) -> None:
-        if self.running:
+        if self.worker is not None and not self.engine_done.is_set():
             self.source.request_stop()
 
     def shutdown(self, timeout: float = JOIN_SECONDS) -> None:
         """After the app has exited: make sure the engine stopped every rank and run() returned."""
-        if self.thread is not None and self.thread.is_alive():
+        if self.worker is not None and not self.engine_done.is_set():
             self.source.request_stop()
-            self.thread.join(timeout)
+            self.engine_done.wait(timeout)
 
 
 # -- entry points (called by tui.cli) -------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The UI-side run model: folds engine events into bounded per-rank state that widgets read on a timer."""
+"""The UI-side run model: folds engine events into bounded per-rank state and says what changed, for the screens to redraw."""
 from __future__ import annotations
 
 from collections import deque
@@ -10,11 +10,33 @@ from ddptui.runners import events as ev
 LINES_PER_RANK = 2000
 TIMELINE_LINES = 5000
 LOSS_POINTS = 4000
-REPORT_PREFIX = "@ddptui"
 
 # (wall, stream, text); the timeline adds the rank: (wall, rank, stream, text)
 Line = tuple[float, str, str]
 TimelineLine = tuple[float, "int | None", str, str]
+
+@dataclass
+class Changes:
+    """What folding events changed since the screens were last told: they redraw only that."""
+
+    ranks: set = field(default_factory=set)  # ranks whose pane changed (state, progress, resources, lines)
+    lines: bool = False  # new log lines (the timeline)
+    loss: bool = False  # new loss points (the chart)
+    run: bool = False  # anything outside the panes: head, banner, tabs, verdicts, hints, stacks, new ranks
+
+    def __bool__(self) -> bool:
+        return bool(self.ranks) or self.lines or self.loss or self.run
+
+    def merge(self, other: "Changes") -> "Changes":
+        self.ranks |= other.ranks
+        self.lines = self.lines or other.lines
+        self.loss = self.loss or other.loss
+        self.run = self.run or other.run
+        return self
+
+    def copy(self) -> "Changes":
+        return Changes(set(self.ranks), self.lines, self.loss, self.run)
+
 
 @dataclass
 class RankView:
@@ -29,8 +51,7 @@ class RankView:
     cpu: float | None = None
     rss: int | None = None
     lines: deque = field(default_factory=lambda: deque(maxlen=LINES_PER_RANK))
-    seq: int = 0  # lines ever appended: widgets compare it with what they drew
-    version: int = 0  # bumps on any change of this rank
+    seq: int = 0  # lines ever appended: a tail redraws when it moves
     returncode: int | None = None
     signal: str | None = None
     last_progress: float | None = None
@@ -75,8 +96,8 @@ class RunModel:
         self.crash: ev.CrashVerdict | None = None
         self.replica: ev.ReplicaVerdict | None = None
         self.finished: ev.RunFinished | None = None
-        self.version = 0  # bumps on any change outside the per-rank panes (banner, tabs)
-        self.loss_version = 0
+        self.changes = Changes()  # since take_changes(); every write below says what it touched
+        self.loss_version = 0  # bumps with every new loss point: the chart redraws when it moves
         self.events_seen = 0
         self.lines_seen = 0
 
@@ -85,7 +106,7 @@ class RunModel:
         rv = self.ranks.get(r)
         if rv is None:
             rv = self.ranks[r] = RankView(r)
-            self.version += 1
+            self.changes.run = True
         return rv
 
     def rank_ids(self) -> list[int]:
@@ -112,6 +133,11 @@ class RunModel:
         return self.start_wall is not None and self.finished is None
 
     # -- writing ---------------------------------------------------------------------------------
+    def take_changes(self) -> Changes:
+        """What changed since the last call, and start over."""
+        c, self.changes = self.changes, Changes()
+        return c
+
     def apply(self, batch: Iterable[ev.Event]) -> None:
         """Fold one batch; log lines are ordered by read time so the merged timeline stays sorted."""
         batch = list(batch)
@@ -126,17 +152,20 @@ class RunModel:
         self.events_seen += len(batch)
 
     def _apply_lines(self, e: ev.LogLines) -> None:
-        lines = [t for t in e.lines if not t.startswith(REPORT_PREFIX)]
+        # Shown as the engine sent them: it already took its reports out (runners/parse.py), as it did before
+        # recording them, so a replayed record holds none either.
+        lines = e.lines
         if not lines:
             return
         self._touch(e.wall)
+        self.changes.lines = True
         if e.rank is None:
             target = self.launcher
         else:
             rv = self.rank(e.rank)
             target = rv.lines
             rv.seq += len(lines)
-            rv.version += 1
+            self.changes.ranks.add(e.rank)
         w, s, r = e.wall, e.stream, e.rank
         target.extend([(w, s, t) for t in lines])
         self.timeline.extend([(w, r, s, t) for t in lines])
@@ -154,6 +183,7 @@ class RunModel:
         if isinstance(e, ev.RunStarted):
             self.run_dir, self.profile, self.runner = e.run_dir, e.profile, e.runner
             self.world_size, self.steps, self.start_wall = e.world_size, e.steps, e.wall
+            self.changes.run = True
             for r in range(e.world_size):
                 self.rank(r)
         elif isinstance(e, ev.ProcessStarted):
@@ -161,11 +191,11 @@ class RunModel:
             if len(e.ranks) == 1:
                 rv = self.rank(e.ranks[0])
                 rv.pid = rv.pid or e.pid
-                rv.version += 1
+                self.changes.ranks.add(rv.rank)
         elif isinstance(e, ev.RankHello):
             rv = self.rank(e.rank)
             rv.pid, rv.host = e.pid, e.host
-            rv.version += 1
+            self.changes.ranks.add(rv.rank)
         elif isinstance(e, ev.Progress):
             rv = self.rank(e.rank)
             if e.step is not None and (rv.step is None or e.step >= rv.step):
@@ -174,48 +204,50 @@ class RunModel:
                 rv.losses.extend(tuple(p) for p in e.losses)
                 rv.loss = e.loss if e.loss is not None else e.losses[-1][1]
                 self.loss_version += 1
+                self.changes.loss = True
             elif e.loss is not None:
                 rv.loss = e.loss
                 rv.losses.append((e.step if e.step is not None else len(rv.losses), e.loss))
                 self.loss_version += 1
+                self.changes.loss = True
             rv.last_progress = e.wall
-            rv.version += 1
+            self.changes.ranks.add(rv.rank)
         elif isinstance(e, ev.RankState):
             rv = self.rank(e.rank)
             rv.status, rv.detail = e.status, e.detail
-            rv.version += 1
-            self.version += 1
+            self.changes.ranks.add(rv.rank)
+            self.changes.run = True
         elif isinstance(e, ev.ProcessExited):
             p = self.processes.setdefault(e.name, {"pid": None, "ranks": e.ranks})
             p["returncode"], p["signal"] = e.returncode, e.signal
             if len(e.ranks) == 1:  # a launcher's exit code says nothing about each of its ranks
                 rv = self.rank(e.ranks[0])
                 rv.returncode, rv.signal = e.returncode, e.signal
-                rv.version += 1
-            self.version += 1
+                self.changes.ranks.add(rv.rank)
+            self.changes.run = True
         elif isinstance(e, ev.Resources):
             for r, c in e.cpu.items():
                 rv = self.rank(r)
                 rv.cpu = c
-                rv.version += 1
+                self.changes.ranks.add(rv.rank)
             for r, m in e.rss.items():
                 if not m:  # a process already gone reads as 0: keep its last real size
                     continue
                 rv = self.rank(r)
                 rv.rss = m
-                rv.version += 1
+                self.changes.ranks.add(rv.rank)
         elif isinstance(e, ev.HintRaised):
             self.hints.append(e)
-            self.version += 1
+            self.changes.run = True
         elif isinstance(e, ev.StallDetected):
             self.stall, self.stall_hang = e, None
-            self.version += 1
+            self.changes.run = True
         elif isinstance(e, ev.StallCleared):
             self.stall = self.stall_hang = None  # the banner drops it; its verdict stays in self.hang (Stacks tab)
-            self.version += 1
+            self.changes.run = True
         elif isinstance(e, ev.StacksCollected):
             self.stacks = e
-            self.version += 1
+            self.changes.run = True
         elif isinstance(e, ev.HangVerdict):
             if e.reason == "slow":  # a sample of a moving run never replaces a stall's verdict (nor does the engine)
                 self.slow = e
@@ -223,16 +255,16 @@ class RunModel:
                 self.hang = e
                 if self.stall is not None:
                     self.stall_hang = e
-            self.version += 1
+            self.changes.run = True
         elif isinstance(e, ev.CrashVerdict):
             self.crash = e
-            self.version += 1
+            self.changes.run = True
         elif isinstance(e, ev.ReplicaVerdict):
             self.replica = e
-            self.version += 1
+            self.changes.run = True
         elif isinstance(e, ev.RunFinished):
             self.finished = e
-            self.version += 1
+            self.changes.run = True
 
 
 def human_bytes(n: int | None) -> str:

@@ -1,7 +1,5 @@
-"""The run screen: rank grid + loss chart, timeline, stacks, crash, hints and verdict tabs, refreshed at 4 Hz."""
+"""The run screen: rank grid + loss chart, timeline, stacks, crash, hints and verdict tabs, redrawn from what changed."""
 from __future__ import annotations
-
-import time
 
 from rich.text import Text
 from textual import on
@@ -12,8 +10,8 @@ from textual.screen import Screen
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from ddptui.tui.fit import chart_rows, fit
-from ddptui.tui.model import RunModel, grid_columns
-from ddptui.tui.widgets.banner import Banner
+from ddptui.tui.model import Changes, RunModel, grid_columns
+from ddptui.tui.widgets.banner import Banner, banner_text
 from ddptui.tui.widgets.crash_view import CrashView
 from ddptui.tui.widgets.hints_view import HintsView
 from ddptui.tui.widgets.keybar import KeyBar
@@ -21,10 +19,8 @@ from ddptui.tui.widgets.loss_chart import LossChart
 from ddptui.tui.widgets.rank_pane import RankPane
 from ddptui.tui.widgets.stacks_view import StacksView
 from ddptui.tui.widgets.timeline import TimelineView
-from ddptui.tui.widgets.verdict_view import VerdictView
+from ddptui.tui.widgets.verdict_view import VerdictView, verdict_shown
 
-TICK = 0.25  # widget refresh period: the model absorbs events in between; keys redraw at once
-CHART_PERIOD = 1.0  # seconds between loss chart redraws while losses stream in (plotext is the costly part)
 TAB_FOCUS = {"timeline": "#timeline-log", "stacks": "#stacks-view", "crash": "#crash-view", "hints": "#hints-view",
              "verdict": "#summary-table"}
 
@@ -78,12 +74,9 @@ class RunScreen(Screen):
         self.model = model
         self.source_kind = source_kind
         self.needle = ""
-        self._ticks = 0
         self._auto_switched: set[str] = set()
         self._hints_seen = 0
         self._last_rank: int | None = None
-        self._loss_prev = -1
-        self._chart_at = 0.0
         self._fitted: tuple = ()
 
     def compose(self) -> ComposeResult:
@@ -95,7 +88,7 @@ class RunScreen(Screen):
             with TabPane("Ranks", id="ranks"):
                 with RanksBox(id="ranks-box"):
                     yield Grid(id="rank-grid")
-                    yield LossChart(id="loss")
+                    yield LossChart(self.model, id="loss")
             with TabPane("Timeline", id="timeline"):
                 yield TimelineView(id="timeline-log")
             with TabPane("Stacks", id="stacks"):
@@ -109,47 +102,44 @@ class RunScreen(Screen):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        self.query_one(Banner).display = False
-        self.set_interval(TICK, self.tick)
-        self.tick()
+        self.show()
 
-    # -- refresh from the model ---------------------------------------------------------------------
-    def tick(self) -> None:
-        """Draw what changed in the model since the last tick; only the visible tab's widgets."""
+    # -- redraw from the model ------------------------------------------------------------------------
+    def on_model_changed(self, msg) -> None:
+        """The app folded events into the model (tui/pace.py says how often this comes under a flood)."""
+        self.show(msg.changes)
+
+    def show(self, c: Changes | None = None) -> None:
+        """Redraw what changed in the model; only the visible tab's widgets (None: all it shows, e.g. on a new tab)."""
         m = self.model
-        self._ticks += 1
         self.query_one("#run-head", Static).update(head_text(m, self.source_kind), layout=False)
-        self.query_one(Banner).update_from(m)
-        self._ensure_panes()
-        self._auto_switch()
-        self._notify_hints()
+        if c is None or c.run:
+            self.query_one(Banner).state = banner_text(m)
+            self._ensure_panes()
+            self._auto_switch()
+            self._notify_hints()
         tab = self.query_one(TabbedContent).active
         if tab == "ranks":
-            for pane in self.query(RankPane):
-                pane.update_from(m, self.needle)
-            self._maybe_chart()
+            if c is None or c.run:
+                panes = self.query(RankPane)
+            else:
+                panes = [p for p in self.query(RankPane) if p.rank in c.ranks]
+            for pane in panes:
+                pane.show(m, self.needle)
+            chart = self.query_one(LossChart)
+            if chart.display and (c is None or c.loss):  # no room for it now (fit_panes): drawn when it comes back
+                chart.points = m.loss_version
         elif tab == "timeline":
-            self.query_one(TimelineView).update_from(m, self.needle)
+            if c is None or c.lines:
+                self.query_one(TimelineView).show(m, self.needle)
         elif tab == "stacks":
-            self.query_one(StacksView).update_from(m)
+            self.query_one(StacksView).shown = (m.stacks, m.stacks_verdict())
         elif tab == "crash":
-            self.query_one(CrashView).update_from(m)
+            self.query_one(CrashView).crash = m.crash
         elif tab == "hints":
-            self.query_one(HintsView).update_from(m)
+            self.query_one(HintsView).hints = (tuple(m.hints), m.start_wall)
         elif tab == "verdict":
-            self.query_one(VerdictView).update_from(m)
-
-    def _maybe_chart(self) -> None:
-        """Redraw the chart at most once a second while losses stream in, and always once they settle."""
-        v = self.model.loss_version
-        chart = self.query_one(LossChart)
-        if not chart.display:
-            return  # no room for it now (fit_panes); drawn when it comes back
-        now = time.monotonic()
-        if v != chart.drawn and (v == self._loss_prev or now - self._chart_at >= CHART_PERIOD):
-            chart.update_from(self.model)
-            self._chart_at = now
-        self._loss_prev = v
+            self.query_one(VerdictView).shown = verdict_shown(m)
 
     def _ensure_panes(self) -> None:
         grid = self.query_one("#rank-grid", Grid)
@@ -180,6 +170,7 @@ class RunScreen(Screen):
         chart.display = f.chart > 0
         if f.chart:
             chart.styles.height = f.chart
+            chart.points = self.model.loss_version  # drawn now if losses came while it was hidden
         grid = self.query_one("#rank-grid", Grid)
         grid.styles.grid_rows = str(f.row) if f.row else None  # None: the rows share the grid's height
         grid.styles.overflow_y = "auto" if f.row else "hidden"
@@ -215,7 +206,7 @@ class RunScreen(Screen):
             self.focus_rank_pane(self._last_rank)
         else:
             self.query_one(TAB_FOCUS[name]).focus()
-        self.tick()
+        self.show()
 
     def action_toggle_timeline(self) -> None:
         tabs = self.query_one(TabbedContent)
@@ -230,7 +221,7 @@ class RunScreen(Screen):
     @on(Input.Changed, "#search")
     def _search_changed(self, event: Input.Changed) -> None:
         self.needle = event.value
-        self.tick()
+        self.show()
 
     @on(Input.Submitted, "#search")
     def _search_done(self, event: Input.Submitted) -> None:
@@ -275,7 +266,7 @@ class RunScreen(Screen):
             box.disabled = True
             self.needle = ""
             self.focus_rank_pane(None)
-            self.tick()
+            self.show()
             return
         tabs = self.query_one(TabbedContent)
         if tabs.active != "ranks":

@@ -1,4 +1,4 @@
-"""One rank full screen: its whole bounded log (scrollable, filtered), status and progress."""
+"""One rank full screen: its whole bounded log (scrollable, filtered), status and progress, redrawn when the rank changes."""
 from __future__ import annotations
 
 from rich.text import Text
@@ -23,8 +23,7 @@ class ZoomScreen(Screen):
     def __init__(self, model: RunModel, rank: int, needle: str = "") -> None:
         super().__init__()
         self.model, self.rank, self.needle = model, rank, needle.lower()
-        self._seq = 0
-        self._version = -1
+        self._seq = 0  # the rank's lines already written to the log (RankView.seq)
 
     def compose(self) -> ComposeResult:
         yield Static("", id="zoom-head")
@@ -37,14 +36,14 @@ class ZoomScreen(Screen):
         self.query_one(Log).anchor()  # the newest line stays in view when the terminal gets smaller
         rv = self.model.rank(self.rank)
         self._seq = rv.seq - len(rv.lines)
-        self.set_interval(0.1, self.tick)
-        self.tick()
+        self.show()
 
-    def tick(self) -> None:
+    def on_model_changed(self, msg) -> None:
+        if self.rank in msg.changes.ranks or msg.changes.run:
+            self.show()
+
+    def show(self) -> None:
         m, rv = self.model, self.model.rank(self.rank)
-        if rv.version == self._version:
-            return
-        self._version = rv.version
         filt = f"   filter: {self.needle!r}" if self.needle else ""
         self.query_one("#zoom-head", Static).update(
             Text(f" rank {self.rank} · {rv.badge()} · pid {rv.pid or '-'} · {status_line(rv, m.steps)}{filt}",

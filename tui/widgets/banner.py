@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual.reactive import reactive
 from textual.widgets import Static
 
 from ddptui.tui.model import RunModel
@@ -37,15 +38,16 @@ def banner_text(model: RunModel) -> tuple[str, str]:
 
 
 class Banner(Static):
+    """Shows ``state`` = banner_text(model): set it on every change, it redraws only when it differs."""
+
+    state: reactive[tuple[str, str]] = reactive(("", ""), repaint=False)
+
     def __init__(self, **kw) -> None:
         super().__init__("", **kw)
-        self._drawn = None
+        self.display = False
 
-    def update_from(self, model: RunModel) -> None:
-        cls, text = banner_text(model)
-        if (cls, text) == self._drawn:
-            return
-        self._drawn = (cls, text)
+    def watch_state(self, state: tuple[str, str]) -> None:
+        cls, text = state
         self.display = bool(text)
         self.remove_class(*KINDS)
         if cls:

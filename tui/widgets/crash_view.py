@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.containers import VerticalScroll
+from textual.reactive import reactive
 from textual.widgets import Static
 
 from ddptui.runners.events import CrashVerdict
@@ -27,15 +28,12 @@ def render_crash(c: CrashVerdict | None) -> Text:
 
 
 class CrashView(VerticalScroll):
-    def __init__(self, **kw) -> None:
-        super().__init__(**kw)
-        self._drawn = None
+    """Shows ``crash``, the engine's CrashVerdict (None: no crash)."""
+
+    crash: reactive[CrashVerdict | None] = reactive(None, repaint=False, init=False)
 
     def compose(self):
         yield Static(render_crash(None), classes="crash-text")
 
-    def update_from(self, model) -> None:
-        if id(model.crash) == self._drawn:
-            return
-        self._drawn = id(model.crash)
-        self.query_one(".crash-text", Static).update(render_crash(model.crash))
+    def watch_crash(self, crash: CrashVerdict | None) -> None:
+        self.query_one(".crash-text", Static).update(render_crash(crash))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.containers import VerticalScroll
+from textual.reactive import reactive
 from textual.widgets import Static
 
 from ddptui.runners.events import HintRaised
@@ -26,15 +27,12 @@ def render_hints(hints: list[HintRaised], start_wall: float | None) -> Text:
 
 
 class HintsView(VerticalScroll):
-    def __init__(self, **kw) -> None:
-        super().__init__(**kw)
-        self._drawn = -1
+    """Shows ``hints``: (the hints raised so far, the run's start wall time)."""
+
+    hints: reactive[tuple] = reactive(((), None), repaint=False, init=False)
 
     def compose(self):
         yield Static(render_hints([], None), classes="hints-text")
 
-    def update_from(self, model) -> None:
-        if len(model.hints) == self._drawn:
-            return
-        self._drawn = len(model.hints)
-        self.query_one(".hints-text", Static).update(render_hints(model.hints, model.start_wall))
+    def watch_hints(self, hints: tuple) -> None:
+        self.query_one(".hints-text", Static).update(render_hints(list(hints[0]), hints[1]))

@@ -1,6 +1,7 @@
 """Live loss of every rank, one series per rank, with the spread across ranks in the title."""
 from __future__ import annotations
 
+from textual.reactive import reactive
 from textual_plotext import PlotextPlot
 
 from ddptui.tui.model import RunModel
@@ -34,14 +35,16 @@ def spread(model: RunModel) -> tuple[float, float, int] | None:
 
 
 class LossChart(PlotextPlot):
-    def __init__(self, **kw) -> None:
-        super().__init__(**kw)
-        self.drawn = -1
+    """Draws ``model``'s losses whenever ``points`` (the model's loss_version) moves."""
 
-    def update_from(self, model: RunModel) -> None:
-        if model.loss_version == self.drawn:
-            return
-        self.drawn = model.loss_version
+    points: reactive[int] = reactive(-1, repaint=False, init=False)
+
+    def __init__(self, model: RunModel | None = None, **kw) -> None:
+        super().__init__(**kw)
+        self.model = model if model is not None else RunModel()
+
+    def watch_points(self) -> None:
+        model = self.model
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()

@@ -1,7 +1,10 @@
 """One rank's pane: status badge, progress bar, CPU/RSS and the newest log lines."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from textual.app import ComposeResult
+from textual.reactive import reactive
 from textual.containers import Vertical
 from textual.widgets import ProgressBar
 
@@ -33,16 +36,42 @@ def status_line(rv: RankView, steps: int | None) -> str:
     return "  ".join(parts)
 
 
+@dataclass(frozen=True)
+class PaneShown:
+    """What a pane draws around its tail, as values: a pane redraws only what differs."""
+
+    title: str
+    badge: str
+    cls: str
+    status: str
+    bar: tuple[int, int] | None  # (total, done) when the run has a step count; None: no bar
+
+
+def pane_shown(rv: RankView, steps: int | None) -> PaneShown:
+    title = f"rank {rv.rank}" + (f" · pid {rv.pid}" if rv.pid else "") + (f" · {rv.host}" if rv.host else "")
+    bar = None
+    if steps:
+        bar = (steps, min(rv.step or 0, steps))
+    return PaneShown(title, rv.badge(), badge_class(rv), status_line(rv, steps), bar)
+
+
+def _quantum(bar: tuple[int, int] | None) -> tuple | None:
+    """A bar is at most 200 cells wide: redrawn only when the step moves it by a cell or its total changes."""
+    return None if bar is None else (bar[0], bar[1] * 200 // bar[0])
+
+
 class RankPane(Vertical, can_focus=True):
-    """Focusable (digits / tab); z zooms the focused one."""
+    """Focusable (digits / tab); z zooms the focused one. Shows ``shown``; ``bar_room`` says whether the
+    run screen left it a row for the progress bar."""
+
+    shown: reactive[PaneShown | None] = reactive(None, repaint=False, init=False)
+    bar_room: reactive[bool] = reactive(True, repaint=False, init=False)
 
     def __init__(self, rank: int, **kw) -> None:
         super().__init__(id=f"rank-{rank}", classes="rank-pane -starting", **kw)
         self.rank = rank
-        self._drawn: tuple = ()
-        self._ready = False  # children exist only after mount; ticks may come first
-        self._bar_q = -1
-        self._bar_room = True  # the run screen takes the bar row away when panes are short of rows
+        self._ready = False  # children exist only after mount; the screen may show it first
+        self._asked: tuple | None = None  # (model, needle) of a show() before mount: done on mount
 
     def compose(self) -> ComposeResult:
         yield LineView(classes="rank-status")
@@ -53,42 +82,42 @@ class RankPane(Vertical, can_focus=True):
         self.border_title = f"rank {self.rank}"
         self.query_one(ProgressBar).display = False
         self._ready = True
+        if self._asked is not None:
+            self.show(*self._asked)
 
-    def update_from(self, model: RunModel, needle: str) -> None:
+    def show(self, model: RunModel, needle: str) -> None:
+        """Take the rank's state from the model: what differs from what is shown is redrawn."""
         if not self._ready:
+            self._asked = (model, needle)
             return
         rv = model.rank(self.rank)
-        key = (rv.version, needle, model.steps)
-        if key == self._drawn:
-            return
-        self._drawn = key
-        title = f"rank {self.rank}" + (f" · pid {rv.pid}" if rv.pid else "") + (f" · {rv.host}" if rv.host else "")
-        if title != self.border_title:
-            self.border_title = title
-        if rv.badge() != self.border_subtitle:
-            self.border_subtitle = rv.badge()
-        cls = badge_class(rv)
-        if not self.has_class(cls):
-            self.remove_class(*BADGE_CLASSES)
-            self.add_class(cls)
-        self.query_one(".rank-status", LineView).set(status_line(rv, model.steps))
-        bar = self.query_one(ProgressBar)
-        shown = bool(model.steps) and self._bar_room
-        if bar.display != shown:
-            bar.display = shown
-        if shown:
-            done = min(rv.step or 0, model.steps)
-            q = done * 200 // model.steps  # redraw the bar only when it can look different
-            if q != self._bar_q:
-                self._bar_q = q
-                bar.update(total=model.steps, progress=done)
+        self.shown = pane_shown(rv, model.steps)
         self.query_one(TailView).show(rv.lines, model.start_wall, needle, rv.seq)
 
+    def watch_shown(self, old: PaneShown | None, new: PaneShown | None) -> None:
+        if not self._ready or new is None:
+            return
+        self.border_title = new.title
+        self.border_subtitle = new.badge
+        if not self.has_class(new.cls):
+            self.remove_class(*BADGE_CLASSES)
+            self.add_class(new.cls)
+        self.query_one(".rank-status", LineView).text = new.status
+        if old is None or _quantum(old.bar) != _quantum(new.bar):
+            self._draw_bar()
+
+    def watch_bar_room(self) -> None:
+        if self._ready:
+            self._draw_bar()
+
+    def _draw_bar(self) -> None:
+        bar = self.query_one(ProgressBar)
+        shown = self.shown.bar if self.shown is not None and self.bar_room else None
+        if bar.display != (shown is not None):
+            bar.display = shown is not None
+        if shown is not None:
+            bar.update(total=shown[0], progress=shown[1])
+
     def show_bar(self, room: bool) -> None:
-        """Keep the progress bar row (room) or give it to the log lines; drawn at the next update."""
-        if room != self._bar_room:
-            self._bar_room = room
-            self._drawn = ()
-            self._bar_q = -1
-            if self._ready and not room:
-                self.query_one(ProgressBar).display = False
+        """Keep the progress bar row (room) or give it to the log lines."""
+        self.bar_room = room

@@ -6,6 +6,7 @@ import time
 
 from rich.text import Text
 from textual.containers import VerticalScroll
+from textual.reactive import reactive
 from textual.widgets import Static
 
 from ddptui.runners.events import HangVerdict, StacksCollected
@@ -33,6 +34,8 @@ def _where_line(w: dict) -> str:
 
 
 def _frames(t: Text, frames: list, where: dict) -> None:
+    """The frames of one thread: ▶ a collective (the engine's own test, runners/hang_verdict.py), ◀ where the
+    engine's verdict (HangVerdict.where) says a culprit sits."""
     for fr in frames:
         func, file, line = (list(fr) + ["?", "?", "?"])[:3]
         named = bool(where) and str(file) == str(where.get("file")) and str(line) == str(where.get("line"))
@@ -93,17 +96,12 @@ def render_stacks(stacks: StacksCollected | None, hang: HangVerdict | None = Non
 
 
 class StacksView(VerticalScroll):
-    def __init__(self, **kw) -> None:
-        super().__init__(**kw)
-        self._drawn = None
+    """Shows ``shown``: (the latest StacksCollected, the verdict read from stacks), as the model keeps them."""
+
+    shown: reactive[tuple] = reactive((None, None), repaint=False, init=False)
 
     def compose(self):
         yield Static(render_stacks(None), classes="stacks-text")
 
-    def update_from(self, model) -> None:
-        hang = model.stacks_verdict()
-        key = (id(model.stacks), id(hang))
-        if key == self._drawn:
-            return
-        self._drawn = key
-        self.query_one(".stacks-text", Static).update(render_stacks(model.stacks, hang))
+    def watch_shown(self, shown: tuple) -> None:
+        self.query_one(".stacks-text", Static).update(render_stacks(*shown))

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -55,30 +56,36 @@ def matching_tail(lines: Sequence, needle: str, n: int, text_at: int = 2) -> lis
 
 
 class TailView(Widget):
-    """The newest lines of one rank (Line API: one Strip per row, no Rich layout pass)."""
+    """The newest lines of one rank (Line API: one Strip per row, no Rich layout pass).
+
+    Repaints when ``seq`` (lines ever appended to ``lines``), ``needle`` or ``start_wall`` change: a rank whose
+    progress moved but whose lines did not costs nothing here."""
 
     DEFAULT_CSS = "TailView { height: 1fr; overflow: hidden; }"
+
+    seq: reactive[int] = reactive(-1, init=False)
+    needle: reactive[str] = reactive("", init=False)
+    start_wall: reactive[float] = reactive(0.0, init=False)
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
         self.lines: Sequence = ()
-        self.start_wall = 0.0
-        self.needle = ""
         self._rows: list | None = None
         self._rows_h = -1  # the height _rows was cut for
         self._base: Style | None = None  # rich_style walks the ancestors: once per refresh, not per row
-        self._shown: tuple = ()
 
-    def show(self, lines: Sequence, start_wall: float | None, needle: str, seq: int | None = None) -> None:
-        """Show the newest of `lines`; `seq` (lines ever appended) lets an unchanged buffer skip the repaint."""
-        key = (id(lines), seq, start_wall or 0.0, needle)
-        if seq is not None and key == self._shown:
-            return  # the rank's progress changed, not its lines: nothing here to repaint
-        self._shown = key
-        self.lines, self.start_wall, self.needle = lines, start_wall or 0.0, needle
+    def show(self, lines: Sequence, start_wall: float | None, needle: str, seq: int) -> None:
+        """Show the newest of `lines`, of which `seq` were ever appended."""
+        if lines is not self.lines:
+            self.lines = lines
+            self.seq = -1  # another buffer: whatever its count, drawn again
+        self.start_wall, self.needle, self.seq = start_wall or 0.0, needle, seq
+
+    def _forget(self) -> None:
         self._rows = None
         self._base = None
-        self.refresh()
+
+    watch_seq = watch_needle = watch_start_wall = _forget
 
     def rows(self) -> list:
         """The newest matching lines that fit, cut for the height the widget has now.
@@ -118,20 +125,18 @@ class TailView(Widget):
 
 
 class LineView(Widget):
-    """One line of text, redrawn without a layout pass (status lines that change every tick)."""
+    """One line of ``text``, redrawn without a layout pass (status lines that change with every step)."""
 
     DEFAULT_CSS = "LineView { height: 1; }"
 
+    text: reactive[str] = reactive("", init=False)
+
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
-        self.text = ""
         self._base: Style | None = None
 
-    def set(self, text: str) -> None:
-        if text != self.text:
-            self.text = text
-            self._base = None
-            self.refresh()
+    def watch_text(self) -> None:
+        self._base = None
 
     def render_line(self, y: int) -> Strip:
         if self._base is None:

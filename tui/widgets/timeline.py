@@ -6,7 +6,7 @@ from textual.widgets import Log
 from ddptui.tui.model import RunModel
 
 SHOWN = 2000  # lines kept in the widget; the model keeps more
-PER_TICK = 400  # at most this many new lines drawn per tick: beyond that nobody reads them, a marker says so
+PER_TICK = 400  # at most this many new lines drawn per redraw: beyond that nobody reads them, a marker says so
 
 
 def timeline_text(model: RunModel, item) -> str:
@@ -16,7 +16,8 @@ def timeline_text(model: RunModel, item) -> str:
 
 
 class TimelineView(Log):
-    """Incremental: appends what arrived since the last tick; a filter change redraws from the buffer."""
+    """Incremental: appends what arrived since it was last shown (its cursor into the model's stream of lines);
+    a filter change redraws from the buffer."""
 
     def __init__(self, **kw) -> None:
         super().__init__(max_lines=SHOWN * 2, auto_scroll=True, **kw)
@@ -28,7 +29,7 @@ class TimelineView(Log):
         # writes; scrolling up releases it, scrolling back to the bottom takes it again.
         self.anchor()
 
-    def update_from(self, model: RunModel, needle: str) -> None:
+    def show(self, model: RunModel, needle: str) -> None:
         needle = needle.lower()
         if needle != self._needle:
             self._needle = needle

@@ -1,8 +1,11 @@
 """The final verdict: replica digests as parameters × ranks (first difference highlighted) and a per-rank summary."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.reactive import reactive
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
@@ -65,10 +68,23 @@ def headline(model: RunModel) -> Text:
     return t
 
 
+@dataclass(frozen=True)
+class VerdictShown:
+    """What the Verdict tab draws, as values: it redraws only when they differ."""
+
+    head: Text  # headline(model): the status, replicas and record lines
+    summary: tuple  # summary_rows(model), rows as tuples
+    replica: ReplicaVerdict | None
+
+
+def verdict_shown(model: RunModel) -> VerdictShown:
+    return VerdictShown(headline(model), tuple(map(tuple, summary_rows(model))), model.replica)
+
+
 class VerdictView(VerticalScroll):
-    def __init__(self, **kw) -> None:
-        super().__init__(**kw)
-        self._drawn = None
+    """Shows ``shown`` = verdict_shown(model)."""
+
+    shown: reactive[VerdictShown | None] = reactive(None, repaint=False, init=False)
 
     def compose(self) -> ComposeResult:
         yield Static(headline(RunModel()), classes="verdict-head")
@@ -80,25 +96,28 @@ class VerdictView(VerticalScroll):
     def on_mount(self) -> None:
         self.query_one("#summary-table", DataTable).add_columns("rank", "status", "steps", "last loss", "outcome", "cpu", "rss", "pid")
 
-    def update_from(self, model: RunModel) -> None:
-        key = (model.version, id(model.finished), id(model.replica))
-        if key == self._drawn:
+    def watch_shown(self, old: VerdictShown | None, new: VerdictShown | None) -> None:
+        if new is None:
             return
-        self._drawn = key
-        self.query_one(".verdict-head", Static).update(headline(model))
-        st = self.query_one("#summary-table", DataTable)
-        st.clear()
-        for row in summary_rows(model):
-            st.add_row(*row)
+        if old is None or old.head != new.head:
+            self.query_one(".verdict-head", Static).update(new.head)
+        if old is None or old.summary != new.summary:
+            st = self.query_one("#summary-table", DataTable)
+            st.clear()
+            for row in new.summary:
+                st.add_row(*row)
+        if old is not None and old.replica == new.replica:
+            return
+        rep = new.replica
         rt = self.query_one("#replica-table", DataTable)
         rt.clear(columns=True)
-        if model.replica is not None and model.replica.params:
-            cols, rows = replica_rows(model.replica)
+        if rep is not None and rep.params:
+            cols, rows = replica_rows(rep)
             rt.add_columns(*cols)
             first = None
             for i, row in enumerate(rows):
                 rt.add_row(*row)
-                if first is None and model.replica.param and model.replica.params[i] == model.replica.param:
+                if first is None and rep.param and rep.params[i] == rep.param:
                     first = i
             if first is not None:
                 rt.move_cursor(row=first)
