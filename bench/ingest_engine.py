@@ -1,4 +1,4 @@
-"""Engine-only ingest: pre-written rank files read by the engine's Tailer and Session._lines/_flush path.
+"""Engine-only ingest: pre-written rank files read by the engine's Tailer and fed to Session.ingest/flush.
 
 Separates ingest speed (read, split, parse, hint-match, record, console emit) from how fast ranks print.
 Run as a subprocess so RSS is this path's alone; prints one JSON object.
@@ -79,9 +79,8 @@ def main() -> int:
     files = prewrite(work, a.ranks, per_rank, a.mix)
 
     from ddptui.runners import events as ev
-    from ddptui.runners.rank_track import RankTrack
     from ddptui.runners.profile import load_profile
-    from ddptui.runners.session import Session, _hint_matcher
+    from ddptui.runners.session import Session
     from ddptui.runners.tail import Tailer
     from ddptui.tui.console import Console
 
@@ -97,9 +96,7 @@ def main() -> int:
 
     runs = work / "runs"
     s = Session(profile, runs, emit=emit)
-    now = time.monotonic()
-    s.tracks = {r: RankTrack(r, now, last_progress=now, steps_total=None) for r in range(a.ranks)}
-    s._matcher = _hint_matcher()
+    s.begin(a.ranks)  # ranks tracked and hints matched as in a run, with nothing started
     tailer = Tailer()
     for r, p in enumerate(files):
         tailer.add(str(p), r, "out")
@@ -121,12 +118,12 @@ def main() -> int:
             break
         wall, mono = time.time(), time.monotonic()
         for rank, stream, lines in got:
-            s._lines(rank, stream, lines, wall, mono)
-        s._flush()
+            s.ingest(rank, stream, lines, wall, mono)
+        s.flush()
         turns += 1
     for rank, stream, lines in tailer.drain():
-        s._lines(rank, stream, lines, time.time(), time.monotonic())
-    s._flush()
+        s.ingest(rank, stream, lines, time.time(), time.monotonic())
+    s.flush()
     s.record.flush()
     secs = time.perf_counter() - t0
     cpu = time.process_time() - cpu0

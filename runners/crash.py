@@ -86,9 +86,20 @@ def stopped_words(why: str | None, failed_first: int | None = None) -> str:
     """'stopped by ddptui after the stall', '... on request', 'torn down by ddptui after rank 1 failed'."""
     if why in _STOP_WHY:
         return f"stopped by ddptui {_STOP_WHY[why]}"
-    if failed_first is not None:
-        return f"torn down by ddptui after rank {failed_first} failed"
-    return "stopped by ddptui"
+    return ended_by("ddptui", failed_first)
+
+
+# Who ended a rank that had no error of its own, in words: the one home of these phrases (the crash verdict, a
+# rank's outcome while the run goes on, and the hints all say it so).
+_BY = {"ddptui": "torn down by ddptui", "launcher": "stopped by the launcher"}
+
+
+def ended_by(who: str, failed_first: int | None = None) -> str:
+    """'torn down by ddptui after rank 1 failed', 'stopped by the launcher after rank 0 failed', or with no rank
+    known to have failed first, 'stopped by ddptui' / 'stopped by the launcher'."""
+    if failed_first is None:
+        return "stopped by ddptui" if who == "ddptui" else _BY[who]
+    return f"{_BY[who]} after rank {failed_first} failed"
 
 
 def kind(e: RankEvidence, someone_died_before: bool) -> str:
@@ -244,11 +255,11 @@ def decide(ranks: list[RankEvidence], launcher_root: int | None = None) -> Verdi
     for who in sorted({e.stopped_by or "launcher" for e in stopped}):
         grp = [e for e in stopped if (e.stopped_by or "launcher") == who]
         sigs = sorted({signal_of(e.returncode) for e in grp} - {None})
-        by = "torn down by ddptui" if who == "ddptui" else "stopped by the launcher"
+        by = _BY[who]
         parts.append(f"{_ranks(sorted(e.rank for e in grp))} {by}" + (f" ({', '.join(sigs)})" if sigs else "")
                      + f" when rank {root.rank} {'had failed' if who == 'ddptui' else 'died'}")
         for e in grp:
-            outcomes[e.rank] = ("killed", f"{by} after rank {root.rank} failed")
+            outcomes[e.rank] = ("killed", ended_by(who, root.rank))
     if never:
         parts.append(f"{_ranks(never)} never started (stopped before {'its' if len(never) == 1 else 'their'} "
                      f"program ran)")

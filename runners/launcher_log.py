@@ -65,6 +65,7 @@ class TorchrunLog:
         self._pending_time: float | None = None  # an entry's time line comes before its rank line
         self._held: list[str] = []
         self._folded = False  # a SignalException traceback was just folded: its chained ones fold into it
+        self.now: float | None = None  # the reader's wall clock (the year of torchrun's stamps); None: read it
 
     @property
     def root_rank(self) -> int | None:
@@ -143,7 +144,7 @@ class TorchrunLog:
             msg = g.group(7)
             when = None
             try:
-                when = glog_wall(*(int(x) for x in g.groups()[:5]), g.group(6))
+                when = glog_wall(*(int(x) for x in g.groups()[:5]), g.group(6), now=self.now)
             except (ValueError, OverflowError):
                 pass
             m = _SENDING.search(msg) or _FORCED.search(msg)

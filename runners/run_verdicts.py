@@ -1,0 +1,96 @@
+"""The run's hang and crash verdicts built from rank tracks, stack results and evidence: pure, no I/O."""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from . import events as ev
+from . import hang_verdict as verdict
+from . import xla_evidence
+from .crash import RankEvidence
+from .crash import decide as decide_crash
+
+
+def thread_filter(profile, rank: int):
+    """XLA thread replicas share one process: each rank's stack is its own thread's."""
+    return verdict.xla_thread_filter(rank) if profile.runner == "xla" else None
+
+
+def wheres(profile, results: dict) -> dict:
+    """rank -> hang_verdict.Where, for every rank whose stacks were read."""
+    return {rank: verdict.classify(res.threads, thread_filter=thread_filter(profile, rank), workers=res.workers)
+            for rank, res in results.items() if res.threads}
+
+
+def xla_calls(profile, results: dict) -> dict:
+    """rank -> the XLA library call its thread is in (xla_evidence.library_call), or None."""
+    calls = {}
+    for r, res in results.items():
+        th = verdict.pick_thread(res.threads, thread_filter(profile, r)) if res.threads else None
+        calls[r] = xla_evidence.library_call(th.frames) if th is not None else None
+    return calls
+
+
+def hang_without_stacks(stalled, steps: dict, since: float, rdv, wall: float) -> ev.HangVerdict:
+    """The stall said in words when there are no stacks to read (on_stall: wait, or none could be taken)."""
+    at = ", ".join(f"rank {r} at step {steps.get(r)}" for r in stalled)
+    text = (f"{verdict.ranks_text(stalled)} made no progress since "
+            f"{time.strftime('%H:%M:%S', time.localtime(since))} ({at}); press d / send SIGUSR1 for stacks")
+    text = with_xla(rdv, text, (), tuple(stalled), {}, {}, {})[0]
+    return ev.HangVerdict(text, (), tuple(stalled), {}, wall)
+
+
+def stack_sentence(where: dict, steps: dict, stalled, since: float, slowed=None):
+    """(text, culprits, waiting) read from the stacks: a hang of the stalled ranks or, with ``slowed``
+    (steptime.SlowDown list), a slow-down of a run that still moves, never phrased as a hang."""
+    if slowed is not None:
+        return verdict.slow_sentence(where, {d.rank: d.text() for d in slowed})
+    return verdict.hang_sentence(where, steps, stalled, since)
+
+
+def with_xla(rdv, text: str, culprits, waiting, where: dict, calls: dict, steps: dict):
+    """The hang sentence with XLA's rendezvous evidence in it (op, keys, since when), when there is some."""
+    if rdv is None or not rdv.stalled:
+        return text, culprits, waiting
+    return xla_evidence.stall_sentence(rdv, text, tuple(culprits), tuple(waiting), where, calls, steps)
+
+
+def hang_event(text: str, culprits, waiting, where: dict, steps: dict, wall: float, folder: str,
+               slow: bool) -> ev.HangVerdict:
+    return ev.HangVerdict(text, tuple(culprits), tuple(waiting), {r: w.to_dict(steps.get(r)) for r, w in where.items()},
+                          wall, folder, "slow" if slow else "stall")
+
+
+def rank_evidence(t, stopped_by: str | None, exc: dict | None, oom: str) -> RankEvidence:
+    """What the crash rule reads of one rank track (runners/crash.py)."""
+    return RankEvidence(
+        t.rank, t.returncode, died_at=t.exit_wall,
+        error_at=t.first_failure_wall if exc is not None else None, exc=exc,
+        err_lines=tuple(t.err_tail), out_lines=tuple(t.tail), started=t.ran or exc is not None,
+        completed=t.completed, stopped_by=stopped_by, step=t.step, oom=oom)
+
+
+def crash(evidence: list[RankEvidence], launcher_root: int | None, wall: float):
+    """(CrashVerdict, {rank: (status, words)}) or (None, {}): who failed first, and every other rank's fate."""
+    v = decide_crash(evidence, launcher_root)
+    if v is None:
+        return None, {}
+    return ev.CrashVerdict(v.text, v.root, v.victims, v.what, v.excerpt, wall, v.together, v.stopped,
+                           v.never_started), v.outcomes
+
+
+XLA_ABORTED = "XLA aborted after its rendezvous termination timeout"
+
+
+def xla_abort(crash_v, rdv, tracks, hang_culprits, wall: float):
+    """When XLA aborted the worker, say so instead of a replica "failing first" or being "stopped by the launcher".
+
+    Returns (CrashVerdict, ranks whose outcome is XLA's abort)."""
+    words = xla_evidence.abort_sentence(rdv)
+    if crash_v is not None and any(t.exc is not None for t in tracks):
+        return dataclasses.replace(crash_v, text=f"{crash_v.text}; then {words}"), []  # a replica raised first
+    aborted = [t.rank for t in tracks if t.exc is None and not t.completed and t.signal == "SIGABRT"]
+    root = hang_culprits[0] if len(hang_culprits) == 1 else None
+    text = words + (f"; the stall verdict names rank {root} as the replica that never joined" if root is not None
+                    else "")
+    return ev.CrashVerdict(text, root, (), "SIGABRT", tuple(rdv.lines), wall), aborted

@@ -1,0 +1,342 @@
+"""The run's decisions (runners/judge.py) driven with synthetic inputs and a fake clock: no process, no sleep."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ddptui.runners import events as ev
+from ddptui.runners.judge import (CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_STALLED, CollectStacks, Judge, Launcher,
+                                  TearDown)
+from ddptui.runners.profile import load_profile
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORD = ROOT / "tests" / "fixtures" / "records" / "crash"  # a real torchrun run: rank 1 raised at step 8
+T0, W0 = 1000.0, 1_764_682_000.0  # the fake clock: monotonic and wall time at the start
+PIDS = {0: 16323, 1: 16324}  # the pids of that run's ranks
+
+
+def make(*over: str, world: int = 2) -> Judge:
+    profile = load_profile(ROOT / "profiles" / "cpu-ddp.yaml", [f"nproc={world}", *over])
+    j = Judge(profile, T0, W0)
+    j.begin(world, 1)
+    return j
+
+
+def at(j: Judge, dt: float) -> None:
+    j.tick(T0 + dt, W0 + dt)
+
+
+def say(j: Judge, rank, dt: float, *lines: str, stream: str = "out") -> list:
+    at(j, dt)
+    return j.lines(rank, stream, list(lines), W0 + dt, T0 + dt)
+
+
+def hello(j: Judge, rank: int, dt: float = 0.5) -> None:
+    """What the injected code says first on every rank (runners/inject/ddptui_report.py)."""
+    say(j, rank, dt, "@ddptui " + json.dumps({"k": "hello", "r": rank, "pid": PIDS[rank], "host": "localhost",
+                                               "world": 2}))
+
+
+def torchrun_lines() -> list[str]:
+    """torchrun's own stderr lines, as that run's record kept them ("<time> err <line>")."""
+    return [ln.split(" err ", 1)[1] for ln in (RECORD / "launcher.log").read_text().splitlines() if " err " in ln]
+
+
+def of(outs, cls) -> list:
+    return [o for o in outs if isinstance(o, cls)]
+
+
+def texts(outs) -> list[str]:
+    return [ln for o in of(outs, ev.LogLines) if o.rank is None for ln in o.lines]
+
+
+def end(j: Judge, dt: float, status=None, code=None, launcher_rc=1):
+    at(j, dt)
+    j.settle()
+    return j.conclude(status, code, [Launcher("torchrun", launcher_rc)])
+
+
+# ---- crash ordering, victims, together, stopped, never started ---------------------------------------------------
+def test_root_cause_is_the_first_real_death_not_the_first_noticed():
+    j = make()
+    for r in (0, 1):
+        hello(j, r)
+        say(j, r, 1.0, "epoch 1 step 3 loss 0.52")
+    say(j, 1, 2.0, "RuntimeError: bad batch", stream="err")
+    at(j, 3.0)
+    j.deaths([(PIDS[0], W0 + 2.9, -11)], own=set())  # noticed first: rank 0 segfaulted...
+    at(j, 3.2)
+    j.deaths([(PIDS[1], W0 + 2.0, 1)], own=set())  # ...but rank 1 had died 0.9 s before it
+    _, status, code = end(j, 4.0)
+    assert (status, code) == ("failed", EXIT_FAILED)
+    assert j.crash.root_rank == 1 and j.crash.victims == (0,) and j.crash.together == ()
+    assert j.crash.text.startswith("rank 1 failed first: exit 1 at step 3")
+    assert j.tracks[0].outcome == "failed after rank 1 (SIGSEGV)"
+
+
+def test_ranks_dying_within_half_a_second_failed_together():
+    j = make()
+    for r in (0, 1):
+        hello(j, r)
+        say(j, r, 1.0, "epoch 1 step 3 loss 0.52")
+    at(j, 3.0)
+    j.deaths([(PIDS[0], W0 + 2.3, 1), (PIDS[1], W0 + 2.0, 1)], own=set())
+    end(j, 4.0)
+    assert j.crash.root_rank == 1 and j.crash.together == (0,) and j.crash.victims == ()
+
+
+def test_torchrun_log_gives_exit_codes_and_names_whom_it_stopped():
+    """The death watch saw both deaths but could not read their exit codes; torchrun's own lines (from a real run's
+    record) give them, and say it sent rank 0 SIGTERM: rank 0 was stopped by the launcher, not a victim."""
+    j = make()
+    for r in (0, 1):
+        hello(j, r)
+        say(j, r, 1.0, "step 8 loss 11.2109")
+    at(j, 3.0)
+    j.deaths([(PIDS[1], W0 + 2.0, None), (PIDS[0], W0 + 2.4, None)], own=set())
+    assert j.tracks[1].returncode is None and j.tracks[1].status == "running"
+    shown = say(j, None, 3.5, *torchrun_lines(), stream="err")
+    assert j.tracks[1].returncode == 1 and j.tracks[0].returncode == -15 and j.tracks[0].signal == "SIGTERM"
+    assert j.launcher_log.root_rank == 1
+    assert any("ChildFailedError" in ln for ln in texts(shown))  # torchrun's lines are shown, not swallowed
+    _, status, code = end(j, 4.0)
+    assert j.crash.root_rank == 1 and j.crash.stopped == (0,) and j.crash.victims == ()
+    assert j.tracks[0].status == "killed" and j.tracks[0].outcome == "stopped by the launcher after rank 1 failed"
+    assert (status, code) == ("failed", EXIT_FAILED)
+
+
+def test_a_rank_that_never_ran_is_never_started_not_a_victim():
+    j = make()
+    hello(j, 1)
+    say(j, 1, 1.0, "epoch 1 step 1 loss 0.9")
+    j.tracks[0].pid = PIDS[0]  # torchrun started it (its pid is known) but its program never printed a thing
+    at(j, 3.0)
+    j.deaths([(PIDS[1], W0 + 2.0, 1)], own=set())
+    j.lines(None, "err", [ln for ln in torchrun_lines() if "Sending process" in ln], W0 + 2.1, T0 + 2.1)
+    j.deaths([(PIDS[0], W0 + 2.2, -15)], own=set())
+    end(j, 4.0)
+    assert j.crash.root_rank == 1 and j.crash.never_started == (0,) and j.tracks[0].outcome == "never started"
+
+
+def test_completed_then_died_at_exit_is_not_a_failure():
+    j = make("steps=3", "replica_check=false")
+    for r in (0, 1):
+        hello(j, r)
+        say(j, r, 1.0, "epoch 1 step 3 loss 0.12")
+        say(j, r, 1.1, "@ddptui " + json.dumps({"k": "digest", "r": r, "params": [["fc.weight", "9f0c"]]}))
+    at(j, 2.0)
+    j.deaths([(PIDS[0], W0 + 1.5, -6), (PIDS[1], W0 + 1.6, 0)], own=set())
+    assert j.tracks[0].status == "exited" and j.tracks[0].outcome == "completed, then died at exit (SIGABRT)"
+    _, status, code = end(j, 3.0)  # torchrun exits 1 over the abort: not a failure of the run
+    assert j.crash is None and (status, code) == ("ok", EXIT_OK)
+
+
+def test_process_exit_time_is_when_it_died_not_when_the_loop_noticed():
+    j = make("runner=env", world=2)
+    for r in (0, 1):
+        j.process_started(PIDS[r], r)
+        say(j, r, 1.0, "epoch 1 step 2 loss 0.7")
+    at(j, 5.0)
+    j.deaths([(PIDS[1], W0 + 2.0, None)], own={PIDS[0], PIDS[1]})
+    j.process_exited("rank1", (1,), PIDS[1], 1, W0 + 4.9, launcher=False)
+    assert j.tracks[1].exit_wall == W0 + 2.0 and j.tracks[1].status == "failed"
+
+
+# ---- crash grace and timeout ----------------------------------------------------------------------------------
+def test_survivors_get_the_crash_grace_then_a_teardown_is_asked():
+    j = make()
+    for r in (0, 1):
+        hello(j, r)
+        say(j, r, 1.0, "epoch 1 step 3 loss 0.52")
+    at(j, 2.0)
+    j.deaths([(PIDS[1], W0 + 1.9, 1)], own=set())
+    at(j, 2.0 + CRASH_GRACE - 0.1)
+    assert of(j.check(), TearDown) == []
+    at(j, 2.0 + CRASH_GRACE + 0.1)
+    outs = j.check()
+    assert of(outs, TearDown) == [TearDown("failed", EXIT_FAILED)]
+    assert texts(outs) == [f"ddptui: a rank failed {CRASH_GRACE:g} s ago; tearing down survivors 0"]
+
+
+def test_timeout_asks_for_a_teardown():
+    j = make("timeout=60", "stall_after=1000")
+    at(j, 59.0)
+    assert of(j.check(), TearDown) == []
+    at(j, 60.5)
+    assert of(j.check(), TearDown) == [TearDown("timeout", EXIT_FAILED)]
+    j.teardown_began("timeout")
+    _, status, code = end(j, 62.0, "timeout", EXIT_FAILED)
+    assert (status, code) == ("timeout", EXIT_FAILED) and j.crash is None
+    assert {t.outcome for t in j.tracks.values()} == {"never started (stopped by ddptui at the run's timeout)"}
+
+
+# ---- stall, startup grace, held, cleared -----------------------------------------------------------------------
+def test_startup_grace_then_stall_then_stacks_then_on_stall_stop():
+    j = make("stall_after=10", "startup_grace=30")
+    for r in (0, 1):
+        hello(j, r, 0.0)
+    at(j, 20.0)  # 20 s quiet before any step: past stall_after, within the startup grace
+    assert of(j.check(), ev.StallDetected) == []
+    for r in (0, 1):
+        say(j, r, 21.0, "epoch 1 step 1 loss 0.9")
+    at(j, 30.0)
+    assert of(j.check(), ev.StallDetected) == []
+    at(j, 31.5)
+    outs = j.check()
+    stall = of(outs, ev.StallDetected)[0]
+    assert stall.stalled == (0, 1) and stall.since == W0 + 21.0 and j.tracks[0].status == "stalled"
+    req = of(outs, CollectStacks)[0]
+    assert req == CollectStacks("stall", (0, 1), W0 + 21.0) and req.judged == "stall" and of(outs, TearDown) == []
+    outs = j.stacks_collected(req, {}, "stacks/01-stall")  # no stack could be read
+    assert of(outs, ev.HangVerdict)[0].text.startswith("ranks 0, 1 made no progress since")
+    assert of(outs, TearDown) == [TearDown("stalled", EXIT_STALLED)]
+
+
+def test_a_quiet_rank_busy_on_cpu_holds_the_stall_off():
+    j = make("stall_after=10", "startup_grace=1")
+    for r in (0, 1):
+        hello(j, r, 0.0)
+        say(j, r, 1.0, "epoch 1 step 1 loss 0.9")
+    for s in range(5, 13):  # rank 1 burns a whole core while it prints nothing; rank 0 sleeps in a collective
+        at(j, float(s))
+        j.resources({0: (PIDS[0], T0 + s, 1.0, 10), 1: (PIDS[1], T0 + s, float(s), 10)})
+    at(j, 12.0)
+    assert j.busy_test_due()
+    outs = j.check(cores=2, load=0.0)
+    assert of(outs, ev.StallDetected) == [] and any("busy, not stalled" in t for t in texts(outs))
+    assert texts(j.check(cores=2, load=0.0)) == []  # said once per hold
+
+
+def test_a_stall_clears_when_a_step_arrives():
+    j = make("stall_after=10", "startup_grace=1", "on_stall=wait")
+    for r in (0, 1):
+        hello(j, r, 0.0)
+        say(j, r, 1.0, "epoch 1 step 1 loss 0.9")
+    at(j, 12.0)
+    outs = j.check()
+    assert of(outs, ev.StallDetected) and of(outs, CollectStacks) == []  # wait: a verdict without stacks
+    assert "press d / send SIGUSR1 for stacks" in of(outs, ev.HangVerdict)[0].text
+    assert j.dump_requested() == [CollectStacks("on request", (0, 1), W0 + 1.0)]
+    for r in (0, 1):
+        say(j, r, 13.0, "epoch 1 step 2 loss 0.8")
+    outs = j.check()
+    assert of(outs, ev.StallCleared)[0].ranks == (0, 1) and j.stall_info is None
+    assert [(s.rank, s.status, s.detail) for s in of(outs, ev.RankState)] == [
+        (0, "running", "progressing again"), (1, "running", "progressing again")]
+    assert j.dump_requested() == [CollectStacks("on request")]
+
+
+# ---- slow-down and straggler -----------------------------------------------------------------------------------
+def steps(j: Judge, rank: int, first: int, last: int, t: float, every: float) -> float:
+    for s in range(first, last + 1):
+        say(j, rank, t, f"epoch 1 step {s} loss {1.0 / s:.4f}")
+        t += every
+    return t
+
+
+def test_a_rank_slower_than_its_own_first_steps_is_named_by_its_own_clock():
+    j = make("stall_after=100", "steps=1000")
+    for r in (0, 1):
+        t = steps(j, r, 1, 22, 1.0, 0.1)
+    steps(j, 0, 23, 30, t, 0.1)  # rank 0 keeps its pace
+    t = steps(j, 1, 23, 27, t, 1.0)  # rank 1's steps take 10x its first ones
+    at(j, t)
+    outs = j.check()
+    assert j.slow_info["ranks"] == [1] and of(outs, CollectStacks) == []
+    assert [(s.rank, s.status) for s in of(outs, ev.RankState)] == [(1, "slow")]
+
+
+def test_every_rank_slowed_in_lock_step_samples_stacks_at_most_three_times():
+    j = make("stall_after=100", "steps=1000")
+    for r in (0, 1):
+        t = steps(j, r, 1, 22, 1.0, 0.1)
+    for r in (0, 1):
+        t2 = steps(j, r, 23, 27, t, 1.0)
+    reqs = []
+    for k in range(5):
+        at(j, t2 + k * 1.5)
+        outs = j.check()
+        for req in of(outs, CollectStacks):
+            assert req.judged == "slow" and {d.rank for d in req.slowed} == {0, 1}
+            reqs.append(req)
+            outs += j.stacks_collected(req, {}, f"stacks/0{len(reqs)}-slow")
+    assert len(reqs) == 3
+    assert j.slow_info["ranks"] == [0, 1] and "3 stack samples did not single one out" in j.slow_info["text"]
+    assert j.hang is None  # a slow-down's samples never make the run's hang verdict
+
+
+def test_a_straggler_far_behind_the_lead_is_named():
+    j = make("stall_after=100", "steps=1000")
+    steps(j, 0, 1, 40, 1.0, 0.05)
+    steps(j, 1, 1, 10, 1.0, 0.2)
+    at(j, 4.0)
+    j.check()
+    assert j.slow_info["ranks"] == [1] and "far behind the other ranks (lead at step 40)" in j.slow_info["text"]
+
+
+# ---- the public shape ------------------------------------------------------------------------------------------
+def test_reports_are_taken_out_of_the_shown_lines_and_progress_is_coalesced():
+    j = make()
+    outs = say(j, 0, 1.0, "epoch 1 step 3 loss 0.52", "@ddptui " + json.dumps({"k": "hello", "r": 0, "pid": 7}),
+               "epoch 1 step 4 loss 0.50")
+    assert [o.lines for o in of(outs, ev.LogLines)] == [("epoch 1 step 3 loss 0.52", "epoch 1 step 4 loss 0.50")]
+    assert of(outs, ev.RankHello)[0].pid == 7 and of(outs, ev.Progress) == []
+    prog = j.progress()
+    assert [(p.rank, p.step, p.loss) for p in prog] == [(0, 4, 0.50)] and j.progress() == []
+
+
+def test_summary_holds_every_rank_and_the_verdicts():
+    j = make()
+    for r in (0, 1):
+        hello(j, r)
+    at(j, 2.0)
+    j.deaths([(PIDS[1], W0 + 1.5, 1), (PIDS[0], W0 + 1.6, 0)], own=set())
+    _, status, code = end(j, 3.0)
+    s = j.summary(status, code, "runs/x", 3.0, 0.1, [], [])
+    assert s["status"] == "failed" and s["crash"]["root_rank"] == 1 and s["ranks"][0]["status"] == "exited"
+    assert json.loads(json.dumps(s))["ranks"]["1"]["returncode"] == 1
+
+
+@pytest.mark.parametrize("why,first,words", [
+    ("stalled", None, "stopped by ddptui after the stall"),
+    ("failed", 1, "torn down by ddptui after rank 1 failed"),
+    (None, None, "stopped by ddptui"),
+])
+def test_ranks_ddptui_stopped_say_why(why, first, words):
+    j = make("stall_after=100")
+    for r in (0, 1):
+        hello(j, r)
+        say(j, r, 1.0, "epoch 1 step 3 loss 0.52")
+    if first is not None:
+        at(j, 2.0)
+        j.deaths([(PIDS[first], W0 + 2.0, 1)], own=set())
+    at(j, 3.0)
+    j.teardown_began(why)
+    at(j, 3.5)
+    j.deaths([(PIDS[0], W0 + 3.4, -15)], own=set())
+    assert j.tracks[0].status == "killed" and j.tracks[0].outcome == words
+
+
+def test_the_judge_reads_no_clock(monkeypatch):
+    """The clock is an input: a whole crash run through torchrun's real lines decides with time.time() and
+    time.monotonic() unusable."""
+    import time
+
+    def no_clock():
+        raise AssertionError("the judge read the clock")
+    j = make()
+    monkeypatch.setattr(time, "time", no_clock)
+    monkeypatch.setattr(time, "monotonic", no_clock)
+    for r in (0, 1):
+        hello(j, r)
+        say(j, r, 1.0, "epoch 1 step 8 loss 11.2109")
+    at(j, 3.0)
+    j.deaths([(PIDS[1], W0 + 2.0, None), (PIDS[0], W0 + 2.4, None)], own=set())
+    say(j, None, 3.5, *torchrun_lines(), stream="err")
+    j.check()
+    j.progress()
+    end(j, 4.0)
+    assert j.crash.root_rank == 1
+    j.summary("failed", 1, "runs/x", 4.0, 0.1, [], [])
