@@ -531,22 +531,36 @@ def bench_startup(cfg, work: Path, res: dict) -> None:
 
 # ---------------------------------------------------------------------------------------------- 6. UI
 
-def bench_ui(cfg, work: Path, res: dict) -> None:
+def ui_latency_once(cfg) -> dict:
     code = ("import json, sys\n"
             "try:\n    from ddptui.tui.app import measure_latency\n"
             "except ImportError as e:\n    print(json.dumps({'no_hook': str(e)})); sys.exit(0)\n"
             f"print(json.dumps(measure_latency(ranks=16, rate=1000, seconds={cfg.ui_seconds}, presses={cfg.ui_presses})))\n")
-    log(f"ui: tui.app.measure_latency (16 ranks x 1000 lines/s, {cfg.ui_presses} presses)")
     try:
         p = subprocess.run([PY, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=180)
         last = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
-        d = json.loads(last) if last.startswith("{") else {"error": (p.stderr or p.stdout)[-1500:]}
+        return json.loads(last) if last.startswith("{") else {"error": (p.stderr or p.stdout)[-1500:]}
     except subprocess.TimeoutExpired:
-        d = {"error": "measure_latency ran past 180 s"}
-    if "no_hook" in d:
-        d = {"not_measured": "no hook yet"}
+        return {"error": "measure_latency ran past 180 s"}
+
+
+def bench_ui(cfg, work: Path, res: dict) -> None:
+    log(f"ui: ddptui.tui.app.measure_latency (16 ranks x 1000 lines/s, {cfg.ui_presses} presses), {cfg.repeats} repeats")
+    runs = []
+    for i in range(cfg.repeats):
+        d = ui_latency_once(cfg)
+        log(f"  repeat {i}: {d}")
+        runs.append(d)
+        if "no_hook" in d or "error" in d:
+            break
+    ok = [r for r in runs if "p95_ms" in r]
+    if not ok:
+        d = {"not_measured": "no hook yet"} if "no_hook" in runs[-1] else runs[-1]
+    else:  # the median repeat's figures, and every repeat's (the machine is shared: one run can be unlucky)
+        d = dict(sorted(ok, key=lambda r: r["p95_ms"])[len(ok) // 2])
+        d.update({k + "_mmm": mmm([r[k] for r in ok]) for k in ("p50_ms", "p95_ms", "ui_cpu_percent")})
+        d["repeats"] = len(ok)
     res["ui"] = d
-    log(f"  {d}")
     d["live"] = bench_ui_live(cfg, work)
 
 
@@ -554,7 +568,7 @@ def ui_live_once(steps: int, d: Path) -> dict:
     """The real dashboard in a real terminal (tmux) on the default profile; CPU of the ddptui process from its summary."""
     from tests.tmux_term import Term
     runs = d / "runs"
-    cmd = (f"unset COLUMNS LINES; cd {shlex.quote(str(ROOT))} && {shlex.quote(PY)} -m tui.cli profiles/cpu-ddp.yaml "
+    cmd = (f"unset COLUMNS LINES; cd {shlex.quote(str(ROOT))} && {shlex.quote(PY)} -m ddptui.tui.cli profiles/cpu-ddp.yaml "
            f"--runs-dir {shlex.quote(str(runs))} --set steps={steps}; echo DDPTUI-EXITED $?; sleep 30")
     term = Term(cmd)
     try:
@@ -722,11 +736,17 @@ def write_report(res: dict, cfg) -> str:
         elif "error" in u:
             L.append(f"not measured: the hook failed: `{u['error'][-300:]}`\n")
         else:
-            L.append(f"`tui.app.measure_latency`: {u.get('ranks')} ranks × {u.get('lines_per_s_per_rank')} lines/s "
+            L.append(f"`ddptui.tui.app.measure_latency`: {u.get('ranks')} ranks × {u.get('lines_per_s_per_rank')} lines/s "
                      f"streaming, {u.get('presses')} presses of `t`: p50 {u.get('p50_ms')} ms, p95 {u.get('p95_ms')} ms, "
                      f"max {u.get('max_ms')} ms; lines absorbed {u.get('lines_per_s_absorbed'):,}/s of "
                      f"{u.get('lines_per_s_offered'):,}/s offered; the dashboard process used "
                      f"{fmt(u.get('ui_cpu_percent'), 1, ' %')} of one core meanwhile (the load generator's thread left out).\n")
+            if u.get("repeats", 1) > 1:
+                L.append(f"Over {u['repeats']} repeats (the figures above are the median repeat's): p50 "
+                         f"{fmt3(u['p50_ms_mmm'], 1, ' ms')}, p95 {fmt3(u['p95_ms_mmm'], 1, ' ms')}, dashboard CPU "
+                         f"{fmt3(u['ui_cpu_percent_mmm'], 1, ' %')} of one core. Target p95 ≤ 100 ms: "
+                         f"{tick(u['p95_ms_mmm']['median'] is not None and u['p95_ms_mmm']['median'] <= 100)}; "
+                         f"CPU ≤ 50 %: {tick(u['ui_cpu_percent_mmm']['median'] is not None and u['ui_cpu_percent_mmm']['median'] <= 50)}.\n")
         live = u.get("live") or {}
         if live.get("cpu_percent"):
             L.append(f"A real run in a real terminal (tmux 160×50): the dashboard on `cpu-ddp`, {live['steps']} steps, "

@@ -378,7 +378,7 @@ async def test_tail_repaints_only_when_its_lines_change():
         tail.show(lines, 0.0, "", seq=2)
         tail.show(lines, 0.0, "step 2", seq=2)  # a new filter repaints the same lines
         assert len(painted) == 3
-        await pilot.pause(0.1)
+        await pilot.pause()
         assert "step 2" in str(tail.render()) and "step 1" not in str(tail.render())
 
 
@@ -565,7 +565,6 @@ async def test_timeline_keeps_the_newest_line_when_the_end_banner_shrinks_it_and
         await pilot.press("t")
         log = app.screen.query_one("#timeline-log")
         await pilot.press("pageup")  # reading history: arriving lines must not pull the view down
-        await pilot.pause(0.2)
         held = log.scroll_y
         src.release(1)
         await until(pilot, lambda: log.line_count >= 140, 10, "the new lines in the timeline")

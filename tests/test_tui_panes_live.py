@@ -66,7 +66,7 @@ async def test_each_pane_ends_on_its_ranks_last_line_live_and_after_the_end(size
 def test_in_a_real_terminal_each_pane_ends_on_its_ranks_last_line(size, tmp_path):
     hold = tmp_path / "hold"
     prof = chatty_profile(tmp_path, hold)
-    cmd = (f"unset COLUMNS LINES; cd {shlex.quote(str(ROOT))} && {shlex.quote(sys.executable)} -m tui.cli "
+    cmd = (f"unset COLUMNS LINES; cd {shlex.quote(str(ROOT))} && {shlex.quote(sys.executable)} -m ddptui.tui.cli "
            f"{shlex.quote(str(prof))} --runs-dir {shlex.quote(str(tmp_path / 'runs'))}; echo DDPTUI-EXITED $?; sleep 30")
     term = Term(cmd, width=size[0], height=size[1])
     try:

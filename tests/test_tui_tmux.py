@@ -1,4 +1,4 @@
-"""The real `python -m tui.cli` in a real terminal (tmux): pick a profile with keys, watch the run, read the screen."""
+"""The real `python -m ddptui.tui.cli` in a real terminal (tmux): pick a profile with keys, watch the run, read the screen."""
 from __future__ import annotations
 
 import shlex
@@ -19,13 +19,15 @@ pytestmark = pytest.mark.skipif(not Path(TMUX).exists(), reason="tmux not instal
 def test_pick_a_profile_with_keys_and_watch_it_finish(tmp_path):
     runs = tmp_path / "runs"
     # Textual believes COLUMNS/LINES over the terminal; a client-less tmux server may hand the pane 80x24 ones.
-    cmd = (f"unset COLUMNS LINES; cd {shlex.quote(str(ROOT))} && {shlex.quote(sys.executable)} -m tui.cli --runs-dir {shlex.quote(str(runs))};"
+    cmd = (f"unset COLUMNS LINES; cd {shlex.quote(str(ROOT))} && {shlex.quote(sys.executable)} -m ddptui.tui.cli --runs-dir {shlex.quote(str(runs))};"
            " echo DDPTUI-EXITED $?; sleep 30")
     term = Term(cmd)
     try:
         s = term.wait_for("pick a profile", 30)
         assert "cpu-ddp" in s and "hang" in s
         term.wait_for("runner  torchrun", 10)  # the highlighted profile's resolved settings
+        # A focus move shows nothing a capture of the screen could wait for, and sent in one go with the Tab, the
+        # "x" did not reach the input (tried): the keys after a Tab still wait a moment.
         term.keys("Tab")  # nproc input
         time.sleep(0.3)
         term.keys("x")
