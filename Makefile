@@ -1,10 +1,10 @@
-# ddptui: `make run` opens the dashboard on the default CPU profile, `make test` runs the whole suite.
+# ddptui: `make run` opens the dashboard on the default CPU profile, `make test` runs the whole suite (then on the other Pythons).
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test venv xla-venv bench clean
+.PHONY: run test test-pythons venv xla-venv bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -23,6 +23,12 @@ xla-venv:
 
 test: $(STAMP) xla-venv
 	$(BIN)/python -m pytest -q tests
+	$(MAKE) --no-print-directory test-pythons
+
+# The engine's and the dashboard's own tests (tests/suites.py) on Python 3.10, 3.12 and 3.13, each in a venv
+# without torch (~/.cache/ddptui/py3.X-venv); their ranks run on this .venv's python. A missing Python is skipped.
+test-pythons: $(STAMP)
+	bash scripts/test-pythons.sh
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

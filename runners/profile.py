@@ -13,6 +13,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .rank_python import default_python
 from . import torchrun_argv
 from .workloads import _faults
 
@@ -651,7 +652,10 @@ def _interpreter(f: _Fields, base: Path) -> str:
             raise venv.loc.error(f.dotted("venv"), f"no executable bin/python in venv {folder}")
         return str(exe)
     if py is None:
-        return sys.executable
+        try:
+            return default_python()
+        except ValueError as e:
+            raise f.loc.error(f.dotted("python"), str(e)) from None
     value = _str()(py, f.dotted("python"))
     if not value:
         raise _fail(py, f.dotted("python"), "an interpreter path or name")

@@ -103,6 +103,7 @@ def _pump(stream, out, tag: bytes, lock: threading.Lock) -> None:
 
 
 def _child_setup() -> None:
+    os.setpgid(0, 0)  # its own process group (Popen's process_group= is Python 3.11+; this runs on 3.10 too)
     # The real mirage reclaims a dead run's workload; here the kernel does it: we die, they get SIGTERM.
     try:
         import ctypes
@@ -168,7 +169,7 @@ def main(argv: list[str]) -> int:
             pipe = subprocess.PIPE if capture else None
             try:
                 child = subprocess.Popen(cmd, env=env, cwd=a.workdir or None, stdin=subprocess.DEVNULL,
-                                         stdout=pipe, stderr=pipe, process_group=0, preexec_fn=_child_setup)
+                                         stdout=pipe, stderr=pipe, preexec_fn=_child_setup)
             except OSError as e:
                 print(f"Error: failed to spawn {cmd[0]}: {e.strerror or e}", file=sys.stderr)
                 _signal(children, signal.SIGKILL)

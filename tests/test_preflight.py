@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
-import site
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +12,7 @@ import pytest
 
 from ddptui.runners import preflight
 from ddptui.runners.profile import load_profile
+from ddptui.runners.rank_python import default_python
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"
@@ -38,13 +39,17 @@ def no_mirage(tmp_path, monkeypatch):
 
 
 def fake_venv(folder: Path, *, torch: bool, rocm_sdk: bool) -> Path:
-    """A real venv; torch reached through a .pth to the test venv's site-packages; ROCm SDK parts faked as folders."""
-    base = Path(sys.base_prefix) / "bin" / "python3"
+    """A real venv; torch reached through a .pth to the ranks' interpreter's site-packages (the test's own, or
+    DDPTUI_PYTHON's where the test runs on a Python without torch); ROCm SDK parts faked as folders."""
+    where = subprocess.run([default_python(), "-c", "import json, site, sys; print(json.dumps([sys.base_prefix, "
+                            "site.getsitepackages()]))"], capture_output=True, text=True, check=True, timeout=30)
+    base_prefix, sites = json.loads(where.stdout)
+    base = Path(base_prefix) / "bin" / "python3"
     subprocess.run([str(base), "-m", "venv", "--without-pip", str(folder)], check=True, timeout=60)
     sp = Path(subprocess.run([str(folder / "bin" / "python3"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True, timeout=30).stdout.strip())
     if torch:
-        (sp / "ours.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+        (sp / "ours.pth").write_text("\n".join(sites) + "\n")
     if rocm_sdk:
         (sp / "rocm_sdk").mkdir()
         (sp / "rocm_sdk" / "__init__.py").write_text("")
