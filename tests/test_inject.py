@@ -330,20 +330,16 @@ def test_hook_steps_defer_to_the_ranks_own_reports_only_for_the_step_in_flight(t
 
 @pytest.mark.timeout(60)
 def test_report_thread_never_holds_the_process_at_exit(tmp_path):
+    # The (non-daemon) report thread's period is made endless: only the interpreter's exit can wake it, so a
+    # thread that held the process would hold it for good (run_py's timeout), whatever the machine's load.
     p = run_py(tmp_path, """
-        import threading, time, ddptui_report
+        import threading, ddptui_report
+        ddptui_report.FLUSH_EVERY = 1e9
         for n in (1, 2, 3):
             ddptui_report.loss(n, 0.5)
-        deadline = time.monotonic() + 30  # until the thread runs and has written what was pending
-        while ddptui_report._losses and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert not ddptui_report._losses
         assert [t.name for t in threading.enumerate() if t.name == "ddptui-report"] == ["ddptui-report"]
-        ddptui_report.loss(4, 0.25)  # pending at exit: written by the exit hook
-        print("leaving", time.time(), flush=True)
-        """, RANK="0")
-    end = time.time()
-    assert p.returncode == 0, p.stderr
-    left = float(p.stdout.split("leaving ")[1].split()[0])
-    assert end - left < 1.0, end - left  # the non-daemon thread ended with the main thread
+        ddptui_report.loss(4, 0.25)  # all four still pending at exit: written by the exit hook
+        print("leaving", flush=True)
+        """, timeout=45, RANK="0")
+    assert p.returncode == 0 and "leaving" in p.stdout, p.stderr
     assert loss_steps(reports(p.stdout)) == [1, 2, 3, 4]

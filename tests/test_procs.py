@@ -3,11 +3,14 @@ teardown is bounded even for a process that outlives SIGKILL."""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import sys
 import time
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 from ddptui.runners import procs
@@ -269,10 +272,13 @@ def test_a_real_frozen_rank_is_named_as_a_survivor_in_the_summary(runs_dir, free
 _COUNT_TERMS = """
 import os, signal, sys, time
 out = sys.argv[1]
-def on_term(sig, frame):
-    with open(out, "a") as f:
-        f.write("T")
-signal.signal(signal.SIGTERM, on_term)
+def note(letter):
+    def handler(sig, frame):
+        with open(out, "a") as f:
+            f.write(letter)
+    return handler
+signal.signal(signal.SIGTERM, note("T"))
+signal.signal(signal.SIGWINCH, note("W"))  # the test's marker: handled after any SIGTERM pending before it
 if len(sys.argv) > 2:  # the group leader starts a child in its own group, as torchrun does with ranks
     import subprocess
     subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[1] + ".child"])
@@ -300,7 +306,15 @@ def test_teardown_signals_each_process_once(tmp_path):
         while not (out.exists() and Path(f"{out}.child").exists()):
             assert time.monotonic() < deadline, "SIGTERM never arrived"
             time.sleep(0.05)
-        time.sleep(0.3)  # a duplicate signal would land within this
-        assert out.read_text() == "T" and Path(f"{out}.child").read_text() == "T"
+        # Every signal _signal_tree sent is pending or handled by now. A marker signal with a higher number comes
+        # after them (the kernel delivers, and Python runs handlers, lowest number first): once it is noted, a
+        # duplicate SIGTERM would have been noted before it.
+        for pid in [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children())]:  # the two the test started
+            os.kill(pid, signal.SIGWINCH)
+        deadline = time.monotonic() + 10
+        while not (out.read_text().endswith("W") and Path(f"{out}.child").read_text().endswith("W")):
+            assert time.monotonic() < deadline, "the marker signal never arrived"
+            time.sleep(0.05)
+        assert out.read_text() == "TW" and Path(f"{out}.child").read_text() == "TW"
     finally:
         procs.teardown([proc], deadline=0.5)

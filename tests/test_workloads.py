@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ddptui.runners import hang_verdict, stacks
 from tests.engine_helpers import loss_steps, reported_steps, strict_reports as reports
 
 REPO = Path(__file__).resolve().parents[1]
@@ -152,18 +153,25 @@ def test_dist_smoke_ok(launch):
 def test_hang_blocks_the_other_rank(launch):
     run = launch("ddp_mlp", DDP_STEPS="20", DDP_FAULT="hang:1:2")
     assert run.wait_for(1, "[rank 1] injecting hang at step 2", 100), run.out(1) + run.err(1) + run.launcher()
-    deadline = time.monotonic() + 10  # both ranks went quiet: their report threads write steps 1-2 within ~0.2 s
-    while time.monotonic() < deadline and not all(2 in loss_steps(reports(run.out(r))) for r in (0, 1)):
-        time.sleep(0.05)
-    time.sleep(0.3)
-    before = run.out(0)
-    time.sleep(4)
-    assert run.proc.poll() is None
     pids = {x["r"]: x["pid"] for r in (0, 1) for x in reports(run.out(r)) if x["k"] == "hello"}
+    # rank 0 runs step 3 up to the all-reduce its peer never joins: wait until its stack says it waits there
+    rank0, deadline = [stacks.Target(0, pids[0], None)], time.monotonic() + 60
+    while hang_verdict.classify(stacks.collect(rank0, method="py-spy", workers=False)[0].threads).category != "collective":
+        assert time.monotonic() < deadline and run.proc.poll() is None, "rank 0 never blocked in the all-reduce"
+        time.sleep(0.1)  # the poll's period
+    # both ranks are quiet now; their report threads write what was pending (steps 1-2)
+    deadline = time.monotonic() + 30
+    while not all(2 in loss_steps(reports(run.out(r))) for r in (0, 1)):
+        assert time.monotonic() < deadline, run.out(0) + run.out(1)
+        time.sleep(0.05)
+    before = run.out(0)
+    assert run.proc.poll() is None
     for r in (0, 1):
         p = psutil.Process(pids[r])
         assert p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    assert run.out(0) == before  # rank 0 is blocked in the all-reduce of step 3, saying nothing
+    # still blocked in the all-reduce of step 3 after its output was read, having said nothing since
+    assert hang_verdict.classify(stacks.collect(rank0, method="py-spy", workers=False)[0].threads).category == "collective"
+    assert run.out(0) == before
     assert loss_steps(reports(before))[-1] == 2 and loss_steps(reports(run.out(1)))[-1] == 2
     assert "step 3 loss" not in before
 
