@@ -340,3 +340,71 @@ def test_the_judge_reads_no_clock(monkeypatch):
     end(j, 4.0)
     assert j.crash.root_rank == 1
     j.summary("failed", 1, "runs/x", 4.0, 0.1, [], [])
+
+
+def test_slow_down_by_the_ranks_own_clock_not_the_read_time():
+    """Every report is read in one go (one engine time): only the ranks' own stamps (`at`, `dt`) can time them."""
+    j = make("stall_after=100", "steps=1000")
+    batch = {0: [], 1: []}
+    for r in (0, 1):
+        t = 50.0
+        for s in range(1, 31):
+            dt = 1.0 if (r == 1 and s > 24) else 0.01  # rank 1's last 6 steps take 100x its first ones
+            t += dt
+            batch[r].append("@ddptui " + json.dumps({"k": "loss", "r": r, "steps": [[s, 1.0 / s]], "at": [s, t],
+                                                     "dt": [dt]}))
+    for r in (0, 1):
+        say(j, r, 2.0, *batch[r])
+    at(j, 2.0)
+    j.check()
+    assert j.slow_info["ranks"] == [1] and "steps take 1.00 s, 100x its first 20 steps' 10 ms" in j.slow_info["text"]
+
+
+def test_stall_stacks_name_the_rank_outside_the_collective():
+    from ddptui.runners.stacks import Frame, StackResult, ThreadStack
+    sp, user = "/venv/lib/python3.11/site-packages", "/work/train.py"
+    j = make("stall_after=10", "startup_grace=1", "on_stall=dump")
+    for r in (0, 1):
+        hello(j, r, 0.0)
+        say(j, r, 1.0, "epoch 1 step 10 loss 0.3")
+    at(j, 12.0)
+    req = of(j.check(), CollectStacks)[0]
+    assert j.stack_targets() == [(0, PIDS[0]), (1, PIDS[1])]
+    results = {
+        0: StackResult(0, PIDS[0], "py-spy", [ThreadStack("MainThread", 1, True, [
+            Frame("all_reduce", f"{sp}/torch/distributed/distributed_c10d.py", 3252, "work.wait()"),
+            Frame("main", user, 30, "dist.all_reduce(t)")])]),
+        1: StackResult(1, PIDS[1], "py-spy", [ThreadStack("MainThread", 1, True, [
+            Frame("wait_for_lock", user, 9, "lock.acquire()"), Frame("main", user, 28, "wait_for_lock()")])]),
+    }
+    at(j, 13.0)
+    outs = j.stacks_collected(req, results, "runs/x/stacks/01-stall")
+    hv = of(outs, ev.HangVerdict)[0]
+    assert hv.culprits == (1,) and hv.waiting == (0,) and hv.path == "runs/x/stacks/01-stall" and j.hang is hv
+    assert hv.where[0]["category"] == "collective" and texts(outs) == [f"ddptui: {hv.text}"]
+    assert of(outs, TearDown) == []  # on_stall=dump: the run goes on
+
+
+# ---- runners/run_verdicts.py directly --------------------------------------------------------------------------
+def test_run_verdicts_crash_gives_the_verdict_and_every_ranks_fate():
+    from ddptui.runners import run_verdicts
+    from ddptui.runners.crash import RankEvidence
+    evidence = [RankEvidence(0, -15, died_at=W0 + 2.3, started=True, stopped_by="launcher", step=8),
+                RankEvidence(1, 1, died_at=W0 + 2.0, started=True, step=8,
+                             err_lines=("RuntimeError: injected crash on rank 1 at step 8",)),
+                RankEvidence(2, -15, died_at=W0 + 2.3, started=False, stopped_by="launcher")]
+    crash, outcomes = run_verdicts.crash(evidence, 1, W0 + 5)
+    assert (crash.root_rank, crash.stopped, crash.never_started, crash.wall) == (1, (0,), (2,), W0 + 5)
+    assert outcomes[0] == ("killed", "stopped by the launcher after rank 1 failed")
+    assert outcomes[2] == ("killed", "never started")
+    assert run_verdicts.crash([RankEvidence(0, 0, died_at=W0, started=True)], None, W0) == (None, {})
+
+
+def test_run_verdicts_hang_without_stacks_says_since_when_and_where_each_rank_was():
+    import time as _time
+    from ddptui.runners import run_verdicts
+    hv = run_verdicts.hang_without_stacks([0, 1], {0: 7, 1: 9}, W0, None, W0 + 30)
+    since = _time.strftime("%H:%M:%S", _time.localtime(W0))
+    assert hv.text == (f"ranks 0, 1 made no progress since {since} (rank 0 at step 7, rank 1 at step 9); "
+                       "press d / send SIGUSR1 for stacks")
+    assert (hv.culprits, hv.waiting, hv.where, hv.wall) == ((), (0, 1), {}, W0 + 30)
