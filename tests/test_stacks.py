@@ -52,6 +52,12 @@ def sleeper(tmp_path):
                                  stderr=ef, start_new_session=True, text=True)
         started.append(p)
         assert p.stdout.readline().strip() == "ready"
+        # "ready" comes before the MAIN line: wait until the main thread sleeps there (py-spy reads it without a
+        # signal), so a stack taken from now on shows it there however slowly the process got going
+        deadline = time.monotonic() + 30
+        while not _sleeps_at_main(stacks.collect([stacks.Target(0, p.pid, None)], method="py-spy", workers=False)[0]):
+            assert time.monotonic() < deadline, "the sleeper never reached its MAIN line"
+            time.sleep(0.05)  # the poll's period
         return p, str(err)
 
     yield start
@@ -59,6 +65,11 @@ def sleeper(tmp_path):
         p.kill()
         p.wait(timeout=10)
     assert not any(runhelp.alive(p.pid) for p in started)
+
+
+def _sleeps_at_main(r: stacks.StackResult) -> bool:
+    main = [t for t in r.threads if t.name == "MainThread"]
+    return bool(main and main[0].idle and main[0].frames and "# MAIN" in main[0].frames[0].code)
 
 
 def _line_of(script_text: str, marker: str) -> int:
