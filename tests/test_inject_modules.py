@@ -189,3 +189,25 @@ def test_a_bfloat16_parameter_is_digested_from_its_raw_bytes():
     name, hexd, shape, dtype = ddptui_report.digest_entry("module.w", p)
     assert (name, shape, dtype) == ("w", [2], "torch.bfloat16")
     assert hexd == __import__("hashlib").blake2b(p.detach().view(torch.int16).numpy().tobytes(), digest_size=16).hexdigest()
+
+
+# ---- one exception report
+
+def test_an_exception_leaving_an_xla_replica_is_reported_as_an_uncaught_one_is(capfd, monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+
+    def fails():
+        raise ValueError("bad shape\nsecond line")
+
+    try:
+        fails()
+    except ValueError as e:
+        ddptui_xla.report_exception(e)  # before XLA aborts the worker
+        ddptui_xla.report_exception(e)  # once per exception
+        ddptui_report.exception(type(e), e, e.__traceback__)  # what sys.excepthook reports
+    out, err = capfd.readouterr()
+    xla, uncaught = reports(out)
+    assert xla == uncaught and xla["k"] == "exc" and xla["r"] == 3 and xla["type"] == "ValueError"
+    assert xla["where"].endswith(f"test_inject_modules.py:{fails.__code__.co_firstlineno + 1}")
+    assert xla["tb"][-2:] == ["ValueError: bad shape", "second line"] and not any("\n" in ln for ln in xla["tb"])
+    assert err.count("ValueError: bad shape") == 1  # the traceback printed once, on the replica's stderr

@@ -58,12 +58,9 @@ def report_exception(exc: BaseException) -> None:
         exc._ddptui_reported = True
     except Exception:
         pass
-    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-    sys.stderr.write("".join(tb))
+    sys.stderr.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
     sys.stderr.flush()
-    ddptui_report.emit("exc", type=type(exc).__name__, msg=str(exc), where=where, tb=[s.rstrip("\n") for s in tb])
+    ddptui_report.exception(type(exc), exc, exc.__traceback__)  # the same report as an uncaught exception's
 
 
 # ---------------------------------------------------------------- binding a thread to its ordinal
