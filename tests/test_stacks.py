@@ -146,9 +146,15 @@ def test_bash_wrapper_pid_resolves_to_python_and_non_python_is_refused(tmp_path)
     try:
         assert wrapper.stdout.readline().strip() == "ready"
         assert psutil.Process(wrapper.pid).name() == "bash"
-        res = stacks.collect([stacks.Target(0, wrapper.pid, None), stacks.Target(1, plain.pid, None)])
-        assert res[0].method == "py-spy" and res[0].pid != wrapper.pid
-        assert res[0].threads[0].frames[0].code.endswith("# S")
+        # "ready" comes one line before "# S": collect until the Python process's stack is there
+        deadline = time.monotonic() + 30
+        while True:
+            res = stacks.collect([stacks.Target(0, wrapper.pid, None), stacks.Target(1, plain.pid, None)])
+            assert res[0].method == "py-spy" and res[0].pid != wrapper.pid
+            if res[0].threads[0].frames[0].code.endswith("# S"):
+                break
+            assert time.monotonic() < deadline, res[0].threads
+            time.sleep(0.05)  # the poll's period
         assert res[1].method == f"unavailable: pid {plain.pid} is not a Python process"
         assert runhelp.alive(plain.pid)
     finally:
