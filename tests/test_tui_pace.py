@@ -60,3 +60,12 @@ def test_the_end_of_a_run_goes_out_whatever_the_caps_say():
     out, wait = p.due(held, 0.01, final=True)
     assert out.run and out.loss and out.ranks == {1} and wait is None and not held
     assert p.due(Changes(), 0.02) == (Changes(), None)
+
+
+def test_a_chart_shown_again_is_drawn_out_of_turn_only_within_its_cap():
+    p = Pace()
+    assert p.chart_now(5.0)  # never drawn: at once
+    assert not p.chart_now(5.0 + CHART_PERIOD / 2)
+    out, wait = p.due(Changes(set(), False, True, False), 5.0 + CHART_PERIOD / 2)
+    assert not out and wait == pytest.approx(CHART_PERIOD / 2)  # the out-of-turn draw counts for the cap
+    assert p.chart_now(5.0 + CHART_PERIOD)

@@ -309,6 +309,15 @@ class DdpApp(App):
         if at is not None and self._pace_timer is None:
             self._pace_timer, self._pace_at = self.set_timer(wait, self._publish_due), at
 
+    def chart_due(self) -> bool:
+        """The loss chart shows again with older losses than the model's: True when it may be drawn now (a key
+        redraws at once), else it is told when its cap allows."""
+        if self.model is None or self._pace.chart_now(time.monotonic()):
+            return True
+        self.model.changes.loss = True
+        self._publish()
+        return False
+
     def _publish_due(self) -> None:
         self._pace_timer = None
         self._publish()

@@ -35,3 +35,10 @@ class Pace:
             self.chart_at = now
         changes.loss = False
         return out, None
+
+    def chart_now(self, now: float) -> bool:
+        """Whether the chart may be drawn now, out of turn (it shows again after a key): the cap still holds."""
+        if now - self.chart_at < CHART_PERIOD:
+            return False
+        self.chart_at = now
+        return True

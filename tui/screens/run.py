@@ -127,8 +127,10 @@ class RunScreen(Screen):
             for pane in panes:
                 pane.show(m, self.needle)
             chart = self.query_one(LossChart)
-            if chart.display and (c is None or c.loss):  # no room for it now (fit_panes): drawn when it comes back
+            if chart.display and c is not None and c.loss:  # no room for it now (fit_panes): drawn when it comes back
                 chart.points = m.loss_version
+            elif chart.display and c is None and chart.points != m.loss_version and self.app.chart_due():
+                chart.points = m.loss_version  # shown again with newer losses, and the chart's cap allows it now
         elif tab == "timeline":
             if c is None or c.lines:
                 self.query_one(TimelineView).show(m, self.needle)
@@ -170,7 +172,8 @@ class RunScreen(Screen):
         chart.display = f.chart > 0
         if f.chart:
             chart.styles.height = f.chart
-            chart.points = self.model.loss_version  # drawn now if losses came while it was hidden
+            if chart.points != self.model.loss_version and self.app.chart_due():  # losses came while it was hidden
+                chart.points = self.model.loss_version
         grid = self.query_one("#rank-grid", Grid)
         grid.styles.grid_rows = str(f.row) if f.row else None  # None: the rows share the grid's height
         grid.styles.overflow_y = "auto" if f.row else "hidden"

@@ -80,7 +80,8 @@ class RankPane(Vertical, can_focus=True):
 
     def on_mount(self) -> None:
         self.border_title = f"rank {self.rank}"
-        self.query_one(ProgressBar).display = False
+        self._status, self._bar, self._tail = self.query_one(LineView), self.query_one(ProgressBar), self.query_one(TailView)
+        self._bar.display = False
         self._ready = True
         if self._asked is not None:
             self.show(*self._asked)
@@ -92,17 +93,19 @@ class RankPane(Vertical, can_focus=True):
             return
         rv = model.rank(self.rank)
         self.shown = pane_shown(rv, model.steps)
-        self.query_one(TailView).show(rv.lines, model.start_wall, needle, rv.seq)
+        self._tail.show(rv.lines, model.start_wall, needle, rv.seq)
 
     def watch_shown(self, old: PaneShown | None, new: PaneShown | None) -> None:
         if not self._ready or new is None:
             return
-        self.border_title = new.title
-        self.border_subtitle = new.badge
+        if old is None or old.title != new.title:  # setting a border title repaints the whole pane, even unchanged
+            self.border_title = new.title
+        if old is None or old.badge != new.badge:
+            self.border_subtitle = new.badge
         if not self.has_class(new.cls):
             self.remove_class(*BADGE_CLASSES)
             self.add_class(new.cls)
-        self.query_one(".rank-status", LineView).text = new.status
+        self._status.text = new.status
         if old is None or _quantum(old.bar) != _quantum(new.bar):
             self._draw_bar()
 
@@ -111,7 +114,7 @@ class RankPane(Vertical, can_focus=True):
             self._draw_bar()
 
     def _draw_bar(self) -> None:
-        bar = self.query_one(ProgressBar)
+        bar = self._bar
         shown = self.shown.bar if self.shown is not None and self.bar_room else None
         if bar.display != (shown is not None):
             bar.display = shown is not None
