@@ -10,7 +10,7 @@ from . import stall as stall_rule
 from .crash import RankEvidence, ended_by, ended_by_our_stop, signal_of, stopped_words
 from .launcher_log import TorchrunLog
 from .rank_track import RankTrack, find_slow
-from .steptime import slowed_down, slowed_together, take_report
+from .steptime import pace_known, slowed_down, slowed_together, take_report
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STALLED, EXIT_REPLICAS = 0, 1, 2, 3, 4
 CRASH_GRACE = 5.0  # seconds survivors get to fail on their own after a rank died, before we tear them down
@@ -500,8 +500,8 @@ class Judge:
             return
         clocks = {t.rank: t.clock for t in self.tracks.values() if t.alive and not t.completed}
         downs = slowed_down(clocks)
-        if not downs:
-            return
+        if not downs or not pace_known(downs, clocks):
+            return  # nothing slowed, or the others have not reported as far yet: together or alone is not known
         if not slowed_together(downs, clocks):
             self._slow_ranks(downs, "")  # the others kept their pace: no doubt which ranks are slow
             return

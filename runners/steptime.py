@@ -37,6 +37,7 @@ class StepClock:
         self.samples: deque = deque(maxlen=KEEP)
         self.early: list = []  # the first samples, until they cover BASE_STEPS steps
         self.timed_steps = 0  # steps the early samples cover
+        self.timed_to: int | None = None  # the step the newest sample ends at: how far this clock has seen
         self._mark: tuple[int, float] | None = None  # (step, time) the next span starts from
         self._read: tuple[int, float] | None = None  # (newest step, read time) of the current read
 
@@ -57,6 +58,7 @@ class StepClock:
             self.early.clear()
             self.timed_steps = 0
         mark, self._mark = self._mark, (step, at)
+        self.timed_to = step
         dts = [d for d in dts if isinstance(d, (int, float)) and d >= 0]
         if mark is None or step <= mark[0] or at < mark[1]:
             for d in dts:  # no span to check them against (first report, or the rank's count restarted)
@@ -83,6 +85,7 @@ class StepClock:
             mark = self._mark
             if mark is not None and cur[0] > mark[0] and cur[1] > mark[1]:
                 self._add((cur[1] - mark[1]) / (cur[0] - mark[0]), cur[0] - mark[0])
+                self.timed_to = cur[0]
             self._mark = cur
         self._read = (step, mono)
 
@@ -115,6 +118,7 @@ class SlowDown:
     recent: float  # seconds per step now
     baseline: float  # seconds per step over its first steps
     base_steps: int  # how many steps the baseline covers
+    step: int | None = None  # the step its recent steps end at (StepClock.timed_to)
 
     @property
     def ratio(self) -> float:
@@ -136,8 +140,21 @@ def slowed_down(clocks: dict) -> list[SlowDown]:
         if base is None or now is None:
             continue
         if now >= SLOWER * base and now - base >= 0.001:  # a microsecond loop jittering is not a slow-down
-            out.append(SlowDown(rank, now, base, c.timed_steps))
+            out.append(SlowDown(rank, now, base, c.timed_steps, c.timed_to))
     return out
+
+
+def pace_known(downs: list[SlowDown], clocks: dict) -> bool:
+    """Every other rank's clock has seen as far as the slowed ranks' (its newest timed step at least theirs), so
+    its pace can be compared over the same steps. Reports arrive batched (0.1 s apart per rank): a rank in lock-step
+    with a slowed one may simply not have reported its slow steps yet, and must not be taken for one that kept
+    its pace. A rank never timed yet is not waited for."""
+    reached = [d.step for d in downs if d.step is not None]
+    if not reached:
+        return True
+    slowed = {d.rank for d in downs}
+    point = max(reached)
+    return all(c.timed_to is None or c.timed_to >= point for r, c in clocks.items() if r not in slowed)
 
 
 def slowed_together(downs: list[SlowDown], clocks: dict) -> bool:

@@ -267,6 +267,31 @@ def test_every_rank_slowed_in_lock_step_samples_stacks_at_most_three_times():
     assert j.hang is None  # a slow-down's samples never make the run's hang verdict
 
 
+def test_lock_step_ranks_whose_lines_arrive_apart_are_not_named_one_alone():
+    """Rank 1 sleeps in its step; rank 0 waits for it in the all-reduce: both slow down. Rank 0's batched line
+    with 4 slow steps is read before rank 1's with the same steps: no rank may be named until both are in."""
+    j = make("stall_after=100", "steps=1000")
+    lines = {0: [], 1: []}
+    for r in (0, 1):
+        t = 50.0
+        for s in range(1, 26):
+            dt = 0.5 if s > 21 else 0.01
+            t += dt
+            lines[r].append("@ddptui " + json.dumps({"k": "loss", "r": r, "steps": [[s, 1.0 / s]], "at": [s, t],
+                                                     "dt": [dt]}))
+    say(j, 0, 2.0, *lines[0])
+    say(j, 1, 2.0, *lines[1][:22])  # rank 1's last line so far ends at its first slow step
+    at(j, 2.0)
+    outs = j.check()
+    assert j.slow_info is None and of(outs, CollectStacks) == [] and of(outs, ev.RankState) == []
+    say(j, 1, 2.1, *lines[1][22:])
+    at(j, 2.1)
+    outs = j.check()
+    assert j.slow_info is None  # every rank slowed together: stacks must tell which one's own work grew
+    (req,) = of(outs, CollectStacks)
+    assert req.judged == "slow" and {d.rank for d in req.slowed} == {0, 1}
+
+
 def test_a_straggler_far_behind_the_lead_is_named():
     j = make("stall_after=100", "steps=1000")
     steps(j, 0, 1, 40, 1.0, 0.05)

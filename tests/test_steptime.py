@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from ddptui.runners.steptime import (BASE_STEPS, StepClock, fmt_seconds, median_step, slowed_down, slowed_together,
-                              take_report, weighted_median)
+from ddptui.runners.steptime import (BASE_STEPS, StepClock, fmt_seconds, median_step, pace_known, slowed_down,
+                                     slowed_together, take_report, weighted_median)
 
 
 def feed(clock: StepClock, durations, start_step=1, start=100.0, every=0.1):
@@ -99,6 +99,30 @@ def test_lock_step_slow_down_needs_stacks_a_lone_one_does_not():
     both = {0: slow0, 1: slow1}
     assert slowed_together(slowed_down(both), both)  # lock-step: both slowed, stacks must tell
     assert not slowed_together(slowed_down({1: slow1}), {1: slow1})  # one rank left: it is the slow one
+
+
+def test_a_rank_that_has_not_reported_its_slow_steps_yet_is_not_one_that_kept_its_pace():
+    """Lock-step ranks report 0.1 s apart: rank 0's slow steps may be in while rank 1's line with the same steps is
+    not yet. Judged then, rank 1 looked like it kept its pace and rank 0 was named alone (a flaky e2e failure)."""
+    lead, late = StepClock(), StepClock()
+    n, t = feed(lead, [0.005] * 20 + [0.5] * 4)  # its window holds 4 slow steps (>= 3 steps and 1 s)
+    feed(late, [0.005] * 20 + [0.5] * 1)  # the same run, one line behind: one slow step in so far
+    clocks = {0: lead, 1: late}
+    downs = slowed_down(clocks)
+    assert [(d.rank, d.step) for d in downs] == [(0, n)] and late.timed_to < n
+    assert not pace_known(downs, clocks)  # rank 1 has not been timed as far: together or alone is not known yet
+    late.reported(n, t, [0.5] * 3)  # its line arrives: the same steps, as slow
+    downs = slowed_down(clocks)
+    assert pace_known(downs, clocks) and slowed_together(downs, clocks)
+
+
+def test_a_rank_that_kept_its_pace_past_the_slowed_one_is_known_at_once():
+    fast, slow = StepClock(), StepClock()
+    feed(fast, [0.005] * 100)
+    feed(slow, [0.005] * 20 + [0.3] * 6)
+    clocks = {0: fast, 1: slow, 2: StepClock()}  # rank 2 never timed: not waited for
+    downs = slowed_down(clocks)
+    assert pace_known(downs, clocks) and not slowed_together(downs, clocks)
 
 
 def test_microsecond_jitter_is_not_a_slow_down():
