@@ -74,6 +74,9 @@ def _summary_problem(s: dict) -> str | None:
     for part in ("replica", "hang", "slow", "crash"):
         if isinstance(s.get(part), dict) and not isinstance(s[part].get("text"), str):
             return f"summary.{part}.text: expected str"
+    outcomes = (s.get("crash") or {}).get("outcomes") if isinstance(s.get("crash"), dict) else None
+    if outcomes is not None and not (isinstance(outcomes, dict) and all(isinstance(w, str) for w in outcomes.values())):
+        return "summary.crash.outcomes: expected {rank: str, ...}"
     sampled = (s.get("slow") or {}).get("verdict") if isinstance(s.get("slow"), dict) else None
     if sampled is not None and not (isinstance(sampled, dict) and isinstance(sampled.get("text"), str)):
         return "summary.slow.verdict: expected {\"text\": str, ...}"

@@ -181,6 +181,9 @@ class CrashVerdict(Event):
     together: tuple[int, ...] = ()  # failed on their own at the same moment as the root cause
     stopped: tuple[int, ...] = ()  # ended by the launcher's or ddptui's signal, with no error of their own
     never_started: tuple[int, ...] = ()  # stopped before their program ran
+    # rank -> how the engine decided it ended, in words: "failed first (exit 1)", "stopped by the launcher after
+    # rank 1 failed", "torn down by ddptui after rank 1 failed", "never started"... (empty in older records)
+    outcomes: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -216,7 +219,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
 
 _TUPLE_FIELDS = {"ranks", "lines", "stalled", "progressing", "culprits", "waiting", "victims", "excerpt", "params",
                  "losses", "together", "stopped", "never_started"}
-_INT_KEY_FIELDS = {"cpu", "rss", "method", "threads", "where", "table", "workers"}
+_INT_KEY_FIELDS = {"cpu", "rss", "method", "threads", "where", "table", "workers", "outcomes"}
 
 
 def from_json(d: dict[str, Any]) -> Event:

@@ -76,7 +76,7 @@ def crash(evidence: list[RankEvidence], launcher_root: int | None, wall: float):
     if v is None:
         return None, {}
     return ev.CrashVerdict(v.text, v.root, v.victims, v.what, v.excerpt, wall, v.together, v.stopped,
-                           v.never_started), v.outcomes
+                           v.never_started, {r: words for r, (_, words) in sorted(v.outcomes.items())}), v.outcomes
 
 
 XLA_ABORTED = "XLA aborted after its rendezvous termination timeout"
@@ -93,4 +93,5 @@ def xla_abort(crash_v, rdv, tracks, hang_culprits, wall: float):
     root = hang_culprits[0] if len(hang_culprits) == 1 else None
     text = words + (f"; the stall verdict names rank {root} as the replica that never joined" if root is not None
                     else "")
-    return ev.CrashVerdict(text, root, (), "SIGABRT", tuple(rdv.lines), wall), aborted
+    return ev.CrashVerdict(text, root, (), "SIGABRT", tuple(rdv.lines), wall,
+                           outcomes={r: XLA_ABORTED for r in aborted}), aborted

@@ -407,6 +407,9 @@ def test_a_rank_the_launcher_stopped_is_said_to_be_stopped_not_failed_after_it(r
     summary = json.loads((session.run_dir / "summary.json").read_text())["crash"]
     assert (summary["stopped"], summary["victims"], summary["together"], summary["never_started"]) == ([0], [], [], [])
     assert _states(rec)[0] == ("killed", "stopped by the launcher after rank 1 failed")
+    # who stopped it, as the engine decided (the dashboard's crash panel reads these words)
+    assert crash.outcomes[0] == "stopped by the launcher after rank 1 failed", crash.outcomes
+    assert summary["outcomes"]["0"] == crash.outcomes[0] and summary["outcomes"]["1"].startswith("failed first")
 
 
 def _torchrun_with_rank_wrapper(tmp_path: Path, wrapper_body: str, script: str):

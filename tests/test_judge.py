@@ -342,6 +342,34 @@ def test_ranks_ddptui_stopped_say_why(why, first, words):
     at(j, 3.5)
     j.deaths([(PIDS[0], W0 + 3.4, -15)], own=set())
     assert j.tracks[0].status == "killed" and j.tracks[0].outcome == words
+    if first is not None:  # a crash: its verdict says who stopped the survivor, as the rank's own end does
+        end(j, 4.0, "failed", EXIT_FAILED)
+        assert j.crash.stopped == (0,) and j.crash.outcomes[0] == words
+
+
+def test_the_crash_verdict_says_who_stopped_each_rank_and_replays_from_old_records():
+    j = make()
+    for r in (0, 1):
+        hello(j, r)
+        say(j, r, 1.0, "step 8 loss 11.2109")
+    at(j, 3.0)
+    j.deaths([(PIDS[1], W0 + 2.0, None), (PIDS[0], W0 + 2.4, None)], own=set())
+    say(j, None, 3.5, *torchrun_lines(), stream="err")
+    outs, _, _ = end(j, 4.0)
+    (crash,) = of(outs, ev.CrashVerdict)
+    assert crash.outcomes == {1: "failed first (exit 1)", 0: "stopped by the launcher after rank 1 failed"}
+    assert crash.outcomes == {r: t.outcome for r, t in j.tracks.items()}  # the same words as each rank's end
+    s = json.loads(json.dumps(j.summary("failed", 1, "runs/x", 4.0, 0.1, [], [])))
+    assert s["crash"]["outcomes"] == {"0": "stopped by the launcher after rank 1 failed", "1": "failed first (exit 1)"}
+    from ddptui.runners.eventcheck import problem
+    back = ev.from_json(json.loads(json.dumps(crash.to_json())))
+    assert back == crash and problem(back) is None
+    old = crash.to_json()
+    del old["outcomes"]  # a record written before the field existed
+    assert ev.from_json(old).outcomes == {} and problem(ev.from_json(old)) is None
+    assert problem(ev.from_json({**crash.to_json(), "outcomes": {"0": 3}})).startswith("crash_verdict.outcomes")
+    bad = ev.RunFinished("failed", 1, "s.json", W0, {"crash": {"text": "x", "outcomes": ["stopped"]}})
+    assert problem(bad) == "summary.crash.outcomes: expected {rank: str, ...}"
 
 
 def test_the_judge_reads_no_clock(monkeypatch):
