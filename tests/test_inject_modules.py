@@ -211,3 +211,22 @@ def test_an_exception_leaving_an_xla_replica_is_reported_as_an_uncaught_one_is(c
     assert xla["where"].endswith(f"test_inject_modules.py:{fails.__code__.co_firstlineno + 1}")
     assert xla["tb"][-2:] == ["ValueError: bad shape", "second line"] and not any("\n" in ln for ln in xla["tb"])
     assert err.count("ValueError: bad shape") == 1  # the traceback printed once, on the replica's stderr
+
+
+def test_an_xla_replica_says_hello_as_a_rank_does_with_its_own_local_index(capfd, monkeypatch):
+    monkeypatch.setenv("RANK", "4")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    ddptui_report.hello()  # a process rank: from the launcher's variables
+    said = []
+
+    def replica(n):
+        ddptui_xla.bind(n)  # no torch_xla here: the world size is unknown
+        said.append(threading.current_thread().name)
+        ddptui_xla.unbind()
+
+    assert _replicas(replica, (6,)) == [] and said == ["xla-rank-6"]
+    rank, xla = reports(capfd.readouterr().out)
+    assert set(rank) == set(xla) == {"k", "r", "world", "local", "pid", "host"}
+    assert (rank["world"], rank["local"]) == (8, 0) and (xla["world"], xla["local"]) == (None, 6)
+    assert rank["pid"] == xla["pid"] and rank["host"] == xla["host"]

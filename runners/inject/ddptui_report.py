@@ -76,9 +76,13 @@ def _write(body: dict) -> None:
         pass
 
 
-def hello() -> None:
-    emit("hello", world=_env_int("WORLD_SIZE"), local=_env_int("LOCAL_RANK"), pid=os.getpid(),
-         host=socket.gethostname())
+_FROM_ENV: Any = object()
+
+
+def hello(world: Any = _FROM_ENV, local: Any = _FROM_ENV) -> None:
+    """The rank's first report; world size and local rank from the launcher's variables unless given (XLA replicas)."""
+    emit("hello", world=_env_int("WORLD_SIZE") if world is _FROM_ENV else world,
+         local=_env_int("LOCAL_RANK") if local is _FROM_ENV else local, pid=os.getpid(), host=socket.gethostname())
 
 
 def _num(v: Any) -> Any:

@@ -20,7 +20,6 @@ torch_xla.launch runs every replica as a thread of one worker process sharing on
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 import traceback
@@ -82,7 +81,7 @@ def bind(index: int) -> None:
         pass
     if world and world > 1 and os.environ.get("DDPTUI_XLA_TURNSTILE") == "1":
         _ORDER.enable(world)
-    ddptui_report.emit("hello", world=world, local=index, pid=os.getpid(), host=socket.gethostname())
+    ddptui_report.hello(world=world, local=index)
 
 
 def unbind() -> None:
