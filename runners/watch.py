@@ -1,0 +1,220 @@
+"""The periodic watch over a running run: timeout, crash grace, stall / held / cleared, slow-down and its samples."""
+from __future__ import annotations
+
+import time
+
+from . import events as ev
+from . import stall as stall_rule
+from .rank_track import find_slow
+from .run_state import EXIT_FAILED, EXIT_STALLED, CollectStacks, RunState, TearDown
+from .stack_verdicts import StackVerdicts
+from .steptime import pace_known, slowed_down, slowed_together
+
+CRASH_GRACE = 5.0  # seconds survivors get to fail on their own after a rank died, before we tear them down
+SLOW_SAMPLES = 3  # stack samples taken at most to single out the slow rank of a run slowed in lock-step
+
+
+class Watch:
+    """Decides, at the clock of a RunState, when to stop a run, when it stalled or slowed, and which stacks to take."""
+
+    def __init__(self, state: RunState, verdicts: StackVerdicts) -> None:
+        self.s = state
+        self.verdicts = verdicts
+        self._slow_samples: list[float] = []  # when stacks were sampled to find the slow rank
+        self._held_said = False  # the current stall hold (busy ranks past their limit) was said
+        self._cpu_pid: dict[int, int] = {}  # rank -> pid its CPU history belongs to
+
+    # ---- CPU samples (the stall rule's busy test) ----------------------------------------------------
+    def sample_targets(self) -> dict[int, int | None]:
+        """rank -> its pid (None: not known yet, its launcher's stands in) for every live rank to sample."""
+        return {t.rank: t.pid for t in self.s.tracks.values() if t.alive}
+
+    def resources(self, samples: dict[int, tuple[int, float, float, int]], emit: bool = True) -> None:
+        """samples: rank -> (pid sampled, mono, CPU seconds, RSS bytes). Each rank's CPU seconds are kept for the
+        stall rule's busy test; with `emit`, CPU % and RSS of the ranks whose own pid is known."""
+        cpu, rss = {}, {}
+        for rank, (pid, mono, used, size) in samples.items():
+            t = self.s.tracks[rank]
+            if self._cpu_pid.get(rank) != pid:  # another process now (started, restarted): history starts over
+                self._cpu_pid[rank] = pid
+                t.cpu_hist.clear()
+            prev = t.cpu_hist[-1] if t.cpu_hist else None
+            t.cpu_hist.append((mono, used))
+            if t.pid:
+                cpu[rank] = 100.0 * (used - prev[1]) / (mono - prev[0]) if prev and mono > prev[0] else 0.0
+                rss[rank] = size
+        if cpu and emit:
+            self.s.emit(ev.Resources(cpu, rss, self.s.wall))
+
+    # ---- the periodic decisions ----------------------------------------------------------------------
+    def busy_test_due(self) -> bool:
+        """A rank is past its quiet limit: `check` will want the machine's cores and load, and, while no stall is
+        said yet (`stall_info` None), CPU seconds sampled as of now rather than as of the last periodic sample."""
+        s = self.s
+        return s.first_failure is None and stall_rule.any_over(
+            stall_rule.quiet_ranks(s.profile, s.tracks.values(), s.mono, with_cpu=False))
+
+    def check(self, cores: int = 1, load: float = 0.0) -> None:
+        """The periodic decisions at the state's clock: timeout, crash grace, stall / held / cleared, slow-down.
+        cores/load: the cores ddptui may use and the 1-minute load average (the busy test's floor)."""
+        s = self.s
+        p = s.profile
+        mono = s.mono
+        if p.timeout and mono - s.started_mono > p.timeout:
+            s.say(f"ddptui: timeout of {p.timeout:g} s reached, tearing every rank down")
+            s.emit(TearDown("timeout", EXIT_FAILED))
+            return
+        if s.first_failure is not None and mono - s.first_failure > CRASH_GRACE:
+            live = [t.rank for t in s.tracks.values() if t.alive]
+            if live:
+                s.say(f"ddptui: a rank failed {CRASH_GRACE:g} s ago; tearing down survivors "
+                      + ", ".join(map(str, live)))
+                s.emit(TearDown("failed", EXIT_FAILED))
+                return
+        if s.first_failure is None:
+            found = self._xla_stall(self._judge_stall(cores, load))
+            if isinstance(found, stall_rule.Stall) and s.stall_info is None:
+                self._stalled(found)
+                return
+            if isinstance(found, stall_rule.Held) and s.stall_info is None and not self._held_said:
+                self._held_said = True
+                s.say(f"ddptui: {found.reason}")
+            if found is None:
+                self._held_said = False
+                if s.stall_info is not None:
+                    ended, s.stall_info = s.stall_info, None  # it moved again: a later stall is a new one
+                    s.emit(ev.StallCleared(tuple(ended["stalled"]), s.wall))
+                    for t in s.tracks.values():
+                        if t.stalled:
+                            t.stalled = False
+                            s.set_status(t, "running", "progressing again")
+            self._check_slow()
+
+    # ---- stall ---------------------------------------------------------------------------------------
+    def _judge_stall(self, cores: int, load: float):
+        """None, a Stall, or Held: ranks past their limit while a quiet one still burns CPU."""
+        s = self.s
+        tracks = s.tracks.values()
+        if not stall_rule.any_over(stall_rule.quiet_ranks(s.profile, tracks, s.mono, with_cpu=False)):
+            return None
+        floor = stall_rule.busy_floor(cores, len(stall_rule.live_tracks(tracks)), load)
+        return stall_rule.judge(stall_rule.quiet_ranks(s.profile, tracks, s.mono), floor)
+
+    def _stalled(self, found) -> None:
+        s = self.s
+        wall, mono = s.wall, s.mono
+        stalled, progressing, limit = found.stalled, found.progressing, found.trigger.limit
+        # a rank that never wrote a line: its quiet time counts from the start
+        since = min(s.tracks[r].last_progress_wall or wall - (mono - s.tracks[r].last_progress) for r in stalled)
+        s.stall_info = {"stalled": stalled, "progressing": progressing, "threshold": limit.seconds,
+                        "rule": limit.rule, "reason": found.reason, "trigger": found.trigger.rank,
+                        "detected": wall, "since": since}
+        for q in found.quiet:
+            if q.rank in stalled:
+                t = s.tracks[q.rank]
+                t.stalled = True
+                s.set_status(t, "stalled", f"no step or output for {q.quiet:.0f} s ({q.limit.rule})"
+                             + ("" if q.cpu is None else f", {q.cpu * 100:.0f} % of a core"))
+        s.emit(ev.StallDetected(tuple(stalled), tuple(progressing), since, limit.seconds, wall, found.reason))
+        if s.profile.runner == "mirage" and s.world > 1:
+            s.raise_hint("mirage-multigpu-hang", None, "stall under mirage with several GPUs")
+        if s.profile.on_stall == "wait":
+            self.verdicts.without_stacks(stalled, since)
+            return
+        s.emit(CollectStacks("stall", tuple(stalled), since))  # on_stall=stop tears down once they are in
+
+    def _xla_stall(self, found):
+        """XLA's rendezvous warning (5 s into a collective wait) is a stall now, whatever the progress limits say: XLA
+        aborts the worker 10 s later, and the stacks must be taken before that."""
+        s = self.s
+        rdv = s.xla_rdv
+        if rdv is None or not rdv.keys or isinstance(found, stall_rule.Stall):
+            return found
+        rdv.steps_now(s.steps())
+        if not rdv.stalled or rdv.terminated or any(t.exc is not None for t in s.tracks.values()):
+            return found  # settled, too late, or a replica raised: the others wait for it in vain (a crash)
+        live = stall_rule.live_tracks(s.tracks.values())
+        if not live:
+            return found
+        waited = max(0.0, s.wall - (rdv.since or s.wall))
+        limit = stall_rule.Limit(waited, f"XLA rendezvous warning: {rdv.describe()}")
+        quiet = tuple(stall_rule.Quiet(t.rank, s.mono - t.last_progress, limit, None) for t in live)
+        trigger = max(quiet, key=lambda q: q.quiet)
+        reason = (f"XLA warns that {rdv.describe()} has waited {waited:.0f} s for replicas that did not arrive "
+                  f"(rendezvous.cc, since {time.strftime('%H:%M:%S', time.localtime(rdv.since))})")
+        return stall_rule.Stall(stalled=sorted(q.rank for q in quiet), progressing=[], trigger=trigger, reason=reason,
+                                quiet=quiet)
+
+    # ---- stacks --------------------------------------------------------------------------------------
+    def dump_requested(self) -> None:
+        """`d`, `ddptui dump`, SIGUSR1: stacks now; a verdict only while the run is actually stalled."""
+        st = self.s.stall_info
+        if st is None:
+            self.s.emit(CollectStacks("on request"))
+        else:
+            self.s.emit(CollectStacks("on request", tuple(st["stalled"]), st["since"]))
+
+    def stacks_collected(self, req: CollectStacks, results: dict | None, folder: str | None) -> None:
+        """The stacks `req` asked for: the verdict read from them, and what the request was for."""
+        hv = self.verdicts.read(req, results, folder)
+        if req.why == "slow":
+            self._slow_sampled(req.slowed, hv)
+        elif req.why == "stall" and self.s.profile.on_stall == "stop":
+            self.s.say("ddptui: on_stall=stop: stacks collected, tearing every rank down")
+            self.s.emit(TearDown("stalled", EXIT_STALLED))
+
+    # ---- slow-down -----------------------------------------------------------------------------------
+    def _check_slow(self) -> None:
+        """Name a rank whose steps got SLOWER x its own early steps (by its own clock), or a straggler, once."""
+        s = self.s
+        if s.slow_info is not None:
+            return
+        lag = find_slow(s.tracks.values())
+        if lag:
+            lead = max(t.step for t in s.tracks.values() if t.alive and t.step is not None)
+            for r in lag:
+                s.set_status(s.tracks[r], "slow", f"at step {s.tracks[r].step}, "
+                             f"{lead - s.tracks[r].step} steps behind the lead ({lead})")
+            self._slow_named(lag, f"{_ranks_word(lag)} far behind the other ranks (lead at step {lead})")
+            return
+        clocks = {t.rank: t.clock for t in s.tracks.values() if t.alive and not t.completed}
+        downs = slowed_down(clocks)
+        if not downs or not pace_known(downs, clocks):
+            return  # nothing slowed, or the others have not reported as far yet: together or alone is not known
+        if not slowed_together(downs, clocks):
+            self._slow_ranks(downs, "")  # the others kept their pace: no doubt which ranks are slow
+            return
+        # Every rank slowed together (lock-step collectives): the slow one is the rank whose own work grew, the
+        # one NOT waiting in a collective when sampled. A sample can catch it in the collective too: up to 3.
+        if self._slow_samples and (len(self._slow_samples) >= SLOW_SAMPLES or s.mono - self._slow_samples[-1] < 1.0):
+            return
+        if not self._slow_samples:
+            s.say("ddptui: every rank's steps got slower (" + "; ".join(d.text() for d in downs)
+                  + "); sampling stacks to find the rank whose own work grew")
+        self._slow_samples.append(s.mono)
+        s.emit(CollectStacks("slow", slowed=tuple(downs)))  # a sample's verdict: summary.json's slow, never its hang
+
+    def _slow_sampled(self, downs, hv) -> None:
+        culprits = set(hv.culprits) if hv is not None else set()
+        named = [d for d in downs if d.rank in culprits]
+        if named:
+            self._slow_ranks(named, " (every rank slowed in lock-step; it is the one not waiting in a collective)")
+        elif len(self._slow_samples) >= SLOW_SAMPLES:
+            self._slow_ranks(downs, f" (every rank slowed in lock-step; {SLOW_SAMPLES} stack samples did not single "
+                                    "one out)")
+        if self.s.slow_info is not None and hv is not None:
+            self.s.slow_info["verdict"] = {"text": hv.text, "culprits": list(hv.culprits),
+                                           "waiting": list(hv.waiting), "where": hv.where, "stacks": hv.path}
+
+    def _slow_ranks(self, downs, why: str) -> None:
+        for d in downs:
+            self.s.set_status(self.s.tracks[d.rank], "slow", d.detail())
+        self._slow_named([d.rank for d in downs], "; ".join(d.text() for d in downs) + why)
+
+    def _slow_named(self, ranks, text: str) -> None:
+        self.s.slow_info = {"ranks": list(ranks), "text": text, "wall": self.s.wall}
+        self.s.say(f"ddptui: {text}")
+
+
+def _ranks_word(ranks) -> str:
+    return f"rank {ranks[0]} is" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))} are"
