@@ -22,11 +22,15 @@ if [[ ! -x "$rank_python" ]]; then
   exit 2
 fi
 
-find_python() {  # the newest python<VERSION> on PATH or under pyenv
-  local v="$1" exe
-  exe="$(command -v "python$v" 2>/dev/null)" && { echo "$exe"; return 0; }
-  for exe in $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}/versions/$v".*/bin/"python$v" 2>/dev/null | sort -V -r); do
-    [[ -x "$exe" ]] && { echo "$exe"; return 0; }
+find_python() {  # python<VERSION> on PATH, else the newest under pyenv; one that does not run is no interpreter
+  local v="$1" exe                 # (a pyenv shim is on PATH for every name, and fails for a version not selected)
+  for exe in "$(command -v "python$v" 2>/dev/null)" \
+             $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}/versions/$v".*/bin/"python$v" 2>/dev/null | sort -V -r); do
+    [[ -n "$exe" && -x "$exe" ]] || continue
+    if [[ "$("$exe" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" == "$v" ]]; then
+      echo "$exe"
+      return 0
+    fi
   done
   return 1
 }
@@ -48,9 +52,15 @@ for v in "${versions[@]}"; do
     if [[ "$(cat "$venv/.ddptui-stamp" 2>/dev/null)" != "$want" ]]; then
       echo "test-pythons: building $venv from $py" >&2
       rm -rf "$venv"
-      "$py" -m venv "$venv" &&
-        "$venv/bin/python" -m pip install -q --no-input --disable-pip-version-check -e "$here[test]" &&
+      log="$root/py$v-venv.install.log"
+      if "$py" -m venv "$venv" > "$log" 2>&1 &&
+         "$venv/bin/python" -m pip install -q --no-input --disable-pip-version-check -e "$here[test]" >> "$log" 2>&1
+      then
         echo "$want" > "$venv/.ddptui-stamp"  # written last: marks a complete build
+      else
+        tail -n 20 "$log" >&2
+        exit 1
+      fi
     fi
   ) || { echo "test-pythons: python$v: FAILED to build $venv"; failed+=("$v (install)"); continue; }
   built=$((SECONDS - start))

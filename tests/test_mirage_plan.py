@@ -13,6 +13,7 @@ import pytest
 from ddptui.runners import mirage
 from ddptui.runners import profile as profile_mod
 from ddptui.runners.profile import load_profile
+from ddptui.runners.rank_python import default_python
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"
@@ -62,7 +63,7 @@ def make_venv(folder: Path) -> Path:
     return folder
 
 
-THIS_VENV = Path(sys.executable).parent.parent
+THIS_VENV = Path(default_python()).parent.parent  # where a profile naming no interpreter runs its ranks from
 
 
 @pytest.mark.timeout(20)
