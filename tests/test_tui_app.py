@@ -298,6 +298,29 @@ async def test_sixteen_ranks_flood_stays_bounded_and_responsive():
     assert app.engine_done.is_set()
 
 
+@pytest.mark.timeout(60)
+@aio
+async def test_a_flood_of_lines_reaches_the_screens_at_most_at_the_redraw_cap(monkeypatch):
+    import ddptui.tui.app as app_module
+    from ddptui.tui.pace import VIEW_PERIOD
+
+    posted: list[float] = []
+    original = app_module.ModelChanged.__init__
+
+    def stamped(self, changes):
+        posted.append(time.monotonic())
+        original(self, changes)
+    monkeypatch.setattr(app_module.ModelChanged, "__init__", stamped)
+    src = SyntheticSource(ranks=16, lines_per_s=1000, seconds=30, period=0.005)  # a batch every 5 ms
+    app = DdpApp(source=src)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.model.lines_seen > 30_000, 30, "two seconds of the flood")
+        src.request_stop()
+    app.shutdown(5)
+    gaps = [b - a for a, b in zip(posted, posted[1:-1])]  # the last one is the run's end: drawn at once
+    assert len(gaps) >= 3 and min(gaps) >= VIEW_PERIOD * 0.99, gaps
+
+
 @pytest.mark.timeout(30)
 @aio
 async def test_picker_lists_profiles_validates_overrides_and_escape_returns_to_it(tmp_path, monkeypatch):
