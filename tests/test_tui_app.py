@@ -653,3 +653,37 @@ async def test_crash_panel_says_what_happened_to_every_other_rank():
         body = str(app.screen.query_one("#crash-view .crash-text").render())
         assert "rank 3: failed at the same moment" in body and "rank 2: failed after it" in body
         assert "rank 0: stopped by the launcher" in body and "ranks 4, 5: never started" in body
+
+
+@pytest.mark.timeout(60)
+def test_a_wedged_engine_does_not_keep_the_dashboard_from_exiting():
+    """q, y on a run whose engine never returns: the dashboard leaves after JOIN_SECONDS all the same (as the old
+    daemon thread did), its process exits, and the wedged thread dies with it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = (
+        "import asyncio, sys, threading\n"
+        "import ddptui.tui.app as A\n"
+        "A.JOIN_SECONDS = 0.5\n"
+        "class Wedged:\n"
+        "    kind = 'live'\n"
+        "    def prepare(self, emit): self.emit = emit\n"
+        "    def run(self): threading.Event().wait()  # ignores request_stop: an engine bug\n"
+        "    def request_stop(self): pass\n"
+        "    def request_dump(self): return False\n"
+        "async def main():\n"
+        "    app = A.DdpApp(source=Wedged())\n"
+        "    async with app.run_test(size=(100, 30)) as pilot:\n"
+        "        await pilot.press('q', 'y')\n"
+        "        while app.is_running:\n"
+        "            await pilot.pause(0.05)\n"
+        "    print('left with', app.return_code, flush=True)\n"
+        "asyncio.run(main())\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"the dashboard's process did not exit: {e.stdout!r}") from None
+    assert out.returncode == 0 and "left with 1" in out.stdout, out.stderr

@@ -1,6 +1,8 @@
 """The Textual front end: picks a profile, runs the engine in a thread worker, folds its batches into the model and tells the screens what changed."""
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import threading
 import time
 import traceback
@@ -173,6 +175,28 @@ class SyntheticSource:
 
 # -- the app --------------------------------------------------------------------------------------
 
+class DaemonThreads(concurrent.futures.ThreadPoolExecutor):
+    """The loop's default executor while the dashboard runs, which is where Textual runs thread workers: daemon
+    threads nobody joins, so an engine that never returns cannot keep ddptui from exiting (a ThreadPoolExecutor's
+    threads are joined by asyncio.run and again at interpreter exit, without a time limit)."""
+
+    def submit(self, fn, /, *args, **kwargs) -> concurrent.futures.Future:
+        f: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run() -> None:
+            if not f.set_running_or_notify_cancel():
+                return
+            try:
+                f.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits the future
+                f.set_exception(exc)
+        threading.Thread(target=run, name="ddptui-worker", daemon=True).start()
+        return f
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        pass  # nothing to join: DdpApp.shutdown() waits for the engine, at most JOIN_SECONDS
+
+
 class EventsArrived(Message):
     """A batch from the engine's thread; one still waiting in the queue is folded into the next (can_replace)."""
 
@@ -229,6 +253,7 @@ class DdpApp(App):
         self._quitting = False
 
     def on_mount(self) -> None:
+        asyncio.get_running_loop().set_default_executor(DaemonThreads())
         if self.show_picker:
             from ddptui.tui.screens.picker import PickerScreen
             self.push_screen(PickerScreen(self.picker_extra))
