@@ -655,6 +655,25 @@ async def test_crash_panel_says_what_happened_to_every_other_rank():
         assert "rank 0: stopped by the launcher" in body and "ranks 4, 5: never started" in body
 
 
+@pytest.mark.timeout(30)
+@aio
+async def test_crash_panel_says_each_ranks_end_in_the_engines_words():
+    t = 1_700_000_000.0
+    crash = ev.CrashVerdict("rank 1 raised RuntimeError: boom", 1, (), "exit 1", (), t + 3, stopped=(0, 2),
+                            outcomes={1: "failed first (exit 1)", 0: "torn down by ddptui after rank 1 failed",
+                                      2: "stopped by the launcher after rank 1 failed"})
+    batches = [[ev.RunStarted("/runs/x-crash", "crash", "torchrun", 3, 10, t)],
+               [crash, ev.RunFinished("failed", 1, "/runs/x-crash/summary.json", t + 3, {})]]
+    app = DdpApp(source=ScriptSource(batches))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        body = str(app.screen.query_one("#crash-view .crash-text").render())
+        # rank 0 was ended by ddptui's own teardown: never "stopped by the launcher", whatever group it is in
+        assert "rank 0: torn down by ddptui after rank 1 failed" in body
+        assert "rank 2: stopped by the launcher after rank 1 failed" in body
+        assert "rank 0: stopped by the launcher" not in body and "rank 1: " not in body
+
+
 @pytest.mark.timeout(60)
 def test_a_wedged_engine_does_not_keep_the_dashboard_from_exiting():
     """q, y on a run whose engine never returns: the dashboard leaves after JOIN_SECONDS all the same (as the old

@@ -16,10 +16,15 @@ def render_crash(c: CrashVerdict | None) -> Text:
     t.append("Root cause: ", style="bold")
     t.append(f"{c.text}\n", style="bold red")
     t.append(f"rank {c.root_rank if c.root_rank is not None else '?'} · {c.exit}\n")
-    for ranks, words in ((c.together, "failed at the same moment"), (c.victims, "failed after it"),
-                         (c.stopped, "stopped by the launcher"), (c.never_started, "never started")):
-        if ranks:
-            t.append(f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))}: {words}\n")
+    others = {r: w for r, w in c.outcomes.items() if r != c.root_rank}
+    if others:  # the engine's own words for each rank's end (who stopped it: the launcher or ddptui's teardown)
+        for r in sorted(others):
+            t.append(f"rank {r}: {others[r]}\n")
+    else:  # a record from before CrashVerdict.outcomes: its groups
+        for ranks, words in ((c.together, "failed at the same moment"), (c.victims, "failed after it"),
+                             (c.stopped, "stopped by the launcher"), (c.never_started, "never started")):
+            if ranks:
+                t.append(f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))}: {words}\n")
     if c.excerpt:
         t.append("\n")
         for line in c.excerpt:
