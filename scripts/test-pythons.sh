@@ -66,7 +66,9 @@ for v in "${versions[@]}"; do
   built=$((SECONDS - start))
   echo "test-pythons: python$v ($("$venv/bin/python" -c 'import platform; print(platform.python_version())')):" \
        "ddptui's own tests, ranks on $rank_python"
-  (cd "$here" && DDPTUI_PYTHON="$rank_python" "$venv/bin/python" -m pytest -q -p no:cacheprovider -m any_python tests)
+  # A shared hold on the venv's lock while its tests run: another checkout's rebuild waits for them.
+  (cd "$here" && DDPTUI_PYTHON="$rank_python" flock -s "$root/.py$v-venv.lock" \
+     "$venv/bin/python" -m pytest -q -p no:cacheprovider -m any_python tests)
   rc=$?
   echo "test-pythons: python$v: exit $rc, ${built}s install + $((SECONDS - start - built))s tests"
   [[ $rc -eq 0 ]] || failed+=("$v")
