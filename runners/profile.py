@@ -9,7 +9,7 @@ import shlex
 import shutil
 import stat
 import sys
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -890,7 +890,22 @@ def _build(root: _Node, source: str, base: Path, default_name: str) -> Profile:
         source=source,
     )
     _check_rendezvous(f, profile)
-    return profile
+    return _runner_for_command(f, profile)
+
+
+def _runner_for_command(f: _Fields, profile: Profile) -> Profile:
+    """A `command` workload runs as the runner that can run it: the torchrun runner only wraps a torchrun command line.
+    Without a `runner:` the command says which (as for `ddptui -- CMD`); a `runner: torchrun` it cannot wrap is an
+    error here, where the file and line are known, not a traceback when the run is planned."""
+    cmd = profile.workload.command
+    if not cmd or profile.runner != "torchrun" or torchrun_argv.launcher_end(cmd) is not None:
+        return profile
+    node = f.node("runner")
+    if node is None:
+        return replace(profile, runner="env")
+    raise node.loc.error("runner", f"the torchrun runner wraps a torchrun command line and workload.command starts "
+                                   f"with {cmd[0]!r}; use runner: env to run the command as each rank, or "
+                                   "workload.script/module for torchrun to start")
 
 
 # ---------------------------------------------------------------- public entry points

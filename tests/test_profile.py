@@ -719,3 +719,20 @@ def test_single_node_torchrun_uses_the_profiles_rendezvous(tmp_path):
     p = plan(fixed, tmp_path / "run", 29511)
     assert p.procs[0].argv[3:11] == tuple(static)
     assert any("static rendezvous at 127.0.0.1:29511" in n for n in p.notes)
+
+
+def test_a_command_workload_without_a_runner_runs_as_the_runner_that_can_run_it(tmp_path):
+    plain = load_profile(write(tmp_path, "workload: {command: [python, train.py]}\n"))
+    assert plain.runner == "env"
+    wrapped = load_profile(write(tmp_path, "workload: {command: [torchrun, --nproc-per-node, 2, train.py]}\n"))
+    assert wrapped.runner == "torchrun"
+
+
+def test_the_torchrun_runner_refuses_a_command_it_cannot_wrap_at_its_line(tmp_path):
+    path = write(tmp_path, "workload: {command: [python, train.py]}\nrunner: torchrun\n")
+    with pytest.raises(ProfileError) as e:
+        load_profile(path)
+    assert str(e.value).startswith(f"{path}:2:9: field 'runner': the torchrun runner wraps a torchrun command line")
+    with pytest.raises(ProfileError) as e:
+        load_profile(write(tmp_path, "workload: {command: [python, train.py]}\n"), ["runner=torchrun"])
+    assert str(e.value).startswith("--set runner=torchrun: field 'runner':")

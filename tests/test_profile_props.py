@@ -51,6 +51,8 @@ def valid_profiles(draw):
               x.get("num_devices", d.get("nproc", 2))]
     if max(counts) > prof.default_max_world_size() or draw(st.booleans()):
         d["max_world_size"] = draw(st.integers(max(counts), prof.WORLD_CEILING))  # a big run asked for on purpose
+    if d.get("runner", "torchrun") == "torchrun":  # the torchrun runner wraps a torchrun command line, nothing else
+        d["workload"]["command"] = ["torchrun", *d["workload"]["command"]]
     if d.get("runner", "torchrun") != "env":  # the others choose their own (torchrun: the command is wrapped)
         for name, default in (("master_port", "auto"), ("master_addr", "127.0.0.1")):
             if d.get(name, default) != default:
