@@ -39,6 +39,13 @@ def hello(j: Judge, rank: int, dt: float = 0.5) -> None:
                                                "world": 2}))
 
 
+def training(j: Judge, line: str = "epoch 1 step 3 loss 0.52", dt: float = 1.0) -> None:
+    """Both ranks said hello and printed a training line."""
+    for r in (0, 1):
+        hello(j, r)
+        say(j, r, dt, line)
+
+
 def torchrun_lines() -> list[str]:
     """torchrun's own stderr lines, as that run's record kept them ("<time> err <line>")."""
     return [ln.split(" err ", 1)[1] for ln in (RECORD / "launcher.log").read_text().splitlines() if " err " in ln]
@@ -61,9 +68,7 @@ def end(j: Judge, dt: float, status=None, code=None, launcher_rc=1):
 # ---- crash ordering, victims, together, stopped, never started ---------------------------------------------------
 def test_root_cause_is_the_first_real_death_not_the_first_noticed():
     j = make()
-    for r in (0, 1):
-        hello(j, r)
-        say(j, r, 1.0, "epoch 1 step 3 loss 0.52")
+    training(j)
     say(j, 1, 2.0, "RuntimeError: bad batch", stream="err")
     at(j, 3.0)
     j.deaths([(PIDS[0], W0 + 2.9, -11)], own=set())  # noticed first: rank 0 segfaulted...
@@ -78,9 +83,7 @@ def test_root_cause_is_the_first_real_death_not_the_first_noticed():
 
 def test_ranks_dying_within_half_a_second_failed_together():
     j = make()
-    for r in (0, 1):
-        hello(j, r)
-        say(j, r, 1.0, "epoch 1 step 3 loss 0.52")
+    training(j)
     at(j, 3.0)
     j.deaths([(PIDS[0], W0 + 2.3, 1), (PIDS[1], W0 + 2.0, 1)], own=set())
     end(j, 4.0)
@@ -91,9 +94,7 @@ def test_torchrun_log_gives_exit_codes_and_names_whom_it_stopped():
     """The death watch saw both deaths but could not read their exit codes; torchrun's own lines (from a real run's
     record) give them, and say it sent rank 0 SIGTERM: rank 0 was stopped by the launcher, not a victim."""
     j = make()
-    for r in (0, 1):
-        hello(j, r)
-        say(j, r, 1.0, "step 8 loss 11.2109")
+    training(j, "step 8 loss 11.2109")
     at(j, 3.0)
     j.deaths([(PIDS[1], W0 + 2.0, None), (PIDS[0], W0 + 2.4, None)], own=set())
     assert j.tracks[1].returncode is None and j.tracks[1].status == "running"
@@ -147,9 +148,7 @@ def test_process_exit_time_is_when_it_died_not_when_the_loop_noticed():
 # ---- crash grace and timeout ----------------------------------------------------------------------------------
 def test_survivors_get_the_crash_grace_then_a_teardown_is_asked():
     j = make()
-    for r in (0, 1):
-        hello(j, r)
-        say(j, r, 1.0, "epoch 1 step 3 loss 0.52")
+    training(j)
     at(j, 2.0)
     j.deaths([(PIDS[1], W0 + 1.9, 1)], own=set())
     at(j, 2.0 + CRASH_GRACE - 0.1)
@@ -331,9 +330,7 @@ def test_summary_holds_every_rank_and_the_verdicts():
 ])
 def test_ranks_ddptui_stopped_say_why(why, first, words):
     j = make("stall_after=100")
-    for r in (0, 1):
-        hello(j, r)
-        say(j, r, 1.0, "epoch 1 step 3 loss 0.52")
+    training(j)
     if first is not None:
         at(j, 2.0)
         j.deaths([(PIDS[first], W0 + 2.0, 1)], own=set())
@@ -349,9 +346,7 @@ def test_ranks_ddptui_stopped_say_why(why, first, words):
 
 def test_the_crash_verdict_says_who_stopped_each_rank_and_replays_from_old_records():
     j = make()
-    for r in (0, 1):
-        hello(j, r)
-        say(j, r, 1.0, "step 8 loss 11.2109")
+    training(j, "step 8 loss 11.2109")
     at(j, 3.0)
     j.deaths([(PIDS[1], W0 + 2.0, None), (PIDS[0], W0 + 2.4, None)], own=set())
     say(j, None, 3.5, *torchrun_lines(), stream="err")

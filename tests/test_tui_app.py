@@ -639,20 +639,26 @@ async def test_stall_banner_goes_when_the_ranks_progress_again_and_the_stacks_ke
         app.source.request_stop()
 
 
+async def crash_panel_text(crash: ev.CrashVerdict, world: int) -> str:
+    """The crash panel's text once a run that ended with this verdict is drawn."""
+    t = crash.wall - 3
+    batches = [[ev.RunStarted("/runs/x-crash", "crash", "torchrun", world, 10, t)],
+               [crash, ev.RunFinished("failed", 1, "/runs/x-crash/summary.json", t + 3, {})]]
+    app = DdpApp(source=ScriptSource(batches))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        return str(app.screen.query_one("#crash-view .crash-text").render())
+
+
 @pytest.mark.timeout(30)
 @aio
 async def test_crash_panel_says_what_happened_to_every_other_rank():
     t = 1_700_000_000.0
     crash = ev.CrashVerdict("rank 1 was killed by SIGKILL (out of memory?) at step 5", 1, (2,), "SIGKILL", (), t + 3,
                             together=(3,), stopped=(0,), never_started=(4, 5))
-    batches = [[ev.RunStarted("/runs/x-crash", "crash", "torchrun", 6, 10, t)],
-               [crash, ev.RunFinished("failed", 1, "/runs/x-crash/summary.json", t + 3, {})]]
-    app = DdpApp(source=ScriptSource(batches))
-    async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot, app)
-        body = str(app.screen.query_one("#crash-view .crash-text").render())
-        assert "rank 3: failed at the same moment" in body and "rank 2: failed after it" in body
-        assert "rank 0: stopped by the launcher" in body and "ranks 4, 5: never started" in body
+    body = await crash_panel_text(crash, world=6)
+    assert "rank 3: failed at the same moment" in body and "rank 2: failed after it" in body
+    assert "rank 0: stopped by the launcher" in body and "ranks 4, 5: never started" in body
 
 
 @pytest.mark.timeout(30)
@@ -662,16 +668,11 @@ async def test_crash_panel_says_each_ranks_end_in_the_engines_words():
     crash = ev.CrashVerdict("rank 1 raised RuntimeError: boom", 1, (), "exit 1", (), t + 3, stopped=(0, 2),
                             outcomes={1: "failed first (exit 1)", 0: "torn down by ddptui after rank 1 failed",
                                       2: "stopped by the launcher after rank 1 failed"})
-    batches = [[ev.RunStarted("/runs/x-crash", "crash", "torchrun", 3, 10, t)],
-               [crash, ev.RunFinished("failed", 1, "/runs/x-crash/summary.json", t + 3, {})]]
-    app = DdpApp(source=ScriptSource(batches))
-    async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot, app)
-        body = str(app.screen.query_one("#crash-view .crash-text").render())
-        # rank 0 was ended by ddptui's own teardown: never "stopped by the launcher", whatever group it is in
-        assert "rank 0: torn down by ddptui after rank 1 failed" in body
-        assert "rank 2: stopped by the launcher after rank 1 failed" in body
-        assert "rank 0: stopped by the launcher" not in body and "rank 1: " not in body
+    body = await crash_panel_text(crash, world=3)
+    # rank 0 was ended by ddptui's own teardown: never "stopped by the launcher", whatever group it is in
+    assert "rank 0: torn down by ddptui after rank 1 failed" in body
+    assert "rank 2: stopped by the launcher after rank 1 failed" in body
+    assert "rank 0: stopped by the launcher" not in body and "rank 1: " not in body
 
 
 @pytest.mark.timeout(60)
