@@ -386,7 +386,7 @@ def engine_run(lines: int, mix: bool, work: Path, extra=()) -> dict:
 
 def bench_engine(cfg, work: Path, res: dict) -> None:
     n = cfg.engine_lines
-    log(f"engine-only ingest: {n:,} pre-written lines (2 rank files) through Tailer + Session._lines, {cfg.repeats} repeats")
+    log(f"engine-only ingest: {n:,} pre-written lines (2 rank files) through Tailer + Session.ingest, {cfg.repeats} repeats")
     out = {"lines": n}
     for mix in (False, True):
         rs = []
@@ -670,7 +670,7 @@ def write_report(res: dict, cfg) -> str:
         e = res["engine"]
         L.append("### 2b. The engine alone: read, split, parse, hint-match, record, console\n")
         L.append(f"{e['lines']:,} lines (mix: half as many) pre-written in 2 rank files, read by `runners.tail.Tailer` and fed through "
-                 "`Session._lines` / `_flush` (record + console to /dev/null), one process, no ranks running.\n")
+                 "`Session.ingest` / `flush` (record + console to /dev/null), one process, no ranks running.\n")
         L.append("| lines | lines/s (wall) | lines/s (engine CPU) | µs CPU per line | lost |\n|---|---|---|---|---|")
         for k in ("short", "mix"):
             if k in e:
@@ -719,7 +719,7 @@ def write_report(res: dict, cfg) -> str:
         L.append("## 5. Start-up\n")
         L.append("| | s |\n|---|---|")
         if "help_s" in st:
-            L.append(f"| `python -m tui.cli --help` (ddptui --help) | {fmt3(st['help_s'], 3)} |")
+            L.append(f"| `python -m ddptui.tui.cli --help` (ddptui --help) | {fmt3(st['help_s'], 3)} |")
             L.append(f"| `python -c pass` | {fmt3(st['python_pass_s'], 3)} |")
             L.append(f"| difference (per pair) | {fmt3(st['help_minus_pass_s'], 3)} |")
         if "spawn_s" in st:
