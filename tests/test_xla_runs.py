@@ -158,6 +158,21 @@ def _adhoc(script, runs_dir, *overrides):
     return session.run(), rec, session
 
 
+def _ddp_init_deadlock(runs_dir, *overrides):
+    """Run the reference pattern 2 (DDP over the xla backend on PJRT CPU thread replicas) until it deadlocks.
+
+    Now and then torch_xla's CPU runtime segfaults in DDP's parameter-shape all_gather instead of deadlocking in it
+    (both replicas enter it at once; seen once in about ten runs here): then the deadlock these tests are about
+    did not happen, so the run is made once more, and the test is skipped, saying why, if it segfaults again."""
+    for attempt in (1, 2):
+        code, rec, session = _adhoc("xla_reference_pattern2.py", runs_dir / f"try{attempt}", *overrides)
+        segv = _xla_line(rec, "Fatal Python error: Segmentation fault")
+        if not (segv is not None and not rec.of(ev.StallDetected)):
+            return code, rec, session
+    pytest.skip("torch_xla segfaulted in DDP's parameter-shape all_gather twice instead of deadlocking in it "
+                "(a race in its CPU runtime): the XLA stall path was not exercised")
+
+
 def _index(rec, pred) -> int | None:
     return next((i for i, e in enumerate(rec.events) if pred(e)), None)
 
@@ -189,9 +204,9 @@ def _assert_ddp_init_stall_called_from_xla_evidence(rec):
 
 # Under load the worker takes up to ~50 s to reach DDP's constructor: a startup grace above that lets XLA's own
 # evidence call the stall (the case the issue reports), not the generic "no step for 60 s" rule.
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(500)
 def test_reference_pattern2_ddp_init_deadlock_is_an_xla_stall_in_all_gather(runs_dir):
-    code, rec, _ = _adhoc("xla_reference_pattern2.py", runs_dir, "startup_grace=300")
+    code, rec, _ = _ddp_init_deadlock(runs_dir, "startup_grace=300")
     _assert_ddp_init_stall_called_from_xla_evidence(rec)
     assert code == 3  # on_stall: stop, before XLA's abort
     assert not rec.of(ev.CrashVerdict)
@@ -203,9 +218,9 @@ def test_reference_pattern2_ddp_init_deadlock_is_an_xla_stall_in_all_gather(runs
         assert (info["status"], info["outcome"]) == ("killed", "stopped by ddptui after the stall"), summary["ranks"]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(500)
 def test_reference_pattern2_xla_abort_is_named_not_stopped_by_the_launcher(runs_dir):
-    code, rec, session = _adhoc("xla_reference_pattern2.py", runs_dir, "startup_grace=300", "on_stall=dump")
+    code, rec, session = _ddp_init_deadlock(runs_dir, "startup_grace=300", "on_stall=dump")
     _assert_ddp_init_stall_called_from_xla_evidence(rec)
     cv = rec.one(ev.CrashVerdict)
     assert cv.text.startswith("XLA aborted after its rendezvous termination timeout in all gather"), cv.text
