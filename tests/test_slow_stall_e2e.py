@@ -50,7 +50,7 @@ def test_plain_script_whose_rank_1_slows_down_is_named(runs_dir, tmp_path):
     # the stack sample of a run that still moves is phrased as a slow-down: summary.json's slow, never its hang
     sample = rec.of(ev.HangVerdict)[-1]
     assert sample.reason == "slow" and sample.culprits == (1,), sample
-    assert re.match(r"the run slowed down \(rank 1's steps take [\d.]+ s, \d+x its first \d+ steps' [\d.]+ ms\): "
+    assert re.match(r"the run slowed down \(rank 1's steps take [\d.]+ s, \d+x its first \d+ steps' [\d.]+ (?:ms|us)\): "
                     r"rank 1 is in main\(\) at slow_rank_ddp\.py:\d+ \(calls time\.sleep\)", sample.text), sample.text
     assert "stuck" not in sample.text and "lost peer" not in sample.text and "mismatched" not in sample.text
     assert summary["hang"] is None and summary["slow"]["verdict"]["text"] == sample.text
