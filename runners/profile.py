@@ -827,7 +827,7 @@ def unbindable(addr: str) -> str | None:
     import socket
 
     try:
-        with socket.socket() as s:  # as session.free_port binds it
+        with socket.socket() as s:  # as session.rendezvous_port binds it
             s.bind((addr, 0))
     except (OSError, UnicodeError) as exc:  # gaierror for a name that does not resolve, idna's UnicodeError
         why = getattr(exc, "strerror", None) or exc

@@ -27,9 +27,12 @@ IDLE_POLL = 0.25
 DISCOVER_EARLY, DISCOVER_FOUND = 0.2, 2.0  # how often to look for launcher-created log files
 
 
-def free_port(addr: str = "127.0.0.1") -> int:
+def rendezvous_port(profile) -> int:
+    """The profile's master_port, or with `auto` a port free on its master_addr now."""
+    if profile.master_port != "auto":
+        return int(profile.master_port)
     with socket.socket() as s:
-        s.bind((addr, 0))
+        s.bind((profile.master_addr, 0))
         return s.getsockname()[1]
 
 
@@ -210,7 +213,7 @@ class Session:
     def _run(self) -> int:
         p = self.profile
         self.record.write_json("profile.json", p.to_json())
-        port = free_port(p.master_addr) if p.master_port == "auto" else int(p.master_port)
+        port = rendezvous_port(p)
         self.plan = make_plan(p, self.run_dir, port, os.getpid())
         self.record.write_json("plan.json", self.plan.to_json())
         self._tick()

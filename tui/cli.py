@@ -110,9 +110,9 @@ def _main(argv: list[str]) -> int:
 
 
 def _dry_run(profile, runs_dir: str) -> int:
-    from ddptui.runners.session import free_port, make_plan
+    from ddptui.runners.session import make_plan, rendezvous_port
     run_dir = Path(runs_dir).resolve() / f"<time>-{profile.name}"
-    port = free_port(profile.master_addr) if profile.master_port == "auto" else int(profile.master_port)
+    port = rendezvous_port(profile)
     plan = make_plan(profile, run_dir, port, os.getpid())
     print(f"profile: {profile.name} ({profile.source})")
     print(plan.describe())
