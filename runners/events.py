@@ -52,6 +52,9 @@ class RankHello(Event):
     host: str
     world: int
     wall: float
+    # the node the rank runs on, as its launcher names it: Slurm's node name (SLURMD_NODENAME), else torchrun's
+    # node (group) rank as "node<N>", else the host; "" in older records
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,29 @@ class ReplicaVerdict(Event):
 
 
 @dataclass(frozen=True)
+class JobState(Event):
+    """A batch job's state as its scheduler reports it (Slurm: squeue/scontrol), emitted when it changes."""
+
+    kind: ClassVar[str] = "job_state"
+    job_id: str
+    state: str  # Slurm's JobState: PENDING, RUNNING, COMPLETING, COMPLETED, CANCELLED, FAILED, TIMEOUT, NODE_FAIL...
+    reason: str  # Slurm's reason while pending ("Priority", "Resources") or for the end ("NonZeroExitCode"); "" if none
+    nodes: tuple[str, ...]  # the nodes it was given (empty while pending)
+    wall: float
+
+
+@dataclass(frozen=True)
+class NodeLost(Event):
+    """A node of a multi-node run stopped taking part: its agent or task died, or it cannot be reached."""
+
+    kind: ClassVar[str] = "node_lost"
+    node: str
+    ranks: tuple[int, ...]  # the ranks that ran there
+    why: str  # one sentence: "the torchrun agent of node1 exited 1", "srun could not reach node2 for stacks (timed out)"
+    wall: float
+
+
+@dataclass(frozen=True)
 class RunFinished(Event):
     kind: ClassVar[str] = "run_finished"
     status: str  # "ok" | "failed" | "stalled" | "replicas differ" | "stopped"
@@ -213,12 +239,13 @@ EVENT_TYPES: dict[str, type[Event]] = {
     for cls in (
         RunStarted, ProcessStarted, RankHello, LogLines, Progress, RankState, ProcessExited, Resources,
         HintRaised, StallDetected, StallCleared, StacksCollected, HangVerdict, CrashVerdict, ReplicaVerdict,
-        RunFinished,
+        JobState, NodeLost, RunFinished,
     )
 }
 
 _TUPLE_FIELDS = {"ranks", "lines", "stalled", "progressing", "culprits", "waiting", "victims", "excerpt", "params",
-                 "losses", "together", "stopped", "never_started"}
+                 "losses", "together", "stopped", "never_started",
+                 "nodes"}
 _INT_KEY_FIELDS = {"cpu", "rss", "method", "threads", "where", "table", "workers", "outcomes"}
 
 

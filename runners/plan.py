@@ -13,6 +13,9 @@ class LogSource:
     path: str  # absolute path, or a glob (torchrun's run-id folder is only known once it starts)
     rank: int | None  # global rank whose output lands there; None: the launcher's own output
     stream: str  # "out" or "err"
+    # True: `rank` is a guess; the first hello report read from the files of this (node, local rank) names the
+    # real global rank (torchrun's c10d rendezvous gives node ranks in arrival order, not in launch order)
+    learn_rank: bool = False
 
 
 @dataclass(frozen=True)
@@ -30,12 +33,25 @@ class ProcSpec:
 
 
 @dataclass(frozen=True)
+class SlurmJob:
+    """What the engine needs to follow and end a Slurm job or step that one of the plan's processes starts."""
+
+    mode: str  # "sbatch": the process is `sbatch --wait --parsable` (job id: its first stdout line);
+    #            "step": the process is `srun` inside an allocation (job id known now, from SLURM_JOB_ID)
+    launch: str  # "srun": one task per rank; "torchrun": one torchrun agent per node
+    name: str  # --job-name (sbatch) / step name (srun) ddptui gave it: how squeue finds it
+    job_id: str | None = None  # known at plan time in "step" mode
+    script: str | None = None  # path of the batch script written for "sbatch" mode (its text is in the run record)
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     runner: str
     world_size: int
     procs: tuple[ProcSpec, ...]
     sources: tuple[LogSource, ...] = field(default=())  # extra per-rank files written by a launcher
     notes: tuple[str, ...] = field(default=())  # what the plan changed or assumed, shown by --dry-run
+    job: SlurmJob | None = None  # set when the ranks run under a Slurm job ddptui submits or a step it starts
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -39,8 +39,9 @@ def test_pick_a_profile_with_keys_and_watch_it_finish(tmp_path):
         assert "20 steps" in s and "identical" in s
         assert "per-rank summary" in s  # the verdict tab came forward
         term.keys("Escape")
-        s = term.wait_for("rank 1 · pid", 10)  # the pane titles: back on the grid
-        assert s.count("exited ok") >= 2 and "step 20/20" in s, s
+        # The pane titles say we are back on the grid; the whole grid, not a capture taken mid-redraw.
+        term.wait_until(lambda s: "rank 1 · pid" in s and s.count("exited ok") >= 2 and s.count("step 20/20") >= 2,
+                        10, "both panes finished")
         term.keys("q")
         s = term.wait_for("DDPTUI-EXITED", 20)
         assert "DDPTUI-EXITED 0" in s

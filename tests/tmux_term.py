@@ -30,13 +30,17 @@ class Term:
         self.tmux(["send-keys", "-t", "t", *keys])
 
     def wait_for(self, text: str, limit: float) -> str:
+        return self.wait_until(lambda s: text in s, limit, repr(text))
+
+    def wait_until(self, ready, limit: float, what: str) -> str:
+        """The first screen `ready` accepts: a capture can land mid-redraw, so a test waits for every part it reads."""
         end = time.monotonic() + limit
         while time.monotonic() < end:
             s = self.screen()
-            if text in s:
+            if ready(s):
                 return s
             time.sleep(0.25)
-        raise AssertionError(f"{text!r} never appeared; screen:\n{self.screen()}")
+        raise AssertionError(f"{what} never appeared; screen:\n{self.screen()}")
 
     def close(self) -> None:
         subprocess.run([TMUX, "-L", self.sock, "kill-server"], capture_output=True, timeout=10)
