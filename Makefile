@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-pythons venv xla-venv bench clean
+.PHONY: run test test-pythons venv xla-venv slurm-deps bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,7 +21,12 @@ run: $(STAMP)
 xla-venv:
 	bash scripts/xla-venv.sh
 
-test: $(STAMP) xla-venv
+# The tests' real Slurm cluster: Debian's slurmctld/slurmd/slurm-client (a no-op once installed; without root or
+# apt-get it says why and the Slurm tests skip with that reason).
+slurm-deps:
+	bash scripts/slurm-deps.sh
+
+test: $(STAMP) xla-venv slurm-deps
 	$(BIN)/python -m pytest -q tests
 	$(MAKE) --no-print-directory test-pythons
 
