@@ -126,6 +126,7 @@ class Conclusion:
             "ranks": {r: {"status": t.status, "outcome": t.outcome, "returncode": t.returncode,
                           "signal": t.signal, "steps": t.step, "first_loss": t.first_loss,
                           "last_loss": t.loss, "workload_loss": t.summary_loss, "pid": t.pid,
+                          "host": t.host, "node": t.node,
                           "workload_verdict": t.verdict}
                       for r, t in s.tracks.items()},
             "replica": None if rep is None else {"status": rep.status, "text": rep.text, "param": rep.param,

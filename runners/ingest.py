@@ -105,7 +105,9 @@ class Ingest:
             if isinstance(rep.get("pid"), int):
                 t.pid = rep["pid"]
             t.host = str(rep.get("host", ""))
-            self.s.emit(ev.RankHello(rank, t.pid or 0, t.host, int(rep.get("world") or self.s.world), wall))
+            t.node = str(rep.get("node") or t.host)  # a rank of an older inject names no node: its host is one
+            self.s.emit(ev.RankHello(rank, t.pid or 0, t.host, int(rep.get("world") or self.s.world), wall,
+                                     node=t.node))
         elif kind in ("step", "loss"):
             pairs = rep.get("steps")  # a rank's batched [[step, loss], ...] since its last report
             if not isinstance(pairs, list):

@@ -27,6 +27,7 @@ class RankTrack:
     pid: int | None = None
     ran: bool = False  # its program ran: a line or a report of its own (ranks sharing one pid are told apart so)
     host: str = ""
+    node: str = ""  # the node as its launcher names it (Slurm node name, torchrun's node<N>), else the host
     returncode: int | None = None
     signal: str | None = None
     exit_wall: float | None = None

@@ -22,7 +22,8 @@ sys.path.insert(0, str(INJECT))
 import ddptui_report  # noqa: E402
 
 _SCRUB = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DDP_FAULT",
-          "DDP_STEPS", "DDPTUI", "DDPTUI_PID", "DDPTUI_XLA", "PYTHONPATH")
+          "DDP_STEPS", "DDPTUI", "DDPTUI_PID", "DDPTUI_XLA", "PYTHONPATH", "SLURMD_NODENAME", "GROUP_RANK",
+          "GROUP_WORLD_SIZE")
 
 
 def env_with(pythonpath: str = str(INJECT), **extra: str) -> dict[str, str]:
@@ -75,6 +76,33 @@ def test_active_rank_without_torch_is_harmless(tmp_path):
     (hello,) = reports(p.stdout)
     assert hello["k"] == "hello" and hello["r"] == 1 and hello["world"] == 2 and hello["local"] == 1
     assert isinstance(hello["pid"], int) and hello["host"]
+    assert hello["node"] == hello["host"]  # no launcher that names nodes: the host is the node
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("launcher, node", [
+    ({"SLURMD_NODENAME": "cn07"}, "cn07"),
+    ({"SLURMD_NODENAME": "cn07", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}, "cn07"),  # torchrun under Slurm
+    ({"GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}, "node1"),
+    ({"GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1"}, None),  # one node: the host
+], ids=["slurm", "torchrun-under-slurm", "torchrun-multinode", "torchrun-one-node"])
+def test_hello_names_the_node_as_the_launcher_does(tmp_path, launcher, node):
+    p = run_py(tmp_path, "import socket; print(socket.gethostname())\n", DDPTUI="1", RANK="0", WORLD_SIZE="1",
+               **launcher)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    (hello,) = reports(p.stdout)
+    host = p.stdout.splitlines()[-1]
+    assert hello["host"] == host
+    assert hello["node"] == (node or host)
+
+
+def test_node_name_decision():
+    nn = ddptui_report.node_name
+    assert nn({}, "h") == "h"
+    assert nn({"SLURMD_NODENAME": " "}, "h") == "h"
+    assert nn({"GROUP_RANK": "3", "GROUP_WORLD_SIZE": "8"}, "h") == "node3"
+    assert nn({"GROUP_RANK": "x", "GROUP_WORLD_SIZE": "8"}, "h") == "h"
+    assert nn({"GROUP_WORLD_SIZE": "8"}, "h") == "h"
 
 
 @pytest.mark.timeout(60)

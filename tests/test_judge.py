@@ -323,6 +323,18 @@ def test_summary_holds_every_rank_and_the_verdicts():
     assert json.loads(json.dumps(s))["ranks"]["1"]["returncode"] == 1
 
 
+def test_a_ranks_node_comes_from_its_hello_into_the_event_and_the_summary_rows():
+    j = make()
+    outs = say(j, 0, 0.5, "@ddptui " + json.dumps({"k": "hello", "r": 0, "pid": 11, "host": "h0", "node": "node0",
+                                                    "world": 2}))
+    outs += say(j, 1, 0.5, "@ddptui " + json.dumps({"k": "hello", "r": 1, "pid": 12, "host": "h1", "world": 2}))
+    assert [(h.rank, h.pid, h.host, h.node) for h in of(outs, ev.RankHello)] == [(0, 11, "h0", "node0"),
+                                                                                 (1, 12, "h1", "h1")]  # older inject
+    _, status, code = end(j, 3.0)
+    rows = json.loads(json.dumps(j.summary(status, code, "runs/x", 3.0, 0.1, [], [])))["ranks"]
+    assert [(rows[r]["node"], rows[r]["host"], rows[r]["pid"]) for r in "01"] == [("node0", "h0", 11), ("h1", "h1", 12)]
+
+
 @pytest.mark.parametrize("why,first,words", [
     ("stalled", None, "stopped by ddptui after the stall"),
     ("failed", 1, "torn down by ddptui after rank 1 failed"),

@@ -79,10 +79,28 @@ def _write(body: dict) -> None:
 _FROM_ENV: Any = object()
 
 
+def node_name(env: Any = None, host: str | None = None) -> str:
+    """The node this rank runs on as its launcher names it: Slurm's node name, else torchrun's node (group) rank
+    when the job has several nodes, else the host name."""
+    env = os.environ if env is None else env
+    host = socket.gethostname() if host is None else host
+    slurm = (env.get("SLURMD_NODENAME") or "").strip()
+    if slurm:
+        return slurm
+    try:
+        if int(env.get("GROUP_WORLD_SIZE", "")) > 1:
+            return "node%d" % int(env["GROUP_RANK"])
+    except (KeyError, ValueError):
+        pass
+    return host
+
+
 def hello(world: Any = _FROM_ENV, local: Any = _FROM_ENV) -> None:
     """The rank's first report; world size and local rank from the launcher's variables unless given (XLA replicas)."""
+    host = socket.gethostname()
     emit("hello", world=_env_int("WORLD_SIZE") if world is _FROM_ENV else world,
-         local=_env_int("LOCAL_RANK") if local is _FROM_ENV else local, pid=os.getpid(), host=socket.gethostname())
+         local=_env_int("LOCAL_RANK") if local is _FROM_ENV else local, pid=os.getpid(), host=host,
+         node=node_name(host=host))
 
 
 def _num(v: Any) -> Any:
