@@ -1,4 +1,5 @@
-"""Shared fixtures: the repo on sys.path, a run folder per test, and the check that no process outlives a test."""
+"""Shared fixtures: the repo on sys.path, a run folder per test, the check that no process outlives a test, and the
+session's real Slurm clusters (tests/slurm_cluster.py)."""
 from __future__ import annotations
 
 import os
@@ -40,9 +41,20 @@ def own_interpreter_default(request, monkeypatch):
         monkeypatch.delenv("DDPTUI_PYTHON", raising=False)
 
 
+# The session's Slurm clusters that are up: their daemons carry no token (they are the fixtures', stopped at session
+# end), but a job step one of them still runs after a test is that test's leftover, like a rank.
+CLUSTERS: list = []
+
+
 def leftover_processes() -> list[psutil.Process]:
     me = os.getpid()
     out = []
+    for cluster in CLUSTERS:
+        for pid in cluster.steps_left():
+            try:
+                out.append(psutil.Process(pid))
+            except psutil.Error:
+                continue
     for p in psutil.process_iter(["pid"]):
         if p.pid == me:
             continue
@@ -93,3 +105,57 @@ def mirage_on_path(tmp_path, monkeypatch):
     exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     return exe
+
+
+def _cluster(namespaced: bool):
+    from tests.slurm_cluster import SlurmCluster, cannot_run
+
+    why = cannot_run(namespaced)
+    if why:
+        pytest.skip(why)
+    cluster = SlurmCluster(namespaced=namespaced)
+    try:
+        cluster.start()
+        CLUSTERS.append(cluster)
+        yield cluster
+    finally:
+        if cluster in CLUSTERS:
+            CLUSTERS.remove(cluster)
+        cluster.stop()
+        cluster.remove_root()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real Slurm cluster on this host for the whole session: nodes n1, n2 (NodeAddr 127.0.0.1, %N = host name)."""
+    yield from _cluster(namespaced=False)
+
+
+@pytest.fixture(scope="session")
+def slurm_hosts():
+    """A real Slurm cluster on two namespaced hosts node0 (slurmctld, the login node) and node1, for the session."""
+    yield from _cluster(namespaced=True)
+
+
+def _no_job_left(cluster) -> None:
+    try:
+        cluster.wait_no_jobs(timeout=15)
+    except TimeoutError:
+        jobs, steps = cluster.jobs(), cluster.steps_left()
+        cluster.cancel_all()
+        cluster.wait_no_jobs(timeout=15)
+        pytest.fail(f"left behind by the test: Slurm jobs {jobs}, slurmstepd pids {steps} (cancelled)")
+
+
+@pytest.fixture
+def slurm_clean(slurm_cluster):
+    """The single-host cluster; after the test, no job left in squeue and no job step left (else the test fails)."""
+    yield slurm_cluster
+    _no_job_left(slurm_cluster)
+
+
+@pytest.fixture
+def slurm_hosts_clean(slurm_hosts):
+    """The namespaced cluster; after the test, no job left in squeue and no job step left (else the test fails)."""
+    yield slurm_hosts
+    _no_job_left(slurm_hosts)

@@ -37,6 +37,7 @@ RANKS_ONLY = {
     "test_tui_panes_live": _LONG,
     "test_tui_tmux": _LONG,
     "test_xla_runs": _LONG,
+    "test_slurm_cluster": "a real Slurm cluster (root, Debian's slurm packages) whose tasks run the test's own interpreter",
     "test_installed": "pip-installs the checkout with the test's interpreter (test-pythons installs it on each Python)",
 }
 

@@ -1,0 +1,151 @@
+"""The tests' real Slurm cluster (tests/slurm_cluster.py, tests/netns.py): real srun, sbatch, scancel and gloo DDP."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import leftover_processes
+from tests.netns import NetnsHosts, hosts_file_text
+from tests.slurm_cluster import (SlurmCluster, cannot_run, netns_layout, nodes_idle, parse_squeue,
+                                 single_host_layout, slurm_conf, wait_until)
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+# ---- pure parts -------------------------------------------------------------------------------------------------
+def test_conf_gives_every_node_its_own_port_and_address(tmp_path):
+    conf = slurm_conf(tmp_path, netns_layout(NetnsHosts("dtx", tmp_path)), [7001, 7002, 7003, 7004])
+    assert "SlurmctldHost=node0(198.18.0.1)\nSlurmctldPort=7001\nSlurmdPort=7002\n" in conf
+    assert "NodeName=node0 NodeHostname=node0 NodeAddr=198.18.0.1 Port=7003 " in conf
+    assert "NodeName=node1 NodeHostname=node1 NodeAddr=198.18.0.2 Port=7004 " in conf
+    assert f"StateSaveLocation={tmp_path}/state\n" in conf and "AuthType=auth/none\n" in conf
+    assert "ProctrackType=proctrack/pgid\n" in conf
+    local = slurm_conf(tmp_path, single_host_layout(), [1, 2, 3, 4])
+    assert "NodeName=n1 NodeHostname=localhost NodeAddr=127.0.0.1 Port=3 " in local
+    assert "NodeName=n2 NodeHostname=localhost NodeAddr=127.0.0.1 Port=4 " in local
+
+
+def test_ready_only_when_every_node_is_idle():
+    assert nodes_idle("n1 idle\nn2 idle\n", ("n1", "n2"))
+    assert not nodes_idle("n1 idle\n", ("n1", "n2"))
+    assert not nodes_idle("n1 idle\nn2 idle*\n", ("n1", "n2"))  # not responding
+    assert not nodes_idle("n1 unk*\nn2 idle\n", ("n1", "n2"))
+    assert not nodes_idle("", ("n1", "n2"))
+
+
+def test_squeue_lines_parse():
+    assert parse_squeue("12|RUNNING|node[0-1]\n13|PENDING|\n") == [("12", "RUNNING", "node[0-1]"), ("13", "PENDING", "")]
+    assert parse_squeue("") == []
+
+
+def test_namespaced_hosts_file_and_entry(tmp_path):
+    hosts = NetnsHosts("dtabc", tmp_path)
+    assert hosts_file_text(hosts.names) == "127.0.0.1 localhost\n198.18.0.1 node0\n198.18.0.2 node1\n"
+    argv = hosts.wrap(1, ["hostname"])
+    assert argv[:2] == ["nsenter", "--net=/run/netns/dtabc-n1"] and argv[-3:] == [str(tmp_path / "hosts"), "node1", "hostname"]
+
+
+# ---- the single-host cluster ------------------------------------------------------------------------------------
+def _srun_output_names(cluster, out_dir: Path) -> list[str]:
+    r = cluster.run(["srun", "-N2", "--ntasks-per-node=1", f"--output={out_dir}/rank%t-%N.out", "hostname"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    return sorted(p.name for p in out_dir.iterdir())
+
+
+@pytest.mark.timeout(120)
+def test_single_host_srun_runs_one_task_on_each_node(slurm_clean, tmp_path):
+    r = slurm_clean.run(["srun", "-N2", "--ntasks-per-node=1", "--label", "sh", "-c", "echo $SLURMD_NODENAME"])
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.split()) == ["0:", "1:", "n1", "n2"]
+    host = socket.gethostname()  # node names do not resolve here: %N is this host's name on both
+    assert _srun_output_names(slurm_clean, tmp_path) == [f"rank0-{host}.out", f"rank1-{host}.out"]
+
+
+# ---- the namespaced cluster -------------------------------------------------------------------------------------
+@pytest.mark.timeout(120)
+def test_namespaced_srun_runs_on_node0_and_node1(slurm_hosts_clean, tmp_path):
+    r = slurm_hosts_clean.run(["srun", "-N2", "--ntasks-per-node=1", "--label", "hostname"])
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == ["0: node0", "1: node1"]
+    assert _srun_output_names(slurm_hosts_clean, tmp_path) == ["rank0-node0.out", "rank1-node1.out"]
+    assert [(tmp_path / n).read_text().strip() for n in ("rank0-node0.out", "rank1-node1.out")] == ["node0", "node1"]
+
+
+@pytest.mark.timeout(120)
+def test_sbatch_wait_prints_the_job_id_and_exits_with_the_jobs_code(slurm_hosts_clean, tmp_path):
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -N2\n#SBATCH --ntasks-per-node=1\n"
+                      f"srun --output={tmp_path}/step-%N.out hostname\nexit 3\n")
+    r = slurm_hosts_clean.run(["sbatch", "--wait", "--parsable", "--job-name=ddptui-cluster-test",
+                               f"--output={tmp_path}/batch-%j.out", str(script)], timeout=90)
+    assert r.returncode == 3, r.stderr
+    job_id = r.stdout.splitlines()[0].split(";")[0]
+    assert job_id.isdigit()
+    assert (tmp_path / f"batch-{job_id}.out").exists()
+    assert (tmp_path / "step-node1.out").read_text().strip() == "node1"
+    assert slurm_hosts_clean.job_state(job_id) == "FAILED"
+
+
+@pytest.mark.timeout(120)
+def test_scancel_ends_a_running_job_and_leaves_nothing(slurm_hosts_clean, tmp_path):
+    cluster = slurm_hosts_clean
+    script = tmp_path / "sleeps.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -N2\n#SBATCH --ntasks-per-node=1\nsrun sleep 600\n")
+    r = cluster.run(["sbatch", "--parsable", f"--output={tmp_path}/%j.out", str(script)], timeout=60)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.split(";")[0].strip()
+    wait_until(lambda: len(_sleeps()) == 2, 60, "a sleep on each node")
+    # The autouse check sees a running step as a leftover (its ranks carry the test token; slurmstepd is the cluster's)
+    left = {p.pid for p in leftover_processes()}
+    assert {p.pid for p in _sleeps()} <= left
+    assert set(cluster.steps_left()) <= left and len(cluster.steps_left()) >= 2
+    assert not left & {p.pid for p in cluster.daemons.values()}
+    assert cluster.run(["scancel", job_id]).returncode == 0
+    wait_until(lambda: cluster.job_state(job_id) == "CANCELLED", 60, "the job CANCELLED")
+    cluster.wait_no_jobs(timeout=60)
+    assert not _sleeps() and not cluster.steps_left()
+
+
+def _sleeps() -> list[psutil.Process]:
+    return [p for p in leftover_processes() if p.name() == "sleep"]
+
+
+@pytest.mark.timeout(180)
+def test_gloo_ddp_under_srun_across_the_two_namespaced_nodes(slurm_hosts_clean):
+    cluster = slurm_hosts_clean
+    env = {"MASTER_ADDR": "node0", "MASTER_PORT": str(cluster.free_port(0))}
+    r = cluster.run(["srun", "-N2", "--ntasks-per-node=1", sys.executable, str(FIXTURES / "slurm_procid_ddp.py")],
+                    env=env, timeout=150)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = sorted(ln for ln in r.stdout.splitlines() if ln.startswith("rank "))
+    assert [ln.split()[:4] for ln in lines] == [["rank", "0/2", "host", "node0"], ["rank", "1/2", "host", "node1"]]
+    assert len({ln.split()[-1] for ln in lines}) == 1  # DDP kept the replicas equal across the nodes
+
+
+@pytest.mark.timeout(180)
+def test_a_cluster_stopped_with_a_job_running_leaves_no_daemon_step_or_namespace():
+    why = cannot_run(namespaced=True)
+    if why:
+        pytest.skip(why)
+    cluster = SlurmCluster(namespaced=True)
+    try:
+        cluster.start()
+        sleeper = cluster.on_node(0, ["srun", "-N2", "--ntasks-per-node=1", "sleep", "600"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(lambda: len(cluster.steps_left()) == 2, 60, "the step on both nodes")
+        daemons = [p.pid for p in cluster.daemons.values()]
+        steps = cluster.steps_left()
+        cluster.stop()
+        sleeper.wait(timeout=30)
+        print(f"namespaced cluster: start {cluster.start_s:.2f} s, stop with a running job {cluster.stop_s:.2f} s")
+        assert not [p for p in daemons + steps if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+        assert cluster.hosts.leftover() == [] and not _sleeps()
+    finally:
+        cluster.stop()
+        cluster.remove_root()
