@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .conclusion import Conclusion, Launcher
 from .ingest import Ingest
+from .job_follow import Agent, JobFollow  # noqa: F401 - Agent re-exported
 from .rank_lifecycle import RankLifecycle
 from .run_state import (EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED, EXIT_USAGE,  # noqa: F401 - re-exported
                         CollectStacks, RunState, TearDown)
@@ -30,6 +31,7 @@ class Judge:
         self.stacks = StackVerdicts(s)
         self.watch = Watch(s, self.stacks)
         self.end = Conclusion(s, self.life, self.stacks)
+        self.job = JobFollow(s)
 
     # ---- what the session and the front ends read ----------------------------------------------------
     profile = property(lambda self: self.state.profile)
@@ -144,6 +146,35 @@ class Judge:
         self.watch.stacks_collected(req, results, folder)
         return self.state.take()
 
+    # ---- the job and the nodes (job_follow.py) -------------------------------------------------------
+    def job_submitted(self) -> None:
+        """The ranks run under a batch job: no stall clock until it runs."""
+        self.job.submitted()
+
+    def job_info(self, info, nodes: tuple[str, ...] = ()) -> list:
+        """Slurm's answer about the job (slurm_state.JobInfo; `nodes` its node list expanded)."""
+        self.job.job_info(info, nodes)
+        return self.state.take()
+
+    def job_cancelling(self) -> None:
+        """ddptui scancels the job now (teardown)."""
+        self.job.cancelling()
+
+    def node_lost(self, node: str, ranks: tuple[int, ...], why: str) -> list:
+        """A node cannot be reached or stopped taking part (e.g. stacks could not be taken there)."""
+        self.job.node_lost(node, ranks, why)
+        return self.state.take()
+
+    def agent_exited(self, name: str, ranks, returncode: int, signal: str | None, others_running: bool) -> list:
+        """A per-node agent ended (feed `process_exited` first): a node lost unless its ranks failed themselves."""
+        self.job.agent_exited(name, tuple(ranks), returncode, signal, others_running)
+        return self.state.take()
+
+    def watchdog(self, agents: list) -> list:
+        """Agents (job_follow.Agent) still running long after the run failed or lost a node: tear down."""
+        self.job.check(agents)
+        return self.state.take()
+
     # ---- the conclusion (conclusion.py) --------------------------------------------------------------
     def settle(self) -> list:
         """At the end: a launcher traceback still held back is shown; every rank not ended yet ends now."""
@@ -154,9 +185,28 @@ class Judge:
                  oom: dict[int, str] | None = None, recorded: dict[int, dict] | None = None) -> tuple[list, str, int]:
         """The run's conclusion after `settle`: (events, status, exit code) (conclusion.Conclusion.conclude)."""
         status, exit_code = self.end.conclude(status, exit_code, launchers, oom, recorded)
-        return self.state.take(), status, exit_code
+        out = self.state.take()
+        if self.job.lost:
+            out = self._node_lost_crash(out)
+        status, exit_code = self.job.status(status, exit_code)
+        return out, status, exit_code
+
+    def _node_lost_crash(self, out: list) -> list:
+        """The crash verdict of a run that lost a node says so first (and there is one even without rank evidence)."""
+        import dataclasses
+
+        from . import events as ev
+        lost = "; ".join(f"node {n} lost ({v['why']})" for n, v in self.job.lost.items())
+        s = self.state
+        if s.crash is None:
+            ranks = tuple(sorted({r for v in self.job.lost.values() for r in v["ranks"]}))
+            s.crash = ev.CrashVerdict(lost, None, ranks, "node lost", (), s.wall)
+            return out + [s.crash]
+        s.crash = dataclasses.replace(s.crash, text=f"{lost}. {s.crash.text}")
+        return [s.crash if isinstance(e, ev.CrashVerdict) else e for e in out]
 
     def summary(self, status: str, exit_code: int, run_dir: str, duration_s: float, cpu_s: float,
                 stacks: list[str], survivors: list[str]) -> dict:
         """summary.json: the run's conclusion, every rank's end, the verdicts and hints (figures of the I/O side in)."""
-        return self.end.summary(status, exit_code, run_dir, duration_s, cpu_s, stacks, survivors)
+        return {**self.end.summary(status, exit_code, run_dir, duration_s, cpu_s, stacks, survivors),
+                **self.job.summary()}

@@ -13,6 +13,7 @@ import psutil
 from . import events as ev
 from . import oom, procs
 from .deathwatch import DeathWatch
+from .job_follow import Agent, node_of_agent
 from .judge import (CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED, EXIT_USAGE,  # noqa: F401
                     CollectStacks, Judge, Launcher, TearDown)
 from .record import RunRecord, new_run_dir
@@ -28,11 +29,15 @@ DISCOVER_EARLY, DISCOVER_FOUND = 0.2, 2.0  # how often to look for launcher-crea
 
 
 def rendezvous_port(profile) -> int:
-    """The profile's master_port, or with `auto` a port free on its master_addr now."""
-    if profile.master_port != "auto":
-        return int(profile.master_port)
-    with socket.socket() as s:
-        s.bind((profile.master_addr, 0))
+    """The profile's master_port (or c10d endpoint's port), or with `auto` a port free on that address now.
+    The slurm runner's port is chosen on the job's first node (runners/slurm.py): 0 here."""
+    if profile.runner == "slurm":
+        return 0
+    host, port = profile.rendezvous
+    if port != "auto":
+        return int(port)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -45,6 +50,8 @@ def make_plan(profile, run_dir: Path, port: int, dashboard_pid: int | None = Non
         from .xla import plan
     elif profile.runner == "mirage":
         from .mirage import plan
+    elif profile.runner == "slurm":
+        from .slurm import plan
     else:
         raise ValueError(f"unknown runner {profile.runner!r}")
     return plan(profile, run_dir, port, dashboard_pid)
@@ -76,6 +83,7 @@ class Session:
         self._deaths = DeathWatch()  # ranks a launcher spawned: when each really died
         self._oom_counters: dict[int, oom.CgroupCounter] = {}  # rank pid -> its memory cgroup's OOM count
         self.plan = None
+        self.slurm = None  # runners.slurm_job.SlurmJobWatch when the ranks run under a Slurm job or step
 
     # what the front ends and tests read: the judge's
     @property
@@ -201,7 +209,11 @@ class Session:
         """Tear every process down (bounded), and say which ones outlived SIGKILL."""
         self._tick()
         self.judge.teardown_began(why)
-        td = procs.teardown(self.procs, self.judge.rank_pids(), TEARDOWN_DEADLINE, hurry=self._kill_now.is_set)
+        extra = self.judge.rank_pids()
+        if self.slurm is not None:
+            self._end_job()
+            extra = set()  # Slurm's ranks are slurmstepd's children, not ours: ended through scancel only
+        td = procs.teardown(self.procs, extra, TEARDOWN_DEADLINE, hurry=self._kill_now.is_set)
         who = {pr.pid: pr.spec.name for pr in self.procs}
         who.update({t.pid: f"rank {t.rank}" for t in self.tracks.values() if t.pid})
         for s in td["survivors"]:
@@ -210,12 +222,57 @@ class Session:
             self._launcher_line(f"ddptui: {line}")
         return td
 
+    def _end_job(self) -> None:
+        """scancel the run's Slurm job (or step) unless it is over, then wait (bounded) until sbatch/srun exit and
+        Slurm holds no process or node of it: teardown through the engine, never a signal to a process on a node."""
+        from .slurm_job import GONE_DEADLINE
+        w = self.slurm
+        running = any(pr.returncode is None and pr.poll() is None for pr in self.procs)
+        if not running and (w.job_id is None or w.gone()):
+            return
+        self.judge.job_cancelling()
+        what = w.cancel()
+        self._launcher_line(f"ddptui: scancel {what}")
+        end = time.monotonic() + GONE_DEADLINE
+        while time.monotonic() < end and not self._kill_now.is_set():
+            if all(pr.poll() is not None for pr in self.procs) and w.gone():
+                break
+            time.sleep(0.2)
+        else:
+            self._launcher_line(f"ddptui: Slurm still holds {what} {GONE_DEADLINE:g} s after scancel"
+                                + (f" ({w.error})" if w.error else ""))
+        self._job_poll()
+
+    def _job_poll(self) -> str | None:
+        """Ask Slurm about the job and tell the judge; returns its state (None: not known)."""
+        info = self.slurm.poll()
+        if info is None:
+            return None
+        nodes = self.slurm.hostnames(info.nodelist)
+        self._tick()
+        self._carry_out(self.judge.job_info(info, nodes))
+        return info.state
+
+    def _job_end_state(self, bound: float = 10.0) -> None:
+        """How Slurm ended the job, for the summary: sbatch --wait has returned, the job may still be COMPLETING."""
+        end = time.monotonic() + bound
+        while self.slurm.job_id is not None and time.monotonic() < end:
+            last = self.slurm.last
+            if last is not None and last.state in _slurm_ended():
+                return
+            if self._job_poll() is None:
+                return  # Slurm no longer knows it (or cannot be asked): what was said last stands
+            time.sleep(0.3)
+
     def _run(self) -> int:
         p = self.profile
         self.record.write_json("profile.json", p.to_json())
         port = rendezvous_port(p)
         self.plan = make_plan(p, self.run_dir, port, os.getpid())
         self.record.write_json("plan.json", self.plan.to_json())
+        if self.plan.job is not None:  # the folder Slurm writes rank files into, the batch script: before sbatch/srun
+            from .slurm import prepare
+            prepare(self.plan, self.run_dir)
         self._tick()
         self._carry_out(self.judge.begin(self.plan.world_size, len(self.plan.procs)))
         self._emit(ev.RunStarted(str(self.run_dir), p.name, p.runner, self.world, p.steps, time.time()))
@@ -242,7 +299,11 @@ class Session:
             self._emit(ev.ProcessStarted(spec.name, proc.pid, spec.ranks, proc.started))
             self.judge.process_started(proc.pid, spec.stdout_rank)
         for src in self.plan.sources:
-            tailer.add(src.path, src.rank, src.stream)
+            tailer.add(src.path, src.rank, src.stream, learn=src.learn_rank)
+        if self.plan.job is not None and self.procs:
+            from .slurm_job import SlurmJobWatch
+            self.slurm = SlurmJobWatch(self.plan.job, self.procs[0].spec.stdout)
+            self.judge.job_submitted()
         self._flush()
         try:
             return self._loop(tailer)
@@ -250,7 +311,7 @@ class Session:
             tailer.close()
 
     def _loop(self, tailer: Tailer) -> int:
-        next_discover = next_sample = next_check = 0.0
+        next_discover = next_sample = next_check = next_job = 0.0
         end: TearDown | None = None
         while True:
             mono = time.monotonic()
@@ -265,7 +326,7 @@ class Session:
                 self.ingest(rank, stream, lines, wall, mono)
             for proc in self.procs:
                 if proc.returncode is None and proc.poll() is not None:
-                    self._proc_exited(proc)
+                    end = self._proc_exited(proc) or end
             if mono >= next_sample:
                 self._sample_resources()
                 next_sample = mono + 1.0
@@ -273,6 +334,10 @@ class Session:
                 next_check = mono + 0.25
                 self._check_rank_pids()
                 end = self._carry_out(self._check()) or end
+                end = self._carry_out(self.judge.watchdog(self._agents())) or end
+            if self.slurm is not None and mono >= next_job:
+                from .slurm_state import poll_interval
+                next_job = mono + poll_interval(self._job_poll())
             if self._dump.is_set():
                 self._dump.clear()
                 self._tick()
@@ -317,11 +382,22 @@ class Session:
         self._emit(ev.LogLines(None, "err", wall, time.monotonic(), (text,)))
 
     # ---- processes -----------------------------------------------------------------------------------
-    def _proc_exited(self, proc: procs.Proc, torn_down: bool = False) -> None:
+    def _proc_exited(self, proc: procs.Proc, torn_down: bool = False) -> TearDown | None:
         self._check_rank_pids()  # the deaths the watcher saw first, with their times (and a launcher's ranks' codes)
         self._tick()
+        launcher = proc.spec.stdout_rank is None
         self._carry_out(self.judge.process_exited(proc.spec.name, proc.spec.ranks, proc.pid, proc.returncode,
-                                                  proc.exited, proc.spec.stdout_rank is None, torn_down))
+                                                  proc.exited, launcher, torn_down))
+        if launcher and not torn_down:
+            others = any(pr.returncode is None for pr in self.procs if pr is not proc)
+            return self._carry_out(self.judge.agent_exited(proc.spec.name, proc.spec.ranks, proc.returncode,
+                                                           procs.signal_name(proc.returncode), others))
+        return None
+
+    def _agents(self) -> list[Agent]:
+        """The plan's processes still running that start ranks (per-node agents, sbatch, srun): the watchdog's."""
+        return [Agent(pr.spec.name, node_of_agent(pr.spec.name), pr.spec.ranks) for pr in self.procs
+                if pr.returncode is None and pr.spec.stdout_rank is None]
 
     def _check_rank_pids(self) -> None:
         """Ranks under a launcher: when each really died (its pidfd, watched by a thread) and its exit status
@@ -421,6 +497,8 @@ class Session:
 
     # ---- the end -------------------------------------------------------------------------------------
     def _conclude(self, end: TearDown | None) -> int:
+        if self.slurm is not None and self.slurm.job.mode == "sbatch":
+            self._job_end_state()
         self._check_rank_pids()  # deaths the watcher saw since the last check
         self._tick()
         self._carry_out(self.judge.settle())
@@ -475,6 +553,11 @@ def _stack_file(t, res, stacks_mod) -> str:
     head.append("\nlast lines:")
     head += [f"  {ln}" for ln in list(t.tail)[-20:]]
     return "\n".join(head) + "\n"
+
+
+def _slurm_ended():
+    from .slurm_state import ENDED
+    return ENDED
 
 
 def _hint_matcher():

@@ -4,8 +4,11 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Iterator
+
+from .rank_learn import RankLearner
 
 CHUNK = 1 << 20  # bytes read per file per turn: one syscall serves thousands of lines
 MAX_LINE = 64 * 1024  # longer lines are cut here (the raw file keeps them whole)
@@ -41,6 +44,7 @@ class FileTail:
     partial: bytes = b""
     dropped: int = 0  # bytes of the current over-long line not kept
     full: bool = False  # the last read filled a whole chunk: more is waiting
+    learn: bool = False  # `rank` is a guess: the folder's hello names the rank (runners/rank_learn.py)
 
     def read(self) -> Lines | list[str]:
         """Complete lines that arrived since the last call (possibly none)."""
@@ -116,11 +120,12 @@ class GlobTail:
     rank: int | None
     stream: str
     tails: dict[str, FileTail] = field(default_factory=dict)
+    learn: bool = False
 
     def discover(self) -> None:
         for path in sorted(glob.glob(self.pattern)):
             if path not in self.tails:
-                self.tails[path] = FileTail(path, self.rank, self.stream)
+                self.tails[path] = FileTail(path, self.rank, self.stream, learn=self.learn)
 
 
 class FileWatch:
@@ -167,12 +172,20 @@ class Tailer:
         self.globs: list[GlobTail] = []
         self.watch = FileWatch()
         self.backlog = False  # the last poll left data unread in some file
+        self.learner = RankLearner()
 
-    def add(self, path: str, rank: int | None, stream: str) -> None:
+    def add(self, path: str, rank: int | None, stream: str, learn: bool = False) -> None:
+        """Follow `path` (a glob: its files once they appear) as `rank`'s; `learn`: the rank is a guess that the
+        hello report read in the file's folder corrects (LogSource.learn_rank)."""
         if any(ch in path for ch in "*?["):
-            self.globs.append(GlobTail(path, rank, stream))
+            self.globs.append(GlobTail(path, rank, stream, learn=learn))
         else:
-            self.files.append(FileTail(path, rank, stream))
+            self.files.append(FileTail(path, rank, stream, learn=learn))
+
+    def _attribute(self, t: FileTail, lines, mono: float) -> list[tuple[int | None, str, list[str]]]:
+        if not t.learn:
+            return [(t.rank, t.stream, lines)]
+        return self.learner.feed(os.path.dirname(t.path), t.rank, t.stream, lines, mono)
 
     def _all(self) -> list[FileTail]:
         return self.files + [t for g in self.globs for t in g.tails.values()]
@@ -189,22 +202,24 @@ class Tailer:
         out = []
         self.watch.clear()
         backlog = False
+        mono = time.monotonic()
         for t in self._all():
             lines = t.read()
             if t.fd is not None:
                 self.watch.add(t.path)
             backlog = backlog or t.full
             if lines:
-                out.append((t.rank, t.stream, lines))
+                out += self._attribute(t, lines, mono)
         self.backlog = backlog
-        return out
+        return out + self.learner.due(mono)
 
     def drain(self) -> Iterator[tuple[int | None, str, list[str]]]:
         """What is left in every file, one chunk at a time (memory stays bounded by CHUNK)."""
         self.discover()
         for t in self._all():
             for lines in t.drain():
-                yield t.rank, t.stream, lines
+                yield from self._attribute(t, lines, time.monotonic())
+        yield from self.learner.release()
 
     def close(self) -> None:
         for t in self._all():

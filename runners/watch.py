@@ -64,6 +64,10 @@ class Watch:
             s.say(f"ddptui: timeout of {p.timeout:g} s reached, tearing every rank down")
             s.emit(TearDown("timeout", EXIT_FAILED))
             return
+        if s.job_waiting and not any(t.ran for t in s.tracks.values()):
+            for t in s.tracks.values():  # a pending job's ranks are not quiet, they are not there: no stall clock
+                t.last_progress = mono
+            return
         if s.first_failure is not None and mono - s.first_failure > CRASH_GRACE:
             live = [t.rank for t in s.tracks.values() if t.alive]
             if live:

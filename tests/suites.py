@@ -10,7 +10,7 @@ ANY_PYTHON = frozenset({
     "test_slow_banner", "test_stacks_view", "test_stall", "test_steptime", "test_suites", "test_tail_parse",
     "test_tui_app", "test_tui_fit", "test_tui_latency", "test_tui_model", "test_tui_snapshots", "test_xla_evidence",
     "test_xla_plan", "test_judge", "test_judge_parts", "test_rankenv", "test_torchrun_argv", "test_tui_pace",
-    "test_profile_cli",
+    "test_profile_cli", "test_slurm_decisions",
 })
 
 # Long end-to-end rank runs (20-40 s a test; 5 of these modules took 9 min on 3.10 on a loaded 2-core machine), while

@@ -1,0 +1,156 @@
+"""Decisions about the job and the nodes a multi-node run lives on: Slurm's job states, a node lost, agents that linger."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import events as ev
+from . import slurm_state
+from .run_state import EXIT_FAILED, RunState, TearDown
+
+# Seconds an agent (a torchrun per node, sbatch/srun) gets to exit by itself once the run failed or lost a node.
+# After a network partition one torchrun agent never exited by itself (field notes): past this it is torn down.
+AGENT_EXIT_GRACE = 15.0
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A process of the plan still running that starts ranks on one node (or the whole job), as the watchdog sees it."""
+    name: str
+    node: str  # "" when it stands for every node (sbatch, one srun)
+    ranks: tuple[int, ...]
+
+
+def node_of_agent(name: str) -> str:
+    """The node a per-node agent serves, from the plan's process name ("torchrun-node1" -> "node1"); "" if none."""
+    _, sep, node = name.rpartition("-")
+    return node if sep and node.startswith("node") else ""
+
+
+def agent_lost_node(returncode: int, signal: str | None, ranks_failed: bool, others_running: bool) -> bool:
+    """A node's agent ended while other nodes still run: the node is lost unless its own ranks failed (that is a crash,
+    whose root cause the crash verdict names). Killed by a signal, it is lost whatever its ranks did."""
+    if not others_running or returncode == 0:
+        return False
+    return signal is not None or not ranks_failed
+
+
+class JobFollow:
+    """The job's state as Slurm reports it, and the run's nodes, over a RunState."""
+
+    def __init__(self, state: RunState) -> None:
+        self.s = state
+        self.job: slurm_state.JobInfo | None = None  # what Slurm said last
+        self.job_nodes: tuple[str, ...] = ()
+        self.cancelled_by_us = False
+        self.lost: dict[str, dict] = {}  # node -> {"ranks", "why", "wall"}
+        self._failed_at: float | None = None  # mono: the run failed or lost a node; agents get AGENT_EXIT_GRACE
+        self._watchdog_fired = False
+
+    # ---- Slurm's job -------------------------------------------------------------------------------------
+    def submitted(self) -> None:
+        """The ranks run under a Slurm job: until it runs, they are not late, they have not started."""
+        self.s.job_waiting = True
+
+    def job_info(self, info: slurm_state.JobInfo, nodes: tuple[str, ...]) -> None:
+        """Slurm's answer about the job (`nodes`: its node list expanded)."""
+        s = self.s
+        if not slurm_state.changed(self.job, info):
+            return
+        first_run = info.state in slurm_state.RUNNING and s.job_waiting
+        self.job = info
+        if nodes:
+            self.job_nodes = nodes
+        s.emit(ev.JobState(info.job_id, info.state, info.reason, tuple(nodes), s.wall))
+        if info.state in slurm_state.WAITING:
+            s.job_waiting = True
+            return
+        s.job_waiting = False
+        if first_run:
+            # the startup grace of every rank counts from the job's start, not from its submission
+            for t in s.tracks.values():
+                if not t.ran:
+                    t.last_progress = s.mono
+        if info.state in slurm_state.NODE_FAILED:
+            down = nodes or self.job_nodes
+            self.node_lost(", ".join(down) or "?", tuple(sorted(s.tracks)),
+                           f"Slurm ended job {info.job_id} with {info.state}"
+                           + (f" ({info.reason})" if info.reason else ""))
+        elif info.state in slurm_state.ENDED and info.state != "COMPLETED" and not s.tearing_down:
+            s.say(f"ddptui: Slurm job {info.job_id} ended {slurm_state.end_words(info)}")
+
+    def cancelling(self) -> None:
+        """ddptui cancels the job now (its teardown): a CANCELLED job is then ddptui's doing, not a failure."""
+        self.cancelled_by_us = True
+
+    # ---- nodes -------------------------------------------------------------------------------------------
+    def node_lost(self, node: str, ranks: tuple[int, ...], why: str, teardown: bool = True) -> None:
+        """A node stopped taking part: say so once, and tear the run down (exit 1)."""
+        s = self.s
+        if node in self.lost:
+            return
+        self.lost[node] = {"ranks": list(ranks), "why": why, "wall": s.wall}
+        s.emit(ev.NodeLost(node, tuple(ranks), why, s.wall))
+        s.say(f"ddptui: node {node} lost: {why}; tearing the run down")
+        if self._failed_at is None:
+            self._failed_at = s.mono
+        if teardown and not s.tearing_down:
+            s.emit(TearDown("failed", EXIT_FAILED))
+
+    def agent_exited(self, name: str, ranks: tuple[int, ...], returncode: int, signal: str | None,
+                     others_running: bool) -> None:
+        """A process of the plan that starts ranks on one node ended (`others_running`: other nodes' agents run)."""
+        s = self.s
+        node = node_of_agent(name)
+        if not node or s.tearing_down:
+            return
+        on_node = self._ranks_on(node, ranks)
+        failed = any(s.tracks[r].status == "failed" or s.tracks[r].exc is not None for r in on_node)
+        if agent_lost_node(returncode, signal, failed, others_running):
+            self.node_lost(node, on_node, f"its agent {name} ended ({signal or f'exit {returncode}'}) while the other "
+                                          "nodes still ran, with no error of its ranks")
+
+    def _ranks_on(self, node: str, planned: tuple[int, ...]) -> tuple[int, ...]:
+        """The ranks that said they run on `node` (c10d gives nodes their ranks at rendezvous), else the plan's."""
+        said = tuple(sorted(r for r, t in self.s.tracks.items() if t.node == node))
+        return said or tuple(planned)
+
+    # ---- the watchdog ------------------------------------------------------------------------------------
+    def check(self, agents: list[Agent]) -> None:
+        """Agents still running AGENT_EXIT_GRACE s after the run failed or lost a node are torn down, and their node
+        named lost: the ranks they started are gone or failed, they wait for peers that will not come."""
+        s = self.s
+        if self._failed_at is None and s.first_failure is not None:
+            self._failed_at = s.first_failure
+        if self._watchdog_fired or self._failed_at is None or not agents or s.mono - self._failed_at <= AGENT_EXIT_GRACE:
+            return
+        if any(s.tracks[r].alive for a in agents for r in a.ranks if r in s.tracks and a.node == ""):
+            return  # a whole-job agent with live ranks: the crash grace of the watch tears those down
+        self._watchdog_fired = True
+        names = ", ".join(a.name for a in agents)
+        s.say(f"ddptui: {names} still running {AGENT_EXIT_GRACE:g} s after the run failed; tearing down")
+        for a in agents:
+            if a.node and a.node not in self.lost:
+                self.node_lost(a.node, self._ranks_on(a.node, a.ranks),
+                               f"its agent {a.name} did not exit {AGENT_EXIT_GRACE:g} s after the run failed",
+                               teardown=False)
+        if not s.tearing_down:
+            s.emit(TearDown("failed", EXIT_FAILED))
+
+    # ---- the end -----------------------------------------------------------------------------------------
+    def status(self, status: str, exit_code: int) -> tuple[str, int]:
+        """A job Slurm ended badly (not by ddptui's scancel) or a lost node fails an otherwise ok run."""
+        j = self.job
+        bad_job = (j is not None and j.state in slurm_state.ENDED and j.state != "COMPLETED"
+                   and not (j.state == "CANCELLED" and self.cancelled_by_us))
+        if (self.lost or bad_job) and status == "ok":
+            return "failed", EXIT_FAILED
+        return status, exit_code
+
+    def summary(self) -> dict:
+        """summary.json's `job` (None without a Slurm job) and `nodes_lost`."""
+        j = self.job
+        job = None if j is None else {"id": j.job_id, "state": j.state, "reason": j.reason,
+                                      "exit_code": j.exit_code, "nodes": list(self.job_nodes),
+                                      "cancelled_by_ddptui": self.cancelled_by_us,
+                                      "end": slurm_state.end_words(j)}
+        return {"job": job, "nodes_lost": {n: dict(v) for n, v in self.lost.items()}}

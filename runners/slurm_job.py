@@ -1,0 +1,115 @@
+"""Following and ending the Slurm job (or step) of a run: squeue/scontrol polls, node lists, scancel. The I/O edge only:
+runners/slurm_state.py reads what Slurm says, the judge (job_follow.py) decides what it means."""
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from . import slurm_state
+from .plan import SlurmJob
+from .slurm_state import JobInfo
+
+CMD_TIMEOUT = 5.0  # seconds one Slurm client call may take (slurmctld answers in milliseconds when it is up)
+GONE_DEADLINE = 30.0  # seconds teardown waits, after scancel, for the job to leave RUNNING/COMPLETING (KillWait ~5 s)
+
+
+class SlurmJobWatch:
+    """One run's Slurm job: its id (sbatch mode: the first line `sbatch --parsable` printed into `sbatch_out`), its
+    state as Slurm reports it, and scancel. Every command takes the environment as it is (SLURM_CONF)."""
+
+    def __init__(self, job: SlurmJob, sbatch_out: str | None = None) -> None:
+        self.job = job
+        self.sbatch_out = sbatch_out
+        self._id = job.job_id
+        self.step: str | None = None  # "JOB.STEP" of our srun, step mode
+        self.last: JobInfo | None = None
+        self.error: str | None = None  # the last client failure, said once per kind
+        self._hostnames: dict[str, tuple[str, ...]] = {}
+
+    # ---- the job id ------------------------------------------------------------------------------------
+    @property
+    def job_id(self) -> str | None:
+        if self._id is None and self.sbatch_out:
+            try:
+                self._id = slurm_state.sbatch_job_id(Path(self.sbatch_out).read_text(errors="replace"))
+            except OSError:
+                pass
+        return self._id
+
+    def wait_for_id(self, seconds: float) -> str | None:
+        """The job id, waiting up to `seconds` for sbatch to print it (a stop right after the submission)."""
+        end = time.monotonic() + seconds
+        while self.job_id is None and time.monotonic() < end:
+            time.sleep(0.05)
+        return self.job_id
+
+    # ---- Slurm's answers -------------------------------------------------------------------------------
+    def _run(self, argv: list[str]) -> str | None:
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=CMD_TIMEOUT, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            self.error = f"{argv[0]}: {e}"
+            return None
+        if r.returncode != 0:
+            self.error = f"{' '.join(argv[:2])}: {(r.stderr or r.stdout).strip()[:200]}"
+            return None
+        return r.stdout
+
+    def poll(self) -> JobInfo | None:
+        """The job as Slurm sees it now: squeue while it lists it, then scontrol (which keeps it MinJobAge seconds);
+        None while the id is not known or Slurm has forgotten the job."""
+        jid = self.job_id
+        if jid is None:
+            return None
+        out = self._run(["squeue", "-h", "-j", jid, "-o", "%i|%T|%r|%N"])
+        info = slurm_state.parse_squeue(out, jid) if out is not None else None
+        if info is None or info.state in slurm_state.ENDED:
+            out = self._run(["scontrol", "show", "job", jid, "-o"])
+            info = (slurm_state.parse_scontrol(out, jid) if out is not None else None) or info
+        if info is not None:
+            self.last = info
+        return info
+
+    def hostnames(self, nodelist: str) -> tuple[str, ...]:
+        """`n[1-2]` -> ("n1", "n2") as Slurm expands it."""
+        if not nodelist:
+            return ()
+        if nodelist not in self._hostnames:
+            out = self._run(["scontrol", "show", "hostnames", nodelist])
+            if out is None:
+                return (nodelist,)
+            self._hostnames[nodelist] = tuple(x.strip() for x in out.splitlines() if x.strip())
+        return self._hostnames[nodelist]
+
+    def find_step(self) -> str | None:
+        """Step mode: the id of the step our srun started (by the name ddptui gave it)."""
+        if self.step is None and self.job_id is not None:
+            out = self._run(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i|%j"])
+            self.step = slurm_state.parse_steps(out, self.job.name) if out is not None else None
+        return self.step
+
+    # ---- ending it -------------------------------------------------------------------------------------
+    def cancel(self) -> str:
+        """scancel the job (a step: only the step, the allocation is the user's). Returns what was cancelled."""
+        if self.job.mode == "step":
+            step = self.find_step()
+            if step is None:
+                return "no step found to cancel (our srun is ended with TERM)"
+            self._run(["scancel", step])
+            return f"step {step}"
+        jid = self.wait_for_id(2.0)
+        if jid is None:  # sbatch has not said the id (yet): the job's name is ddptui's own and unique to the run
+            self._run(["scancel", "--name", self.job.name])
+            return f"job named {self.job.name}"
+        self._run(["scancel", jid])
+        return f"job {jid}"
+
+    def gone(self) -> bool:
+        """Slurm holds nothing of the job any more (step mode: the step is gone from squeue)."""
+        if self.job.mode == "step":
+            if self.step is None or self.job_id is None:
+                return True
+            out = self._run(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i|%j"])
+            return out is not None and slurm_state.parse_steps(out, self.job.name) is None
+        return slurm_state.gone(self.poll()) if self.job_id is not None else True

@@ -1,0 +1,96 @@
+"""What Slurm's own words say about a job: squeue/scontrol/sbatch output parsed, when to ask again, what its end means."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# the job has not started its processes yet: the ranks' stall clocks do not run
+WAITING = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD",
+                     "SUSPENDED", "STOPPED", "RESIZING"})
+RUNNING = frozenset({"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"})
+# a node of the job failed: the run lost a node
+NODE_FAILED = frozenset({"NODE_FAIL", "BOOT_FAIL"})
+ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "PREEMPTED",
+                   "DEADLINE", "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT"})
+# still holding processes or nodes: teardown waits until the job is in none of these
+HOLDING = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING", "SUSPENDED", "STOPPED"})
+
+POLL_WAITING, POLL_RUNNING = 1.0, 3.0  # seconds between polls while the job waits for nodes / while it runs
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One answer of Slurm about a job."""
+    job_id: str
+    state: str  # Slurm's JobState, upper case; "" when unknown
+    reason: str  # "" when Slurm says None
+    nodelist: str  # Slurm's compressed form ("n[1-2]"); "" while pending
+    exit_code: str = ""  # scontrol's ExitCode ("0:15"); "" from squeue
+
+
+def sbatch_job_id(text: str) -> str | None:
+    """The job id `sbatch --parsable` printed: its first line, "ID" or "ID;CLUSTER"; None until it is complete."""
+    if "\n" not in text:
+        return None  # the line may still be being written
+    first = text.split("\n", 1)[0].strip()
+    jid = first.split(";", 1)[0].strip()
+    return jid if jid.isdigit() else None
+
+
+def _reason(text: str) -> str:
+    text = text.strip()
+    return "" if text in ("None", "(null)", "") else text
+
+
+def parse_squeue(out: str, job_id: str) -> JobInfo | None:
+    """`squeue -h -j ID -o '%i|%T|%r|%N'`: the job's line, None when squeue no longer lists it."""
+    for line in out.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 4 and parts[0].strip() == job_id:
+            return JobInfo(job_id, parts[1].strip().upper(), _reason(parts[2]), parts[3].strip())
+    return None
+
+
+_FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z:/_]*)=(\S*)")
+
+
+def parse_scontrol(out: str, job_id: str) -> JobInfo | None:
+    """`scontrol show job ID -o`: one line of Key=Value fields; None when Slurm no longer knows the job."""
+    for line in out.splitlines():
+        fields = dict(_FIELD.findall(line))
+        if fields.get("JobId") == job_id and "JobState" in fields:
+            nodes = fields.get("NodeList", "")
+            return JobInfo(job_id, fields["JobState"].upper(), _reason(fields.get("Reason", "")),
+                           "" if nodes == "(null)" else nodes, fields.get("ExitCode", ""))
+    return None
+
+
+def parse_steps(out: str, name: str) -> str | None:
+    """`squeue -h -s -j ID -o '%i|%j'`: the id ("JOB.STEP") of the step called `name`, None when not listed."""
+    for line in out.splitlines():
+        step, _, step_name = line.strip().partition("|")
+        if step_name.strip() == name and "." in step:
+            return step.strip()
+    return None
+
+
+def poll_interval(state: str | None) -> float:
+    """How long to wait before asking Slurm again: often while the job waits (its start ends the pending display),
+    rarely while it runs (the ranks' own output says more, sooner)."""
+    return POLL_RUNNING if state in RUNNING else POLL_WAITING
+
+
+def changed(prev: JobInfo | None, now: JobInfo) -> bool:
+    """Worth a JobState event: the state, the reason or the nodes differ from what was said last."""
+    return prev is None or (prev.state, prev.reason, prev.nodelist) != (now.state, now.reason, now.nodelist)
+
+
+def gone(info: JobInfo | None) -> bool:
+    """Teardown may stop waiting: Slurm no longer knows the job, or it holds no process or node any more."""
+    return info is None or info.state not in HOLDING
+
+
+def end_words(info: JobInfo) -> str:
+    """The job's end for the summary and the console: "CANCELLED", "FAILED (NonZeroExitCode, exit 1:0)"."""
+    extra = [x for x in (info.reason, f"exit {info.exit_code}" if info.exit_code else "") if x]
+    return info.state + (f" ({', '.join(extra)})" if extra else "")

@@ -1,0 +1,241 @@
+"""Slurm's words read (runners/slurm_state.py) and what the judge decides from the job and the nodes
+(runners/job_follow.py), with synthetic inputs and a fake clock: no cluster, no process."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ddptui.runners import events as ev
+from ddptui.runners import slurm_state as ss
+from ddptui.runners.job_follow import AGENT_EXIT_GRACE, Agent, agent_lost_node, node_of_agent
+from ddptui.runners.judge import EXIT_FAILED, EXIT_OK, TearDown
+from ddptui.runners.rank_learn import RankLearner, hello_rank
+from tests.test_judge import T0, W0, at, make, of, say, texts
+
+
+# ---- slurm_state ---------------------------------------------------------------------------------------------
+def test_sbatch_job_id_only_once_its_line_is_complete():
+    assert ss.sbatch_job_id("") is None
+    assert ss.sbatch_job_id("12") is None  # sbatch may still be writing it
+    assert ss.sbatch_job_id("12\n") == "12"
+    assert ss.sbatch_job_id("34;lab\nmore\n") == "34"
+    assert ss.sbatch_job_id("sbatch: error: Batch job submission failed\n") is None
+
+
+def test_squeue_line_of_the_job():
+    out = "7|RUNNING|None|n[1-2]\n"
+    assert ss.parse_squeue(out, "7") == ss.JobInfo("7", "RUNNING", "", "n[1-2]")
+    assert ss.parse_squeue("8|PENDING|Resources|\n", "8") == ss.JobInfo("8", "PENDING", "Resources", "")
+    assert ss.parse_squeue("", "7") is None
+    assert ss.parse_squeue("70|RUNNING|None|n1\n", "7") is None
+
+
+def test_scontrol_line_of_a_finished_job():
+    line = ("JobId=9 JobName=ddptui-x UserId=root(0) GroupId=root(0) JobState=CANCELLED Reason=None "
+            "Dependency=(null) ExitCode=0:15 RunTime=00:00:05 NodeList=n[1-2] BatchHost=localhost "
+            "Command=/tmp/a b/job.sh StdOut=/tmp/out\n")
+    info = ss.parse_scontrol(line, "9")
+    assert info == ss.JobInfo("9", "CANCELLED", "", "n[1-2]", "0:15")
+    assert ss.end_words(info) == "CANCELLED (exit 0:15)"
+    assert ss.parse_scontrol("slurm_load_jobs error: Invalid job id specified\n", "9") is None
+    pending = ss.parse_scontrol("JobId=3 JobState=PENDING Reason=Priority NodeList=(null)\n", "3")
+    assert (pending.state, pending.reason, pending.nodelist) == ("PENDING", "Priority", "")
+
+
+def test_step_found_by_its_name():
+    out = "5.0|other\n5.1|ddptui-run\n"
+    assert ss.parse_steps(out, "ddptui-run") == "5.1"
+    assert ss.parse_steps(out, "nope") is None
+
+
+def test_poll_often_while_waiting_rarely_while_running_and_teardown_waits_for_completing():
+    assert ss.poll_interval(None) == ss.POLL_WAITING == ss.poll_interval("PENDING")
+    assert ss.poll_interval("RUNNING") == ss.POLL_RUNNING > ss.POLL_WAITING
+    assert not ss.gone(ss.JobInfo("1", "COMPLETING", "", "n1"))
+    assert not ss.gone(ss.JobInfo("1", "RUNNING", "", "n1"))
+    assert ss.gone(ss.JobInfo("1", "CANCELLED", "", "n1")) and ss.gone(None)
+
+
+# ---- the judge: the job's states -----------------------------------------------------------------------------
+def job(state, reason="", nodes="", code=""):
+    return ss.JobInfo("42", state, reason, nodes, code)
+
+
+def test_job_state_said_once_per_change():
+    j = make()
+    j.job_submitted()
+    at(j, 1)
+    first = of(j.job_info(job("PENDING", "Priority")), ev.JobState)
+    again = of(j.job_info(job("PENDING", "Priority")), ev.JobState)
+    reason = of(j.job_info(job("PENDING", "Resources")), ev.JobState)
+    running = of(j.job_info(job("RUNNING", "", "n[1-2]"), ("n1", "n2")), ev.JobState)
+    assert [(e.state, e.reason) for e in first] == [("PENDING", "Priority")] and again == []
+    assert [(e.state, e.reason) for e in reason] == [("PENDING", "Resources")]
+    assert [(e.state, e.nodes) for e in running] == [("RUNNING", ("n1", "n2"))]
+
+
+def test_a_pending_job_is_not_a_stall_and_startup_grace_counts_from_its_start():
+    j = make("startup_grace=5", "stall_after=5")
+    j.job_submitted()
+    at(j, 0.5)
+    j.job_info(job("PENDING", "Resources"))
+    for dt in range(1, 60):  # a minute pending: far past every limit
+        at(j, dt)
+        assert not of(j.check(), ev.StallDetected), f"stall while pending at {dt} s"
+    at(j, 60)
+    j.job_info(job("RUNNING", "", "n1"), ("n1",))
+    at(j, 63)
+    assert not of(j.check(), ev.StallDetected)  # 3 s into the job
+    at(j, 66)
+    assert of(j.check(), ev.StallDetected)  # 6 s into the job, no rank said a word: now it is one
+
+
+def test_without_a_job_the_same_silence_is_a_stall():
+    j = make("startup_grace=5", "stall_after=5")
+    at(j, 6)
+    assert of(j.check(), ev.StallDetected)
+
+
+def test_node_fail_is_a_node_lost_and_a_teardown():
+    j = make()
+    j.job_submitted()
+    at(j, 1)
+    j.job_info(job("RUNNING", "", "n[1-2]"), ("n1", "n2"))
+    out = j.job_info(job("NODE_FAIL", "NodeDown", "n2"), ("n2",))
+    lost = of(out, ev.NodeLost)
+    assert [(e.node, e.ranks) for e in lost] == [("n2", (0, 1))] and "NODE_FAIL" in lost[0].why
+    assert of(out, TearDown) == [TearDown("failed", EXIT_FAILED)]
+    _, status, code = j.conclude(None, None)
+    assert (status, code) == ("failed", EXIT_FAILED)
+    assert j.crash is not None and j.crash.text.startswith("node n2 lost")
+    s = j.summary(status, code, "/r", 1.0, 0.1, [], [])
+    assert s["job"]["state"] == "NODE_FAIL" and s["nodes_lost"]["n2"]["ranks"] == [0, 1]
+
+
+def test_a_job_cancelled_by_someone_else_fails_the_run_ours_does_not_add_a_failure():
+    for ours, want in ((False, ("failed", EXIT_FAILED)), (True, ("ok", EXIT_OK))):
+        j = make()
+        j.job_submitted()
+        at(j, 1)
+        j.job_info(job("RUNNING", "", "n1"), ("n1",))
+        if ours:
+            j.job_cancelling()
+            j.teardown_began("stopped")
+        out = j.job_info(job("CANCELLED", "", "n1", "0:15"))
+        assert ("Slurm job 42 ended CANCELLED" in "\n".join(texts(out))) is not ours
+        assert j.job.status("ok", EXIT_OK) == want
+        assert j.summary("x", 1, "/r", 1.0, 0.1, [], [])["job"]["cancelled_by_ddptui"] is ours
+
+
+# ---- a node lost: agents ---------------------------------------------------------------------------------------
+def test_agent_lost_node_rule():
+    assert node_of_agent("torchrun-node1") == "node1" and node_of_agent("torchrun") == ""
+    assert node_of_agent("sbatch") == ""
+    assert agent_lost_node(1, None, ranks_failed=False, others_running=True)
+    assert not agent_lost_node(1, None, ranks_failed=True, others_running=True)  # a crash: its rank's error
+    assert agent_lost_node(-9, "SIGKILL", ranks_failed=True, others_running=True)
+    assert not agent_lost_node(0, None, ranks_failed=False, others_running=True)
+    assert not agent_lost_node(1, None, ranks_failed=False, others_running=False)  # the last one: the run's end
+
+
+def hello_on(j, rank, node, dt=0.5):
+    say(j, rank, dt, "@ddptui " + json.dumps({"k": "hello", "r": rank, "pid": 100 + rank, "host": "h",
+                                               "world": 2, "node": node}))
+
+
+def test_agent_gone_with_no_error_of_its_ranks_is_a_node_lost():
+    j = make()
+    hello_on(j, 0, "node1")  # c10d gave node1 rank 0, though the plan guessed rank 1
+    hello_on(j, 1, "node0")
+    at(j, 5)
+    out = j.agent_exited("torchrun-node1", (1,), 1, None, others_running=True)
+    lost = of(out, ev.NodeLost)
+    assert [(e.node, e.ranks) for e in lost] == [("node1", (0,))]
+    assert of(out, TearDown)
+
+
+def test_agent_of_a_crashed_rank_is_not_a_node_lost():
+    j = make()
+    hello_on(j, 0, "node0")
+    hello_on(j, 1, "node1")
+    say(j, 1, 2, "@ddptui " + json.dumps({"k": "exc", "r": 1, "type": "RuntimeError", "msg": "x", "where": "a:1",
+                                           "tb": []}))
+    at(j, 3)
+    assert not of(j.agent_exited("torchrun-node1", (1,), 1, None, others_running=True), ev.NodeLost)
+
+
+def test_watchdog_tears_down_an_agent_that_outlives_the_failure():
+    j = make()
+    hello_on(j, 0, "node0")
+    hello_on(j, 1, "node1")
+    at(j, 2)
+    j.state.first_failure = T0 + 2  # a rank failed (e.g. a gloo timeout after a partition)
+    agents = [Agent("torchrun-node1", "node1", (1,))]
+    at(j, 2 + AGENT_EXIT_GRACE - 1)
+    assert j.watchdog(agents) == []
+    at(j, 2 + AGENT_EXIT_GRACE + 1)
+    out = j.watchdog(agents)
+    assert [(e.node, e.ranks) for e in of(out, ev.NodeLost)] == [("node1", (1,))]
+    assert of(out, TearDown) == [TearDown("failed", EXIT_FAILED)]
+    assert j.watchdog(agents) == []  # once
+
+
+def test_watchdog_quiet_while_the_run_is_fine():
+    j = make()
+    at(j, 1000)
+    assert j.watchdog([Agent("torchrun-node1", "node1", (1,))]) == []
+
+
+# ---- ranks learned from the hello ----------------------------------------------------------------------------
+def hello_line(rank):
+    return "@ddptui " + json.dumps({"k": "hello", "r": rank, "pid": 1, "host": "h", "world": 2})
+
+
+def test_hello_rank():
+    assert hello_rank(["x", hello_line(3)]) == 3
+    assert hello_rank(["@ddptui {\"k\": \"step\", \"r\": 1}"]) is None
+    assert hello_rank(['@ddptui {"k": "hello", "r": "1"}']) is None
+
+
+def test_folder_lines_held_until_the_hello_then_under_the_rank_it_names():
+    ln = RankLearner(hold=5)
+    assert ln.feed("a/0", 0, "err", ["warning before hello"], 0.0) == []
+    got = ln.feed("a/0", 0, "out", [hello_line(1), "step 1"], 0.5)
+    assert got == [(1, "err", ["warning before hello"]), (1, "out", [hello_line(1), "step 1"])]
+    assert ln.feed("a/0", 0, "err", ["later"], 1.0) == [(1, "err", ["later"])]
+    assert ln.feed("a/1", 1, "out", [hello_line(0)], 1.0) == [(0, "out", [hello_line(0)])]
+
+
+def test_folder_without_hello_goes_out_under_the_guess_after_the_hold_and_a_late_hello_still_counts():
+    ln = RankLearner(hold=5)
+    assert ln.feed("a/0", 0, "err", ["ImportError"], 0.0) == []
+    assert ln.due(4.9) == []
+    assert ln.due(5.0) == [(0, "err", ["ImportError"])]
+    assert ln.feed("a/0", 0, "err", ["more"], 6.0) == [(0, "err", ["more"])]
+    assert ln.feed("a/0", 0, "out", [hello_line(1)], 7.0) == [(1, "out", [hello_line(1)])]
+    assert ln.feed("a/0", 0, "err", ["after"], 8.0) == [(1, "err", ["after"])]
+
+
+def test_release_at_the_end():
+    ln = RankLearner()
+    ln.feed("b/0", 1, "err", ["x"], 0.0)
+    assert ln.release() == [(1, "err", ["x"])] and ln.release() == []
+
+
+@pytest.mark.parametrize("n", [1])
+def test_tailer_reattributes_both_files_of_a_folder(tmp_path, n):
+    from ddptui.runners.tail import Tailer
+    d = tmp_path / "run" / "attempt_0" / "0"
+    d.mkdir(parents=True)
+    (d / "stderr.log").write_text("early warning\n")
+    (d / "stdout.log").write_text("")
+    t = Tailer()
+    t.add(str(tmp_path / "run" / "attempt_*" / "0" / "stdout.log"), 0, "out", learn=True)
+    t.add(str(tmp_path / "run" / "attempt_*" / "0" / "stderr.log"), 0, "err", learn=True)
+    t.discover()
+    assert t.poll() == []  # held: the folder has not said whose it is
+    (d / "stdout.log").write_text(hello_line(1) + "\nloss 0.5\n")
+    got = t.poll()
+    assert [(r, s) for r, s, _ in got] == [(1, "err"), (1, "out")]
+    t.close()
