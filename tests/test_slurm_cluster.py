@@ -149,3 +149,86 @@ def test_a_cluster_stopped_with_a_job_running_leaves_no_daemon_step_or_namespace
     finally:
         cluster.stop()
         cluster.remove_root()
+
+
+@pytest.mark.timeout(60)
+def test_on_node_runs_the_command_itself_on_that_host(slurm_hosts):
+    """ddptui run on the login node: the Popen is the command itself (a signal to it reaches it), in node0's names."""
+    p = slurm_hosts.on_node(0, ["sh", "-c", "hostname; getent hosts node1; read line"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "node0"
+        assert p.stdout.readline().split() == ["198.18.0.2", "node1"]
+        assert psutil.Process(p.pid).name() == "sh" and psutil.Process(p.pid).environ()["SLURM_CONF"] == str(
+            slurm_hosts.conf_path)
+    finally:
+        p.communicate("\n", timeout=30)
+    assert p.returncode == 0
+
+
+_CONNECT = ("import socket, sys\ntry:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()\n"
+            "except OSError as e:\n    sys.exit(f'unreachable: {e}')\n")
+
+
+@pytest.mark.timeout(120)
+def test_cut_link_separates_the_nodes_until_restored(slurm_hosts):
+    ctld_port = next(ln.split("=")[1] for ln in slurm_hosts.conf_path.read_text().splitlines()
+                     if ln.startswith("SlurmctldPort="))
+    reach = [sys.executable, "-c", _CONNECT, "node0", ctld_port]
+    assert slurm_hosts.run(reach, node=1).returncode == 0
+    slurm_hosts.cut_link()
+    try:
+        cut = slurm_hosts.run(reach, node=1)
+        assert cut.returncode != 0 and "unreachable" in cut.stderr
+    finally:
+        slurm_hosts.restore_link()
+    assert slurm_hosts.run(reach, node=1).returncode == 0
+    wait_until(lambda: nodes_idle(slurm_hosts.sinfo(), tuple(slurm_hosts.nodes)), 60, "both nodes idle again")
+
+
+# ---- scripts/slurm-deps.sh ----------------------------------------------------------------------------------------
+DEPS = Path(__file__).resolve().parent.parent / "scripts" / "slurm-deps.sh"
+
+
+def _bin_with(tools: list[str]) -> Path:
+    """A PATH holding only these tools (so the script sees no Slurm and, unless listed, no apt-get), readable by all."""
+    import shutil
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="ddptui-deps-bin-"))
+    d.chmod(0o755)
+    for t in tools:
+        os.symlink(shutil.which(t), d / t)
+    return d
+
+
+@pytest.mark.timeout(60)
+def test_slurm_deps_is_a_no_op_when_installed():
+    if cannot_run(namespaced=True):
+        pytest.skip(cannot_run(namespaced=True))
+    r = subprocess.run(["bash", str(DEPS)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and r.stdout.strip() == (
+        "slurm-deps: slurmctld, slurmd, slurm-client, iproute2, util-linux already installed")
+
+
+@pytest.mark.timeout(60)
+def test_slurm_deps_says_why_it_cannot_install_and_exits_0():
+    import shutil
+
+    bindir = _bin_with(["id", "sort", "bash"])
+    env = {"PATH": str(bindir), "HOME": "/"}
+    try:
+        r = subprocess.run([str(bindir / "bash"), str(DEPS)], capture_output=True, text=True, timeout=30, env=env)
+        assert r.returncode == 0
+        assert "slurm-client slurmctld slurmd" in r.stdout
+        if os.geteuid() != 0:
+            assert r.stdout.startswith("slurm-deps: not root, cannot install ")
+            return
+        assert r.stdout.startswith("slurm-deps: no apt-get on this machine, cannot install ")
+        if shutil.which("setpriv") is None:
+            pytest.skip("no setpriv to run the script as another user")
+        nobody = subprocess.run([shutil.which("setpriv"), "--reuid=65534", "--regid=65534", "--clear-groups",
+                                 str(bindir / "bash"), str(DEPS)], capture_output=True, text=True, timeout=30, env=env)
+        assert nobody.returncode == 0 and nobody.stdout.startswith("slurm-deps: not root, cannot install "), nobody
+    finally:
+        shutil.rmtree(bindir)
