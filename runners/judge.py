@@ -115,9 +115,11 @@ class Judge:
         """rank -> its pid (None: not known yet, its launcher's stands in) for every live rank to sample."""
         return self.watch.sample_targets()
 
-    def resources(self, samples: dict[int, tuple[int, float, float, int]], emit: bool = True) -> list:
-        """samples: rank -> (pid sampled, mono, CPU seconds, RSS bytes) (watch.Watch.resources)."""
-        self.watch.resources(samples, emit)
+    def resources(self, samples: dict[int, tuple[int, float, float, int]], emit: bool = True,
+                  no_cpu: dict[int, str] | None = None) -> list:
+        """samples: rank -> (pid sampled, mono, CPU seconds, RSS bytes); no_cpu: rank -> why it has none (on another
+        node) (watch.Watch.resources)."""
+        self.watch.resources(samples, emit, no_cpu)
         return self.state.take()
 
     def busy_test_due(self) -> bool:

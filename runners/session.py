@@ -419,9 +419,15 @@ class Session:
     def _sample_resources(self, emit: bool = True) -> None:
         """CPU seconds and RSS of every live rank, for the judge (the stall rule's busy test) and the front end.
 
-        A rank whose process is not known yet (a launcher still starting it) is judged by its launcher's CPU."""
-        seen, samples = {}, {}
+        A rank whose process is not known yet (a launcher still starting it) is judged by its launcher's CPU. A rank
+        on another node is not sampled: its pid is another machine's (the judge is told it has no CPU evidence)."""
+        from .remote_stacks import is_local
+        seen, samples, no_cpu, here = {}, {}, {}, socket.gethostname()
         for rank, pid in self.judge.sample_targets().items():
+            t = self.tracks[rank]
+            if not is_local(t.host, here):
+                no_cpu[rank] = f"runs on {t.node or t.host}"
+                continue
             pid = pid or self._starter_pid(rank)
             if not pid:
                 continue
@@ -436,7 +442,7 @@ class Session:
             if seen[pid] is not None:
                 samples[rank] = (pid, *seen[pid])
         self._tick()
-        self._carry_out(self.judge.resources(samples, emit))
+        self._carry_out(self.judge.resources(samples, emit, no_cpu))
 
     def _starter_pid(self, rank: int) -> int | None:
         """The live launcher that is to start `rank`, while the rank has not said its pid."""
@@ -465,13 +471,16 @@ class Session:
         """Record every live rank's stacks (and its workers') as the judge asked; the judge reads its verdict from
         them (stalled or slowed ranks only: stacks of a healthy run taken at slightly different moments are no
         evidence of anything), and it is recorded next to them."""
-        from . import stacks
+        from . import remote_stacks, stacks
         targets = [stacks.Target(rank, pid, self._stderr_path(rank)) for rank, pid in self.judge.stack_targets()]
         if not targets:
             self._tick()
             return self.judge.stacks_collected(req, None, None)
         t0 = time.monotonic()
-        results = stacks.collect(targets, method=self.stack_method, pyspy=self.pyspy)
+        # ranks on other nodes are dumped there, through srun in their job (runners/remote_stacks.py)
+        results = remote_stacks.collect_everywhere(
+            targets, {r: (t.host, t.node) for r, t in self.tracks.items()}, socket.gethostname(),
+            self.slurm.job_id if self.slurm is not None else None, method=self.stack_method, pyspy=self.pyspy)
         secs = time.monotonic() - t0
         n = len(self.stack_collections) + 1
         folder = self.run_dir / "stacks" / f"{n:02d}-{req.why.replace(' ', '-')}"
@@ -493,6 +502,9 @@ class Session:
         for e in out:
             if isinstance(e, ev.HangVerdict) and e.path == str(folder):
                 (folder / "verdict.txt").write_text(e.text + "\n", encoding="utf-8")
+        for node, (ranks, why) in remote_stacks.unreachable_nodes(results).items():
+            self._tick()
+            out += self.judge.node_lost(node, ranks, why)
         return out
 
     # ---- the end -------------------------------------------------------------------------------------

@@ -56,6 +56,10 @@ class StackResult:
     text: str = ""  # the raw dump as collected
     workers: list["StackResult"] = field(default_factory=list)  # the rank's worker processes (DataLoader), by pid
     worker_id: int | None = None  # for a worker: DataLoader's worker_id, read from _worker_loop's locals
+    node: str = ""  # set for a rank on another node: the node its stacks were taken on (runners/remote_stacks.py)
+    # True: the rank's node could not be reached to take them (srun timed out or could not talk to it): evidence
+    # that the node itself is lost, not only the rank
+    unreachable: bool = False
 
 
 def is_user_frame(f: Frame) -> bool:
@@ -302,25 +306,37 @@ def _faulthandler(targets: list[Target], errors: dict[int, str]) -> dict[int, St
                 results[t.pid] = StackResult(t.rank, t.pid, f"unavailable: SIGUSR1 failed ({e.strerror})", error=why)
                 continue
             pending[t.pid] = (t, path, offset)
-    deadline = time.monotonic() + FAULTHANDLER_WAIT
-    sizes: dict[int, int] = {}
+    results.update(await_dumps(pending, {pid: errors.get(pid) for pid in pending}))
+    return results
+
+
+def await_dumps(pending: dict, errors: dict, wait: float = FAULTHANDLER_WAIT) -> dict:
+    """key -> (Target, stderr file, its size before SIGUSR1): poll the files until each holds a whole faulthandler
+    dump (or `wait` ends); key -> StackResult, `errors[key]` (why py-spy failed) kept in it."""
+    results: dict = {}
+    pending = dict(pending)
+    deadline = time.monotonic() + wait
+    sizes: dict = {}
     while pending and time.monotonic() < deadline:
         time.sleep(0.05)
-        for pid, (t, path, offset) in list(pending.items()):
-            size = os.path.getsize(path)
+        for key, (t, path, offset) in list(pending.items()):
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                continue
             # faulthandler writes the whole dump from its signal handler: a size that stopped growing
             # after a header and a frame is a complete dump
-            if size > offset and sizes.get(pid) == size:
+            if size > offset and sizes.get(key) == size:
                 with open(path, "rb") as f:
                     f.seek(offset)
                     text = f.read(size - offset).decode("utf-8", "replace")
                 if _dump_complete(text):
                     threads = parse_faulthandler(text)
-                    results[pid] = StackResult(t.rank, pid, "faulthandler", threads, errors.get(pid), text)
-                    del pending[pid]
-            sizes[pid] = size
-    for pid, (t, _, _) in pending.items():
-        results[pid] = StackResult(t.rank, pid, "unavailable: no faulthandler dump appeared", error=errors.get(pid))
+                    results[key] = StackResult(t.rank, t.pid, "faulthandler", threads, errors.get(key), text)
+                    del pending[key]
+            sizes[key] = size
+    for key, (t, _, _) in pending.items():
+        results[key] = StackResult(t.rank, t.pid, "unavailable: no faulthandler dump appeared", error=errors.get(key))
     return results
 
 
@@ -396,7 +412,8 @@ def collect(targets: list[Target], method: str = "auto", pyspy: str | None = Non
     out: dict[int, StackResult] = {}
     for t in targets:
         r = results[resolved[t.rank]]
-        out[t.rank] = r if r.rank == t.rank else StackResult(t.rank, r.pid, r.method, r.threads, r.error, r.text, r.workers)
+        out[t.rank] = r if r.rank == t.rank else StackResult(t.rank, r.pid, r.method, r.threads, r.error, r.text, r.workers,
+                                                             r.worker_id, r.node, r.unreachable)
     return out
 
 
@@ -426,7 +443,7 @@ def _thread_lines(threads: list[ThreadStack]) -> list[str]:
 
 def render(result: StackResult) -> str:
     """Human text of one rank's stacks (the run record's stacks/rank<N>.txt), its workers' after its own."""
-    lines = [f"rank {result.rank} pid {result.pid} ({result.method})"]
+    lines = [f"rank {result.rank} pid {result.pid}" + (f" on {result.node}" if result.node else "") + f" ({result.method})"]
     if result.error:
         lines.append(f"py-spy: {result.error}")
     lines += _thread_lines(result.threads)

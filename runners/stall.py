@@ -27,6 +27,9 @@ class Quiet:
     quiet: float  # seconds since its last step or output
     limit: Limit
     cpu: float | None  # share of a core over the recent window; None: not measured
+    # why there can be no CPU evidence at all ("runs on node1": another machine's process): such a rank is neither
+    # busy nor idle to the busy test; its stacks, taken on its node, tell whether it waits
+    no_cpu: str = ""
 
     @property
     def over(self) -> bool:
@@ -97,15 +100,24 @@ def live_tracks(tracks) -> list:
     return [t for t in tracks if t.alive and not t.completed]  # a finished rank may take seconds to exit
 
 
-def quiet_ranks(profile, tracks, now: float, with_cpu: bool = True) -> list[Quiet]:
+def quiet_ranks(profile, tracks, now: float, with_cpu: bool = True, no_cpu: dict[int, str] | None = None
+                ) -> list[Quiet]:
+    """Every live rank as the stall rule sees it. no_cpu: rank -> why it has no CPU evidence (on another node)."""
+    no_cpu = no_cpu or {}
     live = live_tracks(tracks)
     median = median_step([t.clock for t in tracks])
     out = []
     for t in live:
         quiet = now - t.last_progress
-        cpu = cpu_share(t.cpu_hist, now, min(BUSY_WINDOW, quiet)) if with_cpu else None
-        out.append(Quiet(t.rank, quiet, limit_for(profile, t.step is not None, median), cpu))
+        why = no_cpu.get(t.rank, "")
+        cpu = cpu_share(t.cpu_hist, now, min(BUSY_WINDOW, quiet)) if with_cpu and not why else None
+        out.append(Quiet(t.rank, quiet, limit_for(profile, t.step is not None, median), cpu, why))
     return out
+
+
+def sharing_cores(quiet: list[Quiet]) -> int:
+    """Ranks that share this machine's cores (the busy floor's count): a rank on another node uses none of them."""
+    return sum(1 for q in quiet if not q.no_cpu)
 
 
 def any_over(quiet: list[Quiet]) -> bool:
@@ -121,6 +133,9 @@ def judge(quiet: list[Quiet], floor: float) -> Stall | Held | None:
     stalled = sorted({q.rank for q in over} | {q.rank for q in quiet if q.quiet > QUIET})
     progressing = sorted(q.rank for q in quiet if q.rank not in stalled)
     said = f"no step or output for {trigger.quiet:.0f} s ({trigger.limit.rule})"
+    blind = [q for q in quiet if q.rank in stalled and q.no_cpu]
+    if blind:
+        said += f"; {_no_cpu_words(blind)}"
     busy = {q.rank: q.cpu for q in quiet if q.rank in stalled and q.cpu is not None and q.cpu >= floor}
     if busy:
         until = BUSY_HOLD * trigger.limit.seconds
@@ -140,6 +155,13 @@ def _cpu_words(busy: dict[int, float]) -> str:
     pct = f"{lo:.0f} %" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f} %"
     who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_span(ranks)}"
     return f"{who} still {'uses' if len(ranks) == 1 else 'use'} {pct} of a core{'' if len(ranks) == 1 else ' each'}"
+
+
+def _no_cpu_words(blind: list[Quiet]) -> str:
+    whys = list(dict.fromkeys(q.no_cpu for q in blind))
+    ranks = [q.rank for q in blind]
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_span(ranks)}"
+    return f"no CPU evidence for {who} ({', '.join(whys)}): judged by quiet time alone"
 
 
 def _span(ranks: list[int]) -> str:

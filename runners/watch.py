@@ -23,15 +23,19 @@ class Watch:
         self._slow_samples: list[float] = []  # when stacks were sampled to find the slow rank
         self._held_said = False  # the current stall hold (busy ranks past their limit) was said
         self._cpu_pid: dict[int, int] = {}  # rank -> pid its CPU history belongs to
+        self._no_cpu: dict[int, str] = {}  # rank -> why it has no CPU sample at all (it runs on another node)
 
     # ---- CPU samples (the stall rule's busy test) ----------------------------------------------------
     def sample_targets(self) -> dict[int, int | None]:
         """rank -> its pid (None: not known yet, its launcher's stands in) for every live rank to sample."""
         return {t.rank: t.pid for t in self.s.tracks.values() if t.alive}
 
-    def resources(self, samples: dict[int, tuple[int, float, float, int]], emit: bool = True) -> None:
+    def resources(self, samples: dict[int, tuple[int, float, float, int]], emit: bool = True,
+                  no_cpu: dict[int, str] | None = None) -> None:
         """samples: rank -> (pid sampled, mono, CPU seconds, RSS bytes). Each rank's CPU seconds are kept for the
-        stall rule's busy test; with `emit`, CPU % and RSS of the ranks whose own pid is known."""
+        stall rule's busy test; with `emit`, CPU % and RSS of the ranks whose own pid is known. no_cpu: rank -> why it
+        cannot be sampled ("runs on node1"): neither busy nor idle to the busy test."""
+        self._no_cpu = dict(no_cpu or {})
         cpu, rss = {}, {}
         for rank, (pid, mono, used, size) in samples.items():
             t = self.s.tracks[rank]
@@ -101,8 +105,9 @@ class Watch:
         tracks = s.tracks.values()
         if not stall_rule.any_over(stall_rule.quiet_ranks(s.profile, tracks, s.mono, with_cpu=False)):
             return None
-        floor = stall_rule.busy_floor(cores, len(stall_rule.live_tracks(tracks)), load)
-        return stall_rule.judge(stall_rule.quiet_ranks(s.profile, tracks, s.mono), floor)
+        quiet = stall_rule.quiet_ranks(s.profile, tracks, s.mono, no_cpu=self._no_cpu)
+        floor = stall_rule.busy_floor(cores, stall_rule.sharing_cores(quiet), load)
+        return stall_rule.judge(quiet, floor)
 
     def _stalled(self, found) -> None:
         s = self.s
@@ -118,7 +123,8 @@ class Watch:
                 t = s.tracks[q.rank]
                 t.stalled = True
                 s.set_status(t, "stalled", f"no step or output for {q.quiet:.0f} s ({q.limit.rule})"
-                             + ("" if q.cpu is None else f", {q.cpu * 100:.0f} % of a core"))
+                             + ("" if q.cpu is None else f", {q.cpu * 100:.0f} % of a core")
+                             + (f", CPU not measured ({q.no_cpu})" if q.no_cpu else ""))
         s.emit(ev.StallDetected(tuple(stalled), tuple(progressing), since, limit.seconds, wall, found.reason))
         if s.profile.runner == "mirage" and s.world > 1:
             s.raise_hint("mirage-multigpu-hang", None, "stall under mirage with several GPUs")

@@ -108,6 +108,7 @@ def mirage_on_path(tmp_path, monkeypatch):
 
 
 def _cluster(namespaced: bool):
+    from tests.netns import NamespacesUnavailable
     from tests.slurm_cluster import SlurmCluster, cannot_run
 
     why = cannot_run(namespaced)
@@ -115,7 +116,10 @@ def _cluster(namespaced: bool):
         pytest.skip(why)
     cluster = SlurmCluster(namespaced=namespaced)
     try:
-        cluster.start()
+        try:
+            cluster.start()
+        except NamespacesUnavailable as e:
+            pytest.skip(str(e))
         CLUSTERS.append(cluster)
         yield cluster
     finally:

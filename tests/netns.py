@@ -15,6 +15,10 @@ IFACE = "ve"  # the veth end in node i's namespace is named ve<i>, whatever the 
 _ENTER = 'h="$0"; n="$1"; shift; mount --bind "$h" /etc/hosts && hostname "$n" && exec "$@"'
 
 
+class NamespacesUnavailable(RuntimeError):
+    """This machine lets us be root but not make namespaced hosts (no CAP_NET_ADMIN / CAP_SYS_ADMIN, a sandbox)."""
+
+
 def hosts_file_text(names: list[str]) -> str:
     lines = ["127.0.0.1 localhost"] + [f"{SUBNET}.{i + 1} {n}" for i, n in enumerate(names)]
     return "\n".join(lines) + "\n"
@@ -69,9 +73,16 @@ class NetnsHosts:
                 _ip("-n", ns, "addr", "add", f"{self.addr(i)}/24", "dev", f"{IFACE}{i}")
                 _ip("-n", ns, "link", "set", "lo", "up")
                 _ip("-n", ns, "link", "set", f"{IFACE}{i}", "up")
-        except (subprocess.CalledProcessError, OSError):
+        except (subprocess.CalledProcessError, OSError) as e:
+            subprocess.run(["ip", "link", "del", outside[0]], capture_output=True, timeout=30)  # if never moved
             self.delete()
-            raise
+            detail = getattr(e, "stderr", "") or str(e)
+            raise NamespacesUnavailable(f"cannot make network namespaces here: {detail.strip()}") from e
+        probe = subprocess.run(self.wrap(0, ["true"]), capture_output=True, text=True, timeout=30)
+        if probe.returncode != 0:
+            self.delete()
+            raise NamespacesUnavailable(f"cannot give a namespace its own hostname and /etc/hosts here (nsenter, "
+                                        f"unshare --uts --mount, mount --bind): {probe.stderr.strip()}")
 
     def wrap(self, i: int, argv: list[str]) -> list[str]:
         """argv run as on node i: in its network namespace, with its hostname and hosts file."""

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.netns import NetnsHosts, cannot_make_namespaces
+from tests.netns import NamespacesUnavailable, NetnsHosts, cannot_make_namespaces
 
 DAEMONS = ("slurmctld", "slurmd", "slurmstepd")
 MARK = "DDPTUI_TEST_SLURM"  # in every daemon's environment: which cluster started it
@@ -245,6 +245,9 @@ class SlurmCluster:
             for i, name in enumerate(self.nodes):
                 self._daemon(f"slurmd-{name}", i, ["slurmd", "-D", "-f", str(self.conf_path), "-N", name], denv)
             wait_until(self._ready, timeout, "both slurmd nodes idle in sinfo")
+        except NamespacesUnavailable:
+            self.stop()
+            raise
         except Exception as e:
             tails = self.log_tails()
             self.stop()

@@ -208,6 +208,23 @@ def test_a_quiet_rank_busy_on_cpu_holds_the_stall_off():
     assert texts(j.check(cores=2, load=0.0)) == []  # said once per hold
 
 
+def test_a_rank_on_another_node_is_judged_without_cpu_evidence():
+    j = make("stall_after=10", "startup_grace=1")
+    for r in (0, 1):
+        hello(j, r, 0.0)
+        say(j, r, 1.0, "epoch 1 step 1 loss 0.9")
+    for s in range(5, 13):  # rank 0 sleeps in a collective here; rank 1 runs on node1: never sampled
+        at(j, float(s))
+        j.resources({0: (PIDS[0], T0 + s, 1.0, 10)}, no_cpu={1: "runs on node1"})
+    at(j, 12.0)
+    outs = j.check(cores=2, load=0.0)
+    stall = of(outs, ev.StallDetected)[0]
+    assert stall.stalled == (0, 1)
+    assert "no CPU evidence for rank 1 (runs on node1): judged by quiet time alone" in stall.reason
+    assert [s.detail for s in of(outs, ev.RankState) if s.rank == 1] == [
+        "no step or output for 11 s (stall_after 10 s), CPU not measured (runs on node1)"]
+
+
 def test_a_stall_clears_when_a_step_arrives():
     j = make("stall_after=10", "startup_grace=1", "on_stall=wait")
     for r in (0, 1):

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from ddptui.runners.rank_track import RankTrack
-from ddptui.runners.stall import (Held, Limit, Quiet, Stall, busy_floor, cpu_share, judge, limit_for, quiet_ranks)
+from ddptui.runners.stall import (Held, Limit, Quiet, Stall, busy_floor, cpu_share, judge, limit_for, quiet_ranks,
+                                  sharing_cores)
 from ddptui.runners.steptime import StepClock
 
 
@@ -91,3 +92,36 @@ def test_quiet_ranks_from_tracks():
     assert got[0].cpu == pytest.approx(0.0) and got[1].cpu == pytest.approx(1.0)
     tracks[0].verdict = {"ok": True, "text": ""}  # completed: waiting to exit is not a stall
     assert [x.rank for x in quiet_ranks(prof(), tracks, 100.0)] == [1]
+
+
+def test_a_rank_on_another_node_has_no_cpu_evidence_whatever_its_history():
+    tracks = [RankTrack(r, 0.0, last_progress=0.0) for r in range(2)]
+    for t in tracks:
+        t.cpu_hist.extend([(97.0, 1.0), (100.0, 4.0)])  # e.g. sampled before its hello named another host
+    got = {x.rank: x for x in quiet_ranks(prof(stall_after=30.0), tracks, 100.0, no_cpu={1: "runs on node1"})}
+    assert got[0].cpu == pytest.approx(1.0) and got[0].no_cpu == ""
+    assert got[1].cpu is None and got[1].no_cpu == "runs on node1"
+    assert sharing_cores(list(got.values())) == 1  # the busy floor counts the ranks on this machine's cores only
+
+
+def test_a_remote_rank_is_neither_busy_nor_idle_to_the_busy_test():
+    lim = Limit(10.0, "stall_after 10 s")
+    remote = Quiet(1, 11.0, lim, None, "runs on node1")
+    # no local rank busy: the stall stands on quiet time alone, and says the remote rank's CPU is unknown
+    found = judge([q(0, 11.0, lim, cpu=0.004), remote], floor=0.25)
+    assert isinstance(found, Stall) and found.stalled == [0, 1]
+    assert found.reason == ("no step or output for 11 s (stall_after 10 s); no CPU evidence for rank 1 "
+                            "(runs on node1): judged by quiet time alone")
+    # a busy local rank still holds it off, the remote one is among the stalled ranks the hold is about
+    held = judge([q(0, 11.0, lim, cpu=0.9), remote], floor=0.25)
+    assert isinstance(held, Held) and held.busy == {0: 0.9}
+
+
+def test_ranks_on_other_nodes_do_not_lower_the_busy_floor():
+    # 2 ranks here on 2 cores, 2 more on node1: each local rank's fair share is a whole core, not half
+    lim = Limit(10.0, "stall_after 10 s")
+    quiet = [q(0, 11.0, lim, cpu=0.2), q(1, 11.0, lim, cpu=0.004),
+             Quiet(2, 11.0, lim, None, "runs on node1"), Quiet(3, 11.0, lim, None, "runs on node1")]
+    assert busy_floor(2, sharing_cores(quiet), 0.0) == 0.25
+    assert isinstance(judge(quiet, busy_floor(2, sharing_cores(quiet), 0.0)), Stall)  # 20 % of a core: not busy
+    assert isinstance(judge(quiet, busy_floor(2, len(quiet), 0.0)), Held)  # what counting all 4 would have said

@@ -1,0 +1,202 @@
+"""Stacks of ranks on other nodes (runners/remote_stacks.py): locality, srun's argv and env, reading srun's end,
+and the error paths through a failing srun on PATH (the real cluster test is test_remote_stacks_slurm.py)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from ddptui.runners import remote_stacks as rs
+from ddptui.runners import stacks
+
+
+# ---- locality ------------------------------------------------------------------------------------------------
+def test_a_rank_is_local_when_its_host_is_this_host():
+    assert rs.is_local("vm", "vm")
+    assert rs.is_local("node1.cluster.example", "node1")  # FQDN on one side, short name on the other
+    assert rs.is_local("Node1", "node1.cluster")
+    assert not rs.is_local("node1", "node0")
+    assert not rs.is_local("node10", "node1")
+
+
+def test_a_rank_without_a_hello_is_local():
+    # no host known yet: only a pid we spawned ourselves can be known, as before multi-node runs
+    assert rs.is_local("", "node0")
+
+
+def test_split_sends_other_hosts_ranks_to_their_slurm_node():
+    targets = [stacks.Target(0, 100, "/run/r0.err"), stacks.Target(1, 100, "/run/r1.err"),
+               stacks.Target(2, 200, None), stacks.Target(3, 300, None)]
+    hosts = {0: ("node0", "node0"), 1: ("node1", "node1"), 2: ("node1.lab", ""), 3: ("", "")}
+    local, remote = rs.split(targets, hosts, "node0")
+    assert [t.rank for t in local] == [0, 3]
+    # the same pid on two nodes is two processes; the node name Slurm knows wins, else the host
+    assert remote == [rs.RemoteTarget(1, 100, "node1", "/run/r1.err"), rs.RemoteTarget(2, 200, "node1.lab", None)]
+
+
+def test_single_host_cluster_ranks_are_all_local():
+    # several slurmd on one machine: every node's ranks say this host, their pids are ours to read
+    targets = [stacks.Target(r, 10 + r, None) for r in range(4)]
+    hosts = {r: ("vm", f"n{1 + r // 2}") for r in range(4)}
+    local, remote = rs.split(targets, hosts, "vm")
+    assert len(local) == 4 and remote == []
+
+
+# ---- what srun is asked ----------------------------------------------------------------------------------------
+def test_srun_argv_runs_one_overlapping_task_on_the_node_in_the_job():
+    argv = rs.srun_argv("/usr/bin/srun", "42", "node1", rs.pyspy_argv("/venv/bin/py-spy", 777))
+    assert argv[:argv.index("/venv/bin/py-spy")] == [
+        "/usr/bin/srun", "--overlap", "--jobid", "42", "-w", "node1", "-N1", "-n1", "--quiet",
+        "--job-name", "ddptui-stacks"]
+    assert argv[argv.index("/venv/bin/py-spy"):] == ["/venv/bin/py-spy", "dump", "--pid", "777", "--json"]
+
+
+def test_srun_env_drops_the_allocation_geometry_keeps_the_cluster():
+    env = rs.srun_env({"PATH": "/bin", "SLURM_CONF": "/c/slurm.conf", "SLURM_NTASKS": "4", "SLURM_JOB_ID": "9",
+                       "SLURM_NTASKS_PER_NODE": "2"})
+    assert env == {"PATH": "/bin", "SLURM_CONF": "/c/slurm.conf", "RUST_BACKTRACE": "0"}
+
+
+def test_signal_script_checks_the_handler_on_the_node(tmp_path):
+    """The script srun runs on the node: exit NO_PROCESS for a missing pid, NO_HANDLER when SIGUSR1 is not caught
+    (it would kill the rank), and the signal only when it is: run here against real processes."""
+    import subprocess
+    import sys
+    gone = subprocess.run(rs.signal_argv(2 ** 22 + 12345), capture_output=True)
+    assert gone.returncode == rs.NO_PROCESS
+    plain = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    caught = subprocess.Popen([sys.executable, "-c", "import faulthandler, signal, sys, time\n"
+                               "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+                               "print('up', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert plain.stdout.readline().strip() == "up" and caught.stdout.readline().strip() == "up"
+        assert subprocess.run(rs.signal_argv(plain.pid)).returncode == rs.NO_HANDLER
+        assert plain.poll() is None  # not signalled
+        assert subprocess.run(rs.signal_argv(caught.pid)).returncode == 0
+        deadline = time.monotonic() + 30
+        text = ""
+        while "most recent call first" not in text:
+            assert time.monotonic() < deadline, "no faulthandler dump after the script's SIGUSR1"
+            text += caught.stderr.readline()
+        assert caught.poll() is None  # dumped, still running
+    finally:
+        for p in (plain, caught):
+            p.kill()
+            p.wait()
+            p.stdout.close()
+        caught.stderr.close()
+
+
+# ---- reading srun's end ------------------------------------------------------------------------------------------
+def test_outcome_ok_and_timeout():
+    assert rs.outcome("node1", 0, "[]", "", 5, "py-spy") == rs.Outcome("[]")
+    o = rs.outcome("node1", None, "", "", 5, "py-spy")
+    assert o.unreachable and o.error == "srun could not reach node1: no answer within 5 s"
+
+
+def test_outcome_task_failed_on_the_node_is_not_unreachable():
+    err = ("Error: Failed to find python version from target process\n"
+           "srun: error: node1: task 0: Exited with exit code 1\n")
+    o = rs.outcome("node1", 1, "", err, 5, "py-spy")
+    assert not o.unreachable and o.task_rc == 1
+    assert o.error == "py-spy on node1: Failed to find python version from target process"
+
+
+def test_outcome_program_missing_on_the_node():
+    err = ("slurmstepd: error: execve(): /venv/bin/py-spy: No such file or directory\n"
+           "srun: error: node1: task 0: Exited with exit code 2\n")
+    o = rs.outcome("node1", 2, "", err, 5, "py-spy")
+    assert not o.unreachable and o.task_rc == 2 and "No such file or directory" in o.error
+
+
+def test_outcome_node_that_cannot_be_reached():
+    err = ("srun: error: Task launch for StepId=12.3 failed on node node1: Communication connection failure\n"
+           "srun: error: Application launch failed: Communication connection failure\n")
+    o = rs.outcome("node1", 1, "", err, 5, "py-spy")
+    assert o.unreachable
+    assert o.error.startswith("srun could not reach node1: Task launch for StepId=12.3 failed on node node1")
+
+
+def test_outcome_job_gone_is_an_srun_failure_not_a_lost_node():
+    err = "srun: error: Unable to create step for job 12: Invalid job id specified\n"
+    o = rs.outcome("node1", 1, "", err, 5, "py-spy")
+    assert not o.unreachable
+    assert o.error == "srun on node1 failed: Unable to create step for job 12: Invalid job id specified"
+
+
+# ---- collect's error paths, through a failing srun stub on PATH ----------------------------------------------------
+def _srun_stub(tmp_path: Path, monkeypatch, body: str) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "srun"
+    exe.write_text("#!/bin/sh\n" + body + "\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+
+
+def test_no_job_to_reach_a_remote_rank_through():
+    res = rs.collect([rs.RemoteTarget(1, 123, "node1")], None)
+    assert res[1].method.startswith("unavailable: rank 1 runs on node1, not here")
+    assert not res[1].unreachable and res[1].node == "node1"
+
+
+@pytest.mark.timeout(60)
+def test_srun_that_never_answers_marks_the_node_unreachable_and_is_ended(tmp_path, monkeypatch):
+    pidfile = tmp_path / "srun.pid"
+    _srun_stub(tmp_path, monkeypatch, f'echo $$ > {pidfile}\nexec sleep 60')
+    t0 = time.monotonic()
+    res = rs.collect([rs.RemoteTarget(1, 123, "node1", None), rs.RemoteTarget(2, 124, "node2", None)], "7",
+                     pyspy="/x/py-spy", timeout=1.0)
+    took = time.monotonic() - t0
+    for r in (1, 2):
+        assert res[r].unreachable, res[r]
+        assert res[r].method == f"unavailable: srun could not reach node{r}: no answer within 1 s"
+    assert took < 1.0 + rs.STOP_WAIT + 5  # both at once, no faulthandler try on an unreachable node
+    import psutil
+    assert not psutil.pid_exists(int(pidfile.read_text()))  # our own srun, ended
+
+
+@pytest.mark.timeout(60)
+def test_srun_saying_the_node_is_unreachable(tmp_path, monkeypatch):
+    _srun_stub(tmp_path, monkeypatch, 'echo "srun: error: Task launch for StepId=7.1 failed on node node1: '
+                                      'Communication connection failure" >&2; exit 1')
+    res = rs.collect([rs.RemoteTarget(1, 123, "node1", None)], "7", pyspy="/x/py-spy", timeout=10)
+    assert res[1].unreachable and "srun could not reach node1: Task launch" in res[1].method
+
+
+@pytest.mark.timeout(60)
+def test_pyspy_failing_on_the_node_falls_back_to_faulthandler_and_says_both(tmp_path, monkeypatch):
+    # py-spy fails on the node; the faulthandler script finds no handler there: both failures in the result
+    _srun_stub(tmp_path, monkeypatch, 'case "$*" in *py-spy*) echo "Error: Permission denied (os error 13)" >&2;'
+                                      ' echo "srun: error: node1: task 0: Exited with exit code 1" >&2; exit 1;;'
+                                      f' *) echo "srun: error: node1: task 0: Exited with exit code {rs.NO_HANDLER}"'
+                                      f' >&2; exit {rs.NO_HANDLER};; esac')
+    err = tmp_path / "rank1.err"
+    err.write_text("")
+    res = rs.collect([rs.RemoteTarget(1, 123, "node1", str(err))], "7", pyspy="/x/py-spy", timeout=10)
+    assert res[1].method == "unavailable: py-spy failed and no faulthandler on SIGUSR1"
+    assert res[1].error == "py-spy on node1: Permission denied (os error 13)"
+    assert not res[1].unreachable
+
+
+@pytest.mark.timeout(60)
+def test_without_the_ranks_stderr_file_no_signal_is_sent(tmp_path, monkeypatch):
+    calls = tmp_path / "calls"
+    _srun_stub(tmp_path, monkeypatch, f'echo "$*" >> {calls}; echo "Error: boom" >&2; '
+                                      'echo "srun: error: node1: task 0: Exited with exit code 1" >&2; exit 1')
+    res = rs.collect([rs.RemoteTarget(1, 123, "node1", str(tmp_path / "missing.err"))], "7", pyspy="/x/py-spy")
+    assert res[1].method.startswith("unavailable: py-spy failed and no stderr file")
+    assert len(calls.read_text().splitlines()) == 1 and "py-spy" in calls.read_text()  # no kill -USR1 srun
+
+
+def test_unreachable_nodes_name_each_lost_node_once_with_its_ranks():
+    why = "srun could not reach node1: no answer within 10 s"
+    results = {0: stacks.StackResult(0, 10, "py-spy"),
+               1: stacks.StackResult(1, 11, f"unavailable: {why}", error=why, node="node1", unreachable=True),
+               2: stacks.StackResult(2, 12, f"unavailable: {why}", error=why, node="node1", unreachable=True),
+               3: stacks.StackResult(3, 13, "unavailable: py-spy on node2: boom", error="py-spy on node2: boom",
+                                     node="node2")}
+    assert rs.unreachable_nodes(results) == {"node1": ((1, 2), f"{why} (taking stacks of ranks 1, 2)")}

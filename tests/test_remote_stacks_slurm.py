@@ -1,0 +1,118 @@
+"""Stacks of a rank on another host, taken there by srun --overlap inside its job: a real Slurm cluster on two
+namespaced hosts (node0: the login node and slurmctld, node1), a plain gloo job blocked in a collective on node1."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddptui.runners import rankenv, stacks
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "allreduce_waits_for_sleeping_rank.py"
+WAITS_LINE = next(i for i, ln in enumerate(FIXTURE.read_text().splitlines(), 1) if "# WAITS_HERE" in ln)
+
+# run on node0 (the login node, where ddptui runs): remote_stacks.collect for one target, its results as JSON
+PROBE = """
+import json, sys
+from ddptui.runners import remote_stacks as rs, stacks
+rank, pid, node, err, job, method, timeout = sys.argv[1:]
+res = rs.collect([rs.RemoteTarget(int(rank), int(pid), node, err)], job, method=method, timeout=float(timeout))
+r = res[int(rank)]
+print(json.dumps({"method": r.method, "error": r.error, "node": r.node, "unreachable": r.unreachable,
+                  "threads": stacks.to_json(r), "render": stacks.render(r)}))
+"""
+
+
+def _hello(path: Path) -> dict | None:
+    if not path.exists():
+        return None
+    for ln in path.read_text(errors="replace").splitlines():
+        if ln.startswith("@ddptui ") and '"hello"' in ln:
+            return json.loads(ln.split(" ", 1)[1])
+    return None
+
+
+def _wait(cond, timeout: float, what: str, job: subprocess.Popen, logs: Path):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        if job.poll() is not None or time.monotonic() > deadline:
+            tails = {p.name: p.read_text(errors="replace")[-800:] for p in sorted(logs.glob("*"))}
+            pytest.fail(f"{what}: srun exited {job.poll()}; rank files: {tails}")
+        time.sleep(0.2)  # the poll's period: rank files are written by slurmstepd on their node
+
+
+def _probe(cluster, hello: dict, err: Path, job_id: str, method: str, timeout: float = 20) -> dict:
+    r = cluster.run([sys.executable, "-c", PROBE, str(hello["r"]), str(hello["pid"]), hello["node"], str(err),
+                     job_id, method, str(timeout)], node=0, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _user_line(res: dict) -> tuple[str, int]:
+    main = next(t for t in stacks.from_json(res["threads"]) if t.name == "MainThread")
+    f = next(f for f in main.frames if stacks.is_user_frame(f))
+    return f.file, f.line
+
+
+@pytest.mark.timeout(240)
+def test_stacks_of_a_rank_on_node1_are_taken_there_through_srun(slurm_hosts_clean, tmp_path):
+    cluster = slurm_hosts_clean
+    logs = tmp_path / "slurm"
+    logs.mkdir()
+    env = {**rankenv.activation({}), "MASTER_ADDR": cluster.hostnames[0], "MASTER_PORT": "29531",
+           "OMP_NUM_THREADS": "1"}
+    job = cluster.on_node(0, ["srun", "-N2", "--ntasks-per-node=1", "--job-name=h4-remote-stacks",
+                              f"--output={logs}/rank%t.out", f"--error={logs}/rank%t.err",
+                              # as a batch script does it: RANK for the injected hello, from Slurm's task id
+                              "/bin/sh", "-c", 'export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS; exec "$@"', "sh",
+                              sys.executable, "-u", str(FIXTURE)], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        hello = _wait(lambda: _hello(logs / "rank1.out"), 120, "rank 1's hello", job, logs)
+        assert hello["node"] == "node1" and hello["host"] == "node1"
+        assert hello["host"] != socket.gethostname()  # not this machine's name: the engine treats it as remote
+        _wait(lambda: "met every rank" in (logs / "rank1.out").read_text(), 120, "rank 1 past its first all_reduce",
+              job, logs)
+        job_id = _wait(lambda: next((j[0] for j in cluster.jobs() if j[1] == "RUNNING"), None), 30, "the job id",
+                       job, logs)
+        err = logs / "rank1.err"
+
+        spy = _probe(cluster, hello, err, job_id, "py-spy")
+        assert spy["method"] == "py-spy" and spy["node"] == "node1" and not spy["unreachable"], spy
+        assert _user_line(spy) == (str(FIXTURE), WAITS_LINE), spy["render"]
+        assert "dist.all_reduce(t)  # WAITS_HERE" in spy["render"]  # source read from the shared filesystem
+
+        fh = _probe(cluster, hello, err, job_id, "faulthandler")
+        assert fh["method"] == "faulthandler" and not fh["unreachable"], fh
+        assert _user_line(fh) == (str(FIXTURE), WAITS_LINE), fh["render"]
+        assert job.poll() is None  # SIGUSR1 went to a rank that registered faulthandler for it: still running
+
+        # a pid that is not on node1: py-spy says so, through srun, and the node is not called unreachable
+        gone = _probe(cluster, {**hello, "pid": 2 ** 22 + 4321}, err, job_id, "auto")
+        assert gone["method"] == f"unavailable: no process {2 ** 22 + 4321} on node1", gone
+        assert gone["error"].startswith("py-spy on node1: ") and not gone["unreachable"]
+
+        cluster.cut_link()
+        try:
+            lost = _probe(cluster, hello, err, job_id, "auto", timeout=4)
+        finally:
+            cluster.restore_link()
+        assert lost["unreachable"], lost
+        assert lost["method"].startswith("unavailable: srun could not reach node1"), lost
+    finally:
+        cluster.cancel_all()
+        try:
+            job.wait(timeout=60)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+            job.stderr.close()
