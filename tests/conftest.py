@@ -76,9 +76,12 @@ def no_process_left_behind():
         left = leftover_processes()
     if left:
         desc = [f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in left if p.is_running()]
+        for cluster in CLUSTERS:  # a leftover job ends through Slurm: its steps are the cluster's, not ours to kill
+            cluster.cancel_all()
         for p in left:
             try:
-                p.kill()
+                if p.name() != "slurmstepd":
+                    p.kill()
             except psutil.Error:
                 pass
         if desc:

@@ -232,3 +232,31 @@ def test_slurm_deps_says_why_it_cannot_install_and_exits_0():
         assert nobody.returncode == 0 and nobody.stdout.startswith("slurm-deps: not root, cannot install "), nobody
     finally:
         shutil.rmtree(bindir)
+
+
+_LEAKY_TEST = '''
+import subprocess
+from tests.slurm_cluster import wait_until
+
+
+def test_leaves_a_job_step_running(slurm_cluster):
+    subprocess.Popen(slurm_cluster._argv(0, ["srun", "-N1", "sleep", "600"]), env=slurm_cluster.node_env(),
+                     start_new_session=True)
+    wait_until(lambda: slurm_cluster.steps_left() and slurm_cluster.jobs(), 60, "the step running")
+'''
+
+
+@pytest.mark.timeout(150)
+def test_the_no_process_left_check_catches_a_job_step_left_running_and_ends_it(tmp_path):
+    """A test that leaves a Slurm job step running fails, naming it, and the job is cancelled (not its steps killed)."""
+    if cannot_run(namespaced=False):
+        pytest.skip(cannot_run(namespaced=False))
+    root = Path(__file__).resolve().parent.parent
+    (tmp_path / "conftest.py").write_text(f"import sys\nsys.path.insert(0, {str(root)!r})\nfrom tests.conftest import *\n")
+    (tmp_path / "test_leaky.py").write_text(_LEAKY_TEST)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                        str(tmp_path / "test_leaky.py")], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stdout[-3000:]
+    assert "processes left behind: " in r.stdout and "slurmstepd" in r.stdout and "sleep 600" in r.stdout
+    assert "1 passed, 1 error" in r.stdout  # the test passed; its teardown check failed it
+    assert not _sleeps()
