@@ -96,6 +96,34 @@ def test_hello_names_the_node_as_the_launcher_does(tmp_path, launcher, node):
     assert hello["node"] == (node or host)
 
 
+@pytest.mark.timeout(150)
+def test_two_torchrun_agents_name_their_ranks_node0_and_node1(tmp_path):
+    """Two real torchrun agents (--nnodes=2, c10d rendezvous on this host) run a plain DDP script: each rank's hello
+    names the node by torchrun's node (group) rank; with one rank per node, rank r runs on node r."""
+    import socket as sk
+    with sk.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = REPO / "tests" / "fixtures" / "ddp_seeded_model_one_step.py"
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    argv = [torchrun, "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+            "--rdzv-id=h5-nodes", str(script)]
+    env = env_with(DDPTUI="1")
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True, cwd=tmp_path) for _ in range(2)]
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+    hellos = sorted((h["r"], h["node"], h["host"]) for out, _ in outs for h in reports(out) if h["k"] == "hello")
+    host = sk.gethostname()
+    assert hellos == [(0, "node0", host), (1, "node1", host)]
+
+
 def test_node_name_decision():
     nn = ddptui_report.node_name
     assert nn({}, "h") == "h"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.tui.model import LINES_PER_RANK, RunModel, grid_columns, human_bytes
+from ddptui.tui.model import LINES_PER_RANK, RunModel, grid_columns, human_bytes, node_grid_columns
 
 T0 = 1_700_000_000.0
 
@@ -79,6 +79,34 @@ def diverge_scenario() -> list[list[ev.Event]]:
         + [ev.ProcessExited(f"rank{r}", (r,), 3 if r == 2 else 0, None, t + 2) for r in range(3)]
         + [ev.RankState(r, "exited" if r != 2 else "failed", "", t + 2) for r in range(3)],
     ]
+
+
+def multinode_scenario(nodes: int = 2, per: int = 2, cyclic: bool = False, pending_only: bool = False,
+                       lost: bool = False) -> list[list[ev.Event]]:
+    """A Slurm job of `nodes` x `per` ranks: pending (Priority), then running; srun's cyclic placement puts rank r on
+    node r % nodes, block on node r // per. `lost`: the last node drops out at step 3."""
+    t, world = T0, nodes * per
+    b: list[list[ev.Event]] = [[ev.RunStarted("/runs/x-slurm", "slurm-ddp", "slurm", world, 20, t),
+                                ev.ProcessStarted("sbatch", 4100, tuple(range(world)), t),
+                                ev.JobState("12", "PENDING", "Priority", (), t + 0.2)]]
+    if pending_only:
+        return b
+    names = tuple(f"node{n}" for n in range(nodes))
+    node_of = {r: (r % nodes if cyclic else r // per) for r in range(world)}
+    b.append([ev.JobState("12", "RUNNING", "", names, t + 2)]
+             + [ev.RankHello(r, 7000 + r, f"node{node_of[r]}", world, t + 3, node=f"node{node_of[r]}")
+                for r in range(world)]
+             + [ev.RankState(r, "running", "", t + 3) for r in range(world)])
+    for s in range(1, 4):
+        b.append([ev.LogLines(r, "out", t + 3 + s, 3 + s, (f"step {s} loss {1.0 / s:.3f}",)) for r in range(world)]
+                 + [ev.Progress(r, s, None, t + 3 + s, "hook") for r in range(world)])  # no loss: the chart
+    # redraws at most once a second (tui/pace.py), and a snapshot must not depend on when it did
+    b.append([ev.Resources({r: 90.0 for r in range(world)}, {r: 200 << 20 for r in range(world)}, t + 6.5)])
+    if lost:
+        gone = tuple(r for r in range(world) if node_of[r] == nodes - 1)
+        b.append([ev.NodeLost(names[-1], gone, f"the srun task on {names[-1]} exited (node unreachable)", t + 7)]
+                 + [ev.RankState(r, "failed", "node lost", t + 7) for r in gone])
+    return b
 
 
 def folded(batches) -> RunModel:
@@ -235,3 +263,92 @@ def test_the_model_says_what_each_batch_changed():
     assert c.run and not c.ranks
     merged = c.merge(m.take_changes()).merge(type(c)({4}, True, False, False))
     assert merged.ranks == {4} and merged.run and merged.lines and not merged.loss
+
+
+# ---- nodes: where each rank runs, the job's state, a node lost --------------------------------------------------
+@pytest.mark.timeout(10)
+def test_ranks_are_grouped_by_node_once_two_nodes_said_hello():
+    batches = multinode_scenario(cyclic=True)
+    m = folded(batches[:1])
+    assert m.grouped_rank_ids() == [0, 1, 2, 3] and m.columns() == 2 and m.nodes() == {"": [0, 1, 2, 3]}
+    m.apply(batches[1])
+    assert m.nodes() == {"node0": [0, 2], "node1": [1, 3]}
+    assert m.grouped_rank_ids() == [0, 2, 1, 3] and m.columns() == 2  # a row per node
+    assert [m.where(r) for r in range(4)] == ["node0", "node1", "node0", "node1"] and m.rank(2).pid == 7002
+
+
+@pytest.mark.timeout(10)
+def test_ranks_placed_one_by_one_keep_their_order_until_a_second_node_appears():
+    m = folded(multinode_scenario(pending_only=True))
+    m.apply([ev.RankHello(1, 11, "h", 4, T0 + 1, node="node0")])  # one node known: panes stay in rank order
+    assert m.grouped_rank_ids() == [0, 1, 2, 3]
+    m.apply([ev.RankHello(2, 12, "h", 4, T0 + 1, node="node1")])  # two: placed nodes first, the rest last
+    assert m.grouped_rank_ids() == [1, 2, 0, 3] and m.columns() == grid_columns(4)
+
+
+@pytest.mark.timeout(10)
+def test_eight_nodes_start_a_row_each_or_share_rows_whole():
+    m = folded(multinode_scenario(nodes=8, per=2))
+    assert list(m.nodes()) == [f"node{n}" for n in range(8)] and m.columns() == 4  # two whole nodes a row
+    assert node_grid_columns([2, 2, 2]) == 2  # 6 ranks: 3 columns would split a node across rows
+    assert node_grid_columns([4, 4]) == 2 and node_grid_columns([6, 6]) == 3  # a node over rows, whole fractions
+    assert node_grid_columns([1] * 8) == grid_columns(8) and node_grid_columns([3, 1]) == grid_columns(4)
+
+
+@pytest.mark.timeout(10)
+def test_an_old_record_without_nodes_places_ranks_by_host():
+    m = folded(hang_scenario())  # RankHello as recorded before nodes: node ""
+    assert m.where(0) == "host-a" and m.grouped_rank_ids() == [0, 1] and m.columns() == grid_columns(2)
+    old = {k: v for k, v in ev.RankHello(0, 5, "host-b", 2, T0).to_json().items() if k != "node"}
+    m.apply([ev.from_json(old)])
+    assert m.rank(0).node == "" and m.where(0) == "host-b"
+
+
+@pytest.mark.timeout(10)
+def test_job_state_and_a_lost_node_are_kept_and_said_changed():
+    batches = multinode_scenario(lost=True)
+    m = folded(batches[:1])
+    assert (m.job.state, m.job.reason, m.job.nodes) == ("PENDING", "Priority", ())
+    m.take_changes()
+    m.apply(batches[1])
+    assert m.take_changes().run and m.job.state == "RUNNING" and m.job.nodes == ("node0", "node1")
+    for b in batches[2:]:
+        m.apply(b)
+    assert [(n.node, n.ranks) for n in m.lost] == [("node1", (2, 3))]
+    from ddptui.tui.widgets.banner import banner_text
+    assert banner_text(m) == ("-crash", "NODE LOST node1 (ranks 2,3): the srun task on node1 exited (node unreachable)")
+
+
+@pytest.mark.timeout(10)
+def test_header_says_the_job_while_pending_and_panes_say_node_and_pid():
+    from ddptui.tui.screens.run import head_text
+    from ddptui.tui.widgets.rank_pane import pane_shown
+    batches = multinode_scenario()
+    m = folded(batches[:1])
+    assert " · pending · job 12 PENDING (Priority) · " in head_text(m, "live").plain
+    assert pane_shown(m.rank(0), m.steps).title == "rank 0"  # not placed yet
+    m.apply(batches[1])
+    head = head_text(m, "live").plain
+    assert " · live · job 12 · " in head and "PENDING" not in head
+    assert [pane_shown(m.rank(r), m.steps).title for r in (0, 3)] == ["rank 0 · pid 7000 · node0",
+                                                                      "rank 3 · pid 7003 · node1"]
+    m.apply([ev.JobState("12", "CANCELLED", "", ("node0", "node1"), T0 + 9)])
+    assert " · job 12 CANCELLED · " in head_text(m, "live").plain
+    old = folded(hang_scenario())  # a record older than nodes: the host
+    assert pane_shown(old.rank(1), old.steps).title == "rank 1 · pid 5001 · host-a"
+
+
+@pytest.mark.timeout(10)
+def test_a_recorded_multinode_run_replays_with_its_nodes_job_and_lost_node(tmp_path):
+    from ddptui.runners.record import RunRecord, replay_events
+    rec = RunRecord(tmp_path)
+    for b in multinode_scenario(cyclic=True, lost=True):
+        for e in b:
+            if not isinstance(e, ev.LogLines):
+                rec.event(e)
+    rec.close()
+    problems: list[str] = []
+    m = folded([list(replay_events(tmp_path, problems))])
+    assert [p.split(":")[0] for p in problems] == ["no summary.json"]  # it stops mid-run: only its end is missing
+    assert m.nodes() == {"node0": [0, 2], "node1": [1, 3]} and m.job.nodes == ("node0", "node1")
+    assert [(n.node, n.ranks) for n in m.lost] == [("node1", (1, 3))]

@@ -67,6 +67,36 @@ def test_snapshot_crash_panel(snap_compare):
     assert snap_compare(replay_app("crash"), terminal_size=SIZE, run_before=replayed)
 
 
+def held_app(batches) -> DdpApp:
+    """A live run that emitted these batches and goes on (a Slurm job as the engine reports it)."""
+    from tests.test_tui_app import ScriptSource
+    return DdpApp(source=ScriptSource(batches, kind="live", hold=True))
+
+
+async def held(pilot) -> None:
+    from tests.test_tui_app import settle
+    await settle(pilot, pilot.app)
+
+
+@pytest.mark.timeout(60)
+def test_snapshot_slurm_job_pending(snap_compare):
+    from tests.test_tui_model import multinode_scenario
+    assert snap_compare(held_app(multinode_scenario(pending_only=True)), terminal_size=SIZE, run_before=held)
+
+
+@pytest.mark.timeout(60)
+def test_snapshot_two_nodes_grouped_and_one_lost(snap_compare):
+    """2 nodes x 2 ranks placed cyclically (rank r on node r % 2): the grid shows node0's ranks 0, 2 then node1's."""
+    from tests.test_tui_model import multinode_scenario
+    assert snap_compare(held_app(multinode_scenario(cyclic=True, lost=True)), terminal_size=SIZE, run_before=held)
+
+
+@pytest.mark.timeout(60)
+def test_snapshot_eight_nodes(snap_compare):
+    from tests.test_tui_model import multinode_scenario
+    assert snap_compare(held_app(multinode_scenario(nodes=8, per=2)), terminal_size=SIZE, run_before=held)
+
+
 async def _export(app: DdpApp, path: Path, keys: tuple[str, ...] = ()) -> None:
     async with app.run_test(size=SIZE) as pilot:
         if app.source is not None:

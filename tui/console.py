@@ -37,7 +37,7 @@ class Console:
     def _note(self, wall: float, text: str, level: str = "ddptui") -> str:
         tag = f"[{level}]"
         if self.color:
-            tag = f"\x1b[1;{'31' if level in ('stall', 'crash', 'replicas') else '33'}m{tag}\x1b[0m"
+            tag = f"\x1b[1;{'31' if level in ('stall', 'crash', 'replicas', 'node lost') else '33'}m{tag}\x1b[0m"
         return f"[{_hms(wall)}] {tag} {text}\n"
 
     def handle(self, batch: list) -> None:
@@ -71,6 +71,11 @@ class Console:
                 parts += [f"    {ln}\n" for ln in e.excerpt[-12:]]
             elif isinstance(e, ev.ReplicaVerdict):
                 self.replica = e
+            elif isinstance(e, ev.JobState):
+                parts.append(self._note(e.wall, job_line(e)))
+            elif isinstance(e, ev.NodeLost):
+                parts.append(self._note(e.wall, f"{e.node} ({_ranks(e.ranks) if e.ranks else 'no ranks'}): {e.why}",
+                                        "node lost"))
             elif isinstance(e, ev.RunFinished):
                 self.summary = e.summary
                 parts.append(self.render_summary(e))
@@ -82,8 +87,13 @@ class Console:
         s = e.summary
         rows = [f"\n== ddptui: {s.get('profile')} ({s.get('runner')}, {s.get('world_size')} ranks) "
                 f"finished in {s.get('duration_s', 0):.1f} s =="]
-        rows.append(f"{'rank':>4}  {'status':<8} {'exit':<9} {'steps':>6}  loss first -> last")
-        for r, info in sorted((s.get("ranks") or {}).items(), key=lambda kv: int(kv[0])):
+        ranks = sorted((s.get("ranks") or {}).items(), key=lambda kv: int(kv[0]))
+        # where each rank ran (records older than nodes: the host, or nothing)
+        where = {r: str(info.get("node") or info.get("host") or "-") for r, info in ranks}
+        wn = max([4, *map(len, where.values())])
+        wp = max([3, *(len(str(info.get("pid") or "-")) for _, info in ranks)])
+        rows.append(f"{'rank':>4}  {'node':<{wn}}  {'pid':>{wp}}  {'status':<8} {'exit':<9} {'steps':>6}  loss first -> last")
+        for r, info in ranks:
             exit_ = info.get("signal") or ("-" if info.get("returncode") is None else str(info["returncode"]))
             fl, ll = info.get("first_loss"), info.get("last_loss")
             wl = info.get("workload_loss")
@@ -91,8 +101,17 @@ class Console:
                 fl, ll = wl.get("first"), wl.get("last")
             loss = f"{fl:.4f} -> {ll:.4f}" if fl is not None and ll is not None else "-"
             steps = "-" if info.get("steps") is None else str(info["steps"])
-            rows.append(f"{r:>4}  {info.get('status', '?'):<8} {exit_:<9} {steps:>6}  {loss}"
+            pid = str(info.get("pid") or "-")
+            rows.append(f"{r:>4}  {where[r]:<{wn}}  {pid:>{wp}}  {info.get('status', '?'):<8} {exit_:<9} {steps:>6}  {loss}"
                         + (f"   ({info['outcome']})" if info.get("outcome") not in (None, "", "exited 0") else ""))
+        job = s.get("job")
+        if isinstance(job, dict) and job.get("id"):
+            rows.append(f"slurm job {job['id']}: {job.get('end') or job.get('state') or '?'}"
+                        + (" (cancelled by ddptui)" if job.get("cancelled_by_ddptui") else ""))
+        for node, lost in (s.get("nodes_lost") or {}).items():
+            lost = lost if isinstance(lost, dict) else {}
+            rows.append(f"node lost: {node}" + (f" ({_ranks(lost['ranks'])})" if lost.get("ranks") else "")
+                        + (f": {lost['why']}" if lost.get("why") else ""))
         rep = s.get("replica")
         if rep:
             rows.append(f"replicas: {rep['text']}")
@@ -111,6 +130,12 @@ class Console:
             rows.append(f"hint: {h['title']}: {h['fix']}")
         rows.append(f"status: {s.get('status')} (exit {e.exit_code})   record: {s.get('run_dir')}")
         return "\n".join(rows) + "\n"
+
+
+def job_line(e: ev.JobState) -> str:
+    """"slurm job 12 PENDING (Priority)", "slurm job 12 RUNNING on node0,node1": the job's state as Slurm says it."""
+    return (f"slurm job {e.job_id} {e.state}" + (f" ({e.reason})" if e.reason else "")
+            + (f" on {','.join(e.nodes)}" if e.nodes else ""))
 
 
 def _ranks(rs) -> str:

@@ -45,6 +45,7 @@ class RankView:
     detail: str = ""
     pid: int | None = None
     host: str = ""
+    node: str = ""  # as the rank's launcher names it; "" until its hello (and in records older than nodes)
     step: int | None = None
     loss: float | None = None
     losses: deque = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))  # (step, loss)
@@ -96,6 +97,8 @@ class RunModel:
         self.crash: ev.CrashVerdict | None = None
         self.replica: ev.ReplicaVerdict | None = None
         self.finished: ev.RunFinished | None = None
+        self.job: ev.JobState | None = None  # the batch job's latest state (Slurm), None when the run is no job
+        self.lost: list[ev.NodeLost] = []  # nodes that stopped taking part, in the order they were lost
         self.changes = Changes()  # since take_changes(); every write below says what it touched
         self.loss_version = 0  # bumps with every new loss point: the chart redraws when it moves
         self.events_seen = 0
@@ -112,6 +115,34 @@ class RunModel:
     def rank_ids(self) -> list[int]:
         ids = set(self.ranks) | set(range(self.world_size))
         return sorted(ids)
+
+    def where(self, r: int) -> str:
+        """The node a rank runs on as shown: its launcher's name for it, else its host; "" before its hello."""
+        rv = self.ranks.get(r)
+        return (rv.node or rv.host) if rv is not None else ""
+
+    def nodes(self) -> dict[str, list[int]]:
+        """Node -> its ranks, nodes in the order of their lowest rank; ranks not placed yet under ""."""
+        out: dict[str, list[int]] = {}
+        for r in self.rank_ids():
+            out.setdefault(self.where(r), []).append(r)
+        return out
+
+    def grouped_rank_ids(self) -> list[int]:
+        """The grid's order: node by node once ranks on two nodes said hello (ranks not placed yet last), else by
+        rank (one machine: panes never move while the hellos arrive)."""
+        groups = self.nodes()
+        unplaced = groups.pop("", [])
+        if len(groups) < 2:
+            return self.rank_ids()
+        return [r for rs in groups.values() for r in rs] + unplaced
+
+    def columns(self) -> int:
+        """Columns of the rank grid: by node (node_grid_columns) once every rank is placed on 2+ nodes."""
+        groups = self.nodes()
+        if "" in groups or len(groups) < 2:
+            return grid_columns(len(self.rank_ids()))
+        return node_grid_columns([len(rs) for rs in groups.values()])
 
     def rel(self, wall: float) -> float:
         """Seconds since the run started: what timestamps show (independent of the time zone)."""
@@ -194,8 +225,11 @@ class RunModel:
                 self.changes.ranks.add(rv.rank)
         elif isinstance(e, ev.RankHello):
             rv = self.rank(e.rank)
-            rv.pid, rv.host = e.pid, e.host
+            placed = rv.node or rv.host
+            rv.pid, rv.host, rv.node = e.pid, e.host, e.node
             self.changes.ranks.add(rv.rank)
+            if (rv.node or rv.host) != placed:  # the grid groups ranks by node
+                self.changes.run = True
         elif isinstance(e, ev.Progress):
             rv = self.rank(e.rank)
             if e.step is not None and (rv.step is None or e.step >= rv.step):
@@ -262,6 +296,12 @@ class RunModel:
         elif isinstance(e, ev.ReplicaVerdict):
             self.replica = e
             self.changes.run = True
+        elif isinstance(e, ev.JobState):
+            self.job = e
+            self.changes.run = True
+        elif isinstance(e, ev.NodeLost):
+            self.lost.append(e)
+            self.changes.run = True
         elif isinstance(e, ev.RunFinished):
             self.finished = e
             self.changes.run = True
@@ -275,6 +315,22 @@ def human_bytes(n: int | None) -> str:
             return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
         n /= 1024
     return f"{n:.1f}G"
+
+
+def node_grid_columns(sizes: list[int]) -> int:
+    """Columns of a grid grouped by node (`sizes`: ranks per node): as grid_columns, narrowed to a multiple of the
+    ranks per node when every node runs as many and that fits, so each row begins with a node's first rank."""
+    n = sum(sizes)
+    cols = grid_columns(n)
+    if len(sizes) > 1 and len(set(sizes)) == 1:
+        per = sizes[0]
+        if per <= cols:
+            return cols - cols % per
+        # a node wider than a row: rows a whole fraction of it, so the next node still starts a row
+        for c in range(cols, 0, -1):
+            if per % c == 0 and c >= cols // 2:
+                return c
+    return cols
 
 
 def grid_columns(n: int) -> int:

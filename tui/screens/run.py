@@ -10,7 +10,7 @@ from textual.screen import Screen
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from ddptui.tui.fit import chart_rows, fit
-from ddptui.tui.model import Changes, RunModel, grid_columns
+from ddptui.tui.model import Changes, RunModel
 from ddptui.tui.widgets.banner import Banner, banner_text
 from ddptui.tui.widgets.crash_view import CrashView
 from ddptui.tui.widgets.hints_view import HintsView
@@ -42,7 +42,14 @@ def head_text(model: RunModel, source_kind: str) -> Text:
         t.append(f" · {model.steps} steps")
     t.append(f" · {model.elapsed():.1f}s")
     state = model.finished.status if model.finished else ("live" if model.start_wall else "starting")
+    job = model.job
+    if job is not None and job.state == "PENDING" and not model.finished:
+        state = "pending"
     t.append(f" · {state}", style="bold green" if state in ("live", "ok") else "bold red" if model.finished else "")
+    if job is not None:
+        t.append(f" · job {job.job_id}")
+        if job.state != "RUNNING":  # pending (and why), or how it ended
+            t.append(f" {job.state}" + (f" ({job.reason})" if job.reason else ""), style="bold yellow")
     if source_kind == "replay":
         t.append(" · replay", style="bold yellow")
     if model.run_dir:
@@ -78,6 +85,7 @@ class RunScreen(Screen):
         self._hints_seen = 0
         self._last_rank: int | None = None
         self._fitted: tuple = ()
+        self._layout: tuple = ()  # the panes' order (node by node: RunModel.grouped_rank_ids) and the nodes drawn
 
     def compose(self) -> ComposeResult:
         yield Static(head_text(self.model, self.source_kind), id="run-head")
@@ -146,17 +154,32 @@ class RunScreen(Screen):
     def _ensure_panes(self) -> None:
         grid = self.query_one("#rank-grid", Grid)
         have = {p.rank for p in self.query(RankPane)}
-        want = self.model.rank_ids()
+        want = self.model.grouped_rank_ids()
         missing = [r for r in want if r not in have]
         if missing:
             grid.mount(*[RankPane(r) for r in missing])
             if self.focused is None:
                 self.call_after_refresh(self.focus_rank_pane, None)
-            grid.styles.grid_size_columns = grid_columns(len(want))
             n = len(want)
             grid.set_class(n > 4, "-many")
             grid.set_class(n > 9, "-lots")
+        groups = self.model.nodes()
+        layout = (tuple(want), tuple((k, tuple(rs)) for k, rs in groups.items()))
+        if missing or layout != self._layout:
+            self._layout = layout
+            self._group_panes(grid, want, [rs for k, rs in groups.items() if k])
+            grid.styles.grid_size_columns = self.model.columns()
             self.fit_panes()
+
+    def _group_panes(self, grid: Grid, order: list[int], placed: list[list[int]]) -> None:
+        """Panes in the grid's order (node by node); every other node's panes marked, so the groups read apart."""
+        panes = {p.rank: p for p in grid.query_children(RankPane)}
+        for i, r in enumerate(order):
+            if grid.children[i] is not panes[r]:
+                grid.move_child(panes[r], before=i)
+        alt = {r for i, rs in enumerate(placed) if i % 2 for r in rs} if len(placed) > 1 else set()
+        for r, p in panes.items():
+            p.set_class(r in alt, "-node-alt")
 
     def fit_panes(self) -> None:
         """Share the ranks tab's rows so every pane has room for its newest line (tui/fit.py)."""
@@ -164,10 +187,11 @@ class RunScreen(Screen):
         n = len(self.model.rank_ids())
         if rows <= 0:
             return  # the tab is hidden: fitted again when it shows (its size changes then)
-        f = fit(rows, -(-n // grid_columns(n)) if n else 0, chart_rows(n))
-        if (f, n) == self._fitted:
+        cols = self.model.columns()
+        f = fit(rows, -(-n // cols) if n else 0, chart_rows(n))
+        if (f, n, cols) == self._fitted:
             return  # setting the same styles again still costs a relayout of every pane
-        self._fitted = (f, n)
+        self._fitted = (f, n, cols)
         chart = self.query_one(LossChart)
         chart.display = f.chart > 0
         if f.chart:

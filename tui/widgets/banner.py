@@ -13,6 +13,8 @@ KINDS = ("-stall", "-crash", "-ok", "-failed", "-info")
 def banner_text(model: RunModel) -> tuple[str, str]:
     """(css class, text) for the current state; ("", "") hides the banner."""
     f = model.finished
+    if model.lost:  # the cause of what follows (its ranks' deaths, the crash verdict): said first
+        return "-crash", " · ".join(f"NODE LOST {n.node} ({_ranks(n.ranks)}): {n.why}" for n in model.lost)
     if model.crash is not None:
         c = model.crash
         return "-crash", f"CRASH {c.exit}: {c.text}"
@@ -35,6 +37,12 @@ def banner_text(model: RunModel) -> tuple[str, str]:
     if slow or sample is not None:
         return "-info", "SLOW: " + " · ".join(slow + ([sample.text] if sample is not None else []))
     return "", ""
+
+
+def _ranks(rs: tuple[int, ...]) -> str:
+    if not rs:
+        return "no ranks"
+    return f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ",".join(map(str, rs))
 
 
 class Banner(Static):

@@ -48,7 +48,8 @@ class PaneShown:
 
 
 def pane_shown(rv: RankView, steps: int | None) -> PaneShown:
-    title = f"rank {rv.rank}" + (f" · pid {rv.pid}" if rv.pid else "") + (f" · {rv.host}" if rv.host else "")
+    where = rv.node or rv.host  # the node as its launcher names it (an old record's: the host)
+    title = f"rank {rv.rank}" + (f" · pid {rv.pid}" if rv.pid else "") + (f" · {where}" if where else "")
     bar = None
     if steps:
         bar = (steps, min(rv.step or 0, steps))

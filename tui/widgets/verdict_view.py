@@ -46,7 +46,8 @@ def summary_rows(model: RunModel) -> list[list[str]]:
         exit_ = info.get("outcome") or v.signal or ("" if v.returncode is None else f"exit {v.returncode}")
         rows.append([str(r), v.badge(), "-" if v.step is None else str(v.step),
                      "-" if v.loss is None else f"{v.loss:.5g}", exit_ or "-",
-                     "-" if v.cpu is None else f"{v.cpu:.0f}%", human_bytes(v.rss), str(v.pid or "-")])
+                     "-" if v.cpu is None else f"{v.cpu:.0f}%", human_bytes(v.rss), str(v.pid or "-"),
+                     model.where(r) or "-"])
     return rows
 
 
@@ -62,6 +63,12 @@ def headline(model: RunModel) -> Text:
         t.append(f"replicas: {rep.status}: {rep.text}\n", style="green" if rep.status == "identical" else "bold red")
         if rep.param:
             t.append(f"first differing parameter: {rep.param} (ranks {', '.join(map(str, rep.ranks))})\n", style="bold red")
+    if model.job is not None:
+        j = model.job
+        t.append(f"slurm job {j.job_id}: {j.state}" + (f" ({j.reason})" if j.reason else "")
+                 + (f" on {','.join(j.nodes)}" if j.nodes else "") + "\n")
+    for n in model.lost:
+        t.append(f"node lost: {n.node}: {n.why}\n", style="bold red")
     t.append(f"run record: {model.run_dir or '-'}\n")
     if f is not None and f.summary_path:
         t.append(f"summary: {f.summary_path}\n", style="dim")
@@ -94,7 +101,8 @@ class VerdictView(VerticalScroll):
         yield DataTable(id="replica-table", cursor_type="row")
 
     def on_mount(self) -> None:
-        self.query_one("#summary-table", DataTable).add_columns("rank", "status", "steps", "last loss", "outcome", "cpu", "rss", "pid")
+        self.query_one("#summary-table", DataTable).add_columns("rank", "status", "steps", "last loss", "outcome", "cpu", "rss", "pid",
+                                                                  "node")
 
     def watch_shown(self, old: VerdictShown | None, new: VerdictShown | None) -> None:
         if new is None:
