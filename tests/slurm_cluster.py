@@ -176,7 +176,9 @@ class SlurmCluster:
         return self.hosts.wrap(node, list(argv)) if self.hosts else list(argv)
 
     def node_env(self, extra: dict | None = None) -> dict:
-        return {**os.environ, **self.env, **(extra or {})}
+        """Our environment for a command on a node, less any outer allocation's SLURM_* (this cluster is not it)."""
+        ours = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+        return {**ours, **self.env, **(extra or {})}
 
     def on_node(self, node: int, argv: list[str], env: dict | None = None, **popen_kw) -> subprocess.Popen:
         """A Popen of argv on node `node` (its namespaces when namespaced) with SLURM_CONF set; env adds to ours."""
@@ -184,7 +186,7 @@ class SlurmCluster:
 
     def run(self, argv: list[str], node: int = 0, timeout: float = 60, env: dict | None = None,
             check: bool = False) -> subprocess.CompletedProcess:
-        """A client command (sinfo, srun, ...) on node 0, the login node: outputs captured as text."""
+        """A client command (sinfo, srun, ...) on a node, by default node 0 (the login node): outputs as text."""
         return subprocess.run(self._argv(node, argv), env=self.node_env(env), capture_output=True, text=True,
                               timeout=timeout, check=check)
 
@@ -240,7 +242,6 @@ class SlurmCluster:
             self.conf_path.write_text(slurm_conf(self.root, self.layout, free_ports(2 + len(self.nodes))))
             denv = {k: v for k, v in os.environ.items() if k != TOKEN_VAR and not k.startswith("SLURM")}
             denv[MARK] = self.uid
-            logs = self.root / "log"
             self._daemon("slurmctld", 0, ["slurmctld", "-D", "-f", str(self.conf_path)], denv)
             for i, name in enumerate(self.nodes):
                 self._daemon(f"slurmd-{name}", i, ["slurmd", "-D", "-f", str(self.conf_path), "-N", name], denv)

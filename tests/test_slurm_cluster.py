@@ -260,3 +260,13 @@ def test_the_no_process_left_check_catches_a_job_step_left_running_and_ends_it(t
     assert "processes left behind: " in r.stdout and "slurmstepd" in r.stdout and "sleep 600" in r.stdout
     assert "1 passed, 1 error" in r.stdout  # the test passed; its teardown check failed it
     assert not _sleeps()
+
+
+@pytest.mark.timeout(60)
+def test_an_outer_allocation_of_the_tests_does_not_leak_into_the_test_cluster(slurm_clean, monkeypatch):
+    """pytest run inside someone's salloc: srun on the test cluster must not take that job id as its allocation."""
+    monkeypatch.setenv("SLURM_JOB_ID", "999999")
+    monkeypatch.setenv("SLURM_JOBID", "999999")
+    r = slurm_clean.run(["srun", "-N2", "--ntasks-per-node=1", "sh", "-c", "echo $SLURM_JOB_ID"])
+    assert r.returncode == 0, r.stderr
+    assert "999999" not in r.stdout and len(set(r.stdout.split())) == 1
