@@ -1,0 +1,32 @@
+"""A real run says where each rank ran: summary.json's per-rank rows (host, node, pid), the console's summary and the
+record replayed."""
+from __future__ import annotations
+
+import io
+import json
+import socket
+
+import pytest
+
+from ddptui.runners import events as ev
+from ddptui.runners.judge import EXIT_OK
+from ddptui.runners.record import replay_events
+from ddptui.tui.console import Console
+from tests.engine_helpers import run_profile
+
+
+@pytest.mark.timeout(120)
+def test_a_real_run_records_each_ranks_node_and_pid(runs_dir):
+    code, rec, session = run_profile("cpu-smoke", runs_dir)
+    assert code == EXIT_OK
+    host = socket.gethostname()
+    hellos = {h.rank: h for h in rec.of(ev.RankHello)}
+    assert sorted(hellos) == [0, 1] and all(h.node == h.host == host for h in hellos.values())  # one machine
+    rows = json.loads((session.run_dir / "summary.json").read_text())["ranks"]
+    assert {r: (row["host"], row["node"], row["pid"]) for r, row in rows.items()} == {
+        str(r): (host, host, hellos[r].pid) for r in (0, 1)}
+    text = Console(io.StringIO(), color=False).render_summary(rec.one(ev.RunFinished))
+    for r in (0, 1):
+        assert any(ln.split()[:3] == [str(r), host, str(hellos[r].pid)] for ln in text.splitlines()), text
+    replayed = {h.rank: h for h in replay_events(session.run_dir) if isinstance(h, ev.RankHello)}
+    assert replayed == hellos
