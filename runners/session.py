@@ -509,7 +509,7 @@ class Session:
 
     # ---- the end -------------------------------------------------------------------------------------
     def _conclude(self, end: TearDown | None) -> int:
-        if self.slurm is not None and self.slurm.job.mode == "sbatch":
+        if self.slurm is not None and self.slurm.own_job:
             self._job_end_state()
         self._check_rank_pids()  # deaths the watcher saw since the last check
         self._tick()

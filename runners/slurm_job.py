@@ -26,6 +26,13 @@ class SlurmJobWatch:
         self.last: JobInfo | None = None
         self.error: str | None = None  # the last client failure, said once per kind
         self._hostnames: dict[str, tuple[str, ...]] = {}
+        # an srun run outside any allocation makes its own job: followed and ended as a job, found by its name
+        self.own_job = job.mode == "sbatch" or job.job_id is None
+
+    def _find_by_name(self) -> str | None:
+        out = self._run(["squeue", "-h", "--name", self.job.name, "-o", "%i"])
+        ids = [x.strip() for x in (out or "").splitlines() if x.strip().isdigit()]
+        return ids[0] if ids else None
 
     # ---- the job id ------------------------------------------------------------------------------------
     @property
@@ -60,6 +67,8 @@ class SlurmJobWatch:
         """The job as Slurm sees it now: squeue while it lists it, then scontrol (which keeps it MinJobAge seconds);
         None while the id is not known or Slurm has forgotten the job."""
         jid = self.job_id
+        if jid is None and self.job.mode == "step":
+            jid = self._id = self._find_by_name()
         if jid is None:
             return None
         out = self._run(["squeue", "-h", "-j", jid, "-o", "%i|%T|%r|%N"])
@@ -92,13 +101,13 @@ class SlurmJobWatch:
     # ---- ending it -------------------------------------------------------------------------------------
     def cancel(self) -> str:
         """scancel the job (a step: only the step, the allocation is the user's). Returns what was cancelled."""
-        if self.job.mode == "step":
+        if not self.own_job:
             step = self.find_step()
             if step is None:
                 return "no step found to cancel (our srun is ended with TERM)"
             self._run(["scancel", step])
             return f"step {step}"
-        jid = self.wait_for_id(2.0)
+        jid = self.wait_for_id(2.0) if self.job.mode == "sbatch" else (self.job_id or self._find_by_name())
         if jid is None:  # sbatch has not said the id (yet): the job's name is ddptui's own and unique to the run
             self._run(["scancel", "--name", self.job.name])
             return f"job named {self.job.name}"
@@ -107,7 +116,7 @@ class SlurmJobWatch:
 
     def gone(self) -> bool:
         """Slurm holds nothing of the job any more (step mode: the step is gone from squeue)."""
-        if self.job.mode == "step":
+        if not self.own_job:
             if self.step is None or self.job_id is None:
                 return True
             out = self._run(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i|%j"])
