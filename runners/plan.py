@@ -42,6 +42,7 @@ class SlurmJob:
     name: str  # --job-name (sbatch) / step name (srun) ddptui gave it: how squeue finds it
     job_id: str | None = None  # known at plan time in "step" mode
     script: str | None = None  # path of the batch script written for "sbatch" mode (its text is in the run record)
+    script_text: str | None = None  # that script's text: the plan is data, the session writes it (slurm.prepare)
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,13 @@ class LaunchPlan:
             out.append("\nrank logs written by the launcher:")
             for s in self.sources:
                 out.append(f"  rank {s.rank} {s.stream}: {s.path}")
+        if self.job is not None:
+            j = self.job
+            out.append(f"\nslurm: {j.mode} ({'sbatch --wait' if j.mode == 'sbatch' else 'an srun step'}), launch"
+                       f" {j.launch}, job name {j.name}" + (f", job id {j.job_id}" if j.job_id else ""))
+            if j.script_text is not None:
+                out.append(f"batch script {j.script}:")
+                out += [f"  | {line}" for line in j.script_text.rstrip("\n").split("\n")]
         for n in self.notes:
             out.append(f"note: {n}")
         return "\n".join(out)

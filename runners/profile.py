@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .rank_python import default_python
-from . import torchrun_argv
+from . import srun_argv, torchrun_argv
 from .workloads import _faults
 
-RUNNERS = ("torchrun", "env", "xla", "mirage")
+RUNNERS = ("torchrun", "env", "xla", "mirage", "slurm")
 BACKENDS = ("gloo", "nccl", "xla", "auto")
 DEVICES = ("cpu", "cuda", "xla", "auto")
 ON_STALL = ("wait", "dump", "stop")
@@ -26,15 +26,21 @@ FAULT_SECONDS = _faults.DEFAULT_SECONDS
 PJRT_DEVICES = ("CPU", "TPU", "CUDA")
 MIRAGE_INNER = ("torchrun", "env")
 WORKLOAD_KINDS = ("builtin", "script", "module", "command")
+RDZV_BACKENDS = ("static", "c10d")
+SLURM_LAUNCH = ("srun", "torchrun")
+SLURM_SUBMIT = ("auto", "sbatch", "step")
 
 TOP_KEYS = ("name", "description", "runner", "nproc", "nnodes", "workload", "env", "backend", "device",
             "steps", "seed", "stall_after", "startup_grace", "on_stall", "timeout", "master_addr",
-            "master_port", "replica_check", "fault", "mirage", "xla", "max_world_size")
+            "master_port", "replica_check", "fault", "mirage", "xla", "max_world_size", "rdzv_backend",
+            "rdzv_endpoint", "rdzv_id", "local_addr", "slurm")
 WORKLOAD_KEYS = WORKLOAD_KINDS + ("args", "python", "venv")
 FAULT_KEYS = ("kind", "rank", "step", "seconds")
 MIRAGE_KEYS = ("command", "workspace", "profile", "gpus_per_node", "num_nodes", "in_process", "env", "inner",
                "require_rocm")
 XLA_KEYS = ("pjrt_device", "num_devices", "async_client", "thread_pool_size", "cache_dir")
+SLURM_KEYS = ("launch", "submit", "partition", "time", "account", "port", "sbatch_args", "srun_args")
+RDZV_KEYS = ("rdzv_backend", "rdzv_endpoint", "rdzv_id", "local_addr")
 
 WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
 ADHOC_SOURCE = "<command line>"
@@ -126,6 +132,18 @@ class XlaOptions:
 
 
 @dataclass(frozen=True)
+class SlurmOptions:
+    launch: str = "srun"  # srun: one task per rank; torchrun: one torchrun agent per node
+    submit: str = "auto"  # auto: a step inside an allocation (SLURM_JOB_ID set), else a job through sbatch
+    partition: str | None = None
+    time: str | None = None  # Slurm's time limit as written: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]
+    account: str | None = None
+    port: int | str = "auto"  # the ranks' rendezvous port on the first node; auto: 29500 + job id % 1000
+    sbatch_args: tuple[str, ...] = ()
+    srun_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     workload: Workload
@@ -150,10 +168,24 @@ class Profile:
     mirage: MirageOptions = field(default_factory=MirageOptions)
     xla: XlaOptions = field(default_factory=XlaOptions)
     max_world_size: int | None = None  # None: default_max_world_size() of the machine that loaded it
+    # torchrun's rendezvous across agents (its own flag names): static, the agents ddptui starts knowing their node
+    # ranks, or c10d; endpoint None: master_addr and the run's port; id None: the run directory's name
+    rdzv_backend: str = "static"
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    local_addr: str | None = None  # torchrun --local-addr: the address the agents give of their own node
+    slurm: SlurmOptions = field(default_factory=SlurmOptions)
 
     @property
     def world_size(self) -> int:
         return self.nproc * self.nnodes
+
+    @property
+    def rendezvous(self) -> tuple[str, int | str]:
+        """Where the ranks (or torchrun's c10d agents) meet on this machine: (host, port or 'auto')."""
+        if self.rdzv_endpoint is not None:
+            return split_endpoint(self.rdzv_endpoint)
+        return self.master_addr, self.master_port
 
     def to_json(self) -> dict[str, Any]:
         d = json.loads(json.dumps(asdict(self)))  # tuples → lists
@@ -769,6 +801,188 @@ def _xla(node: _Node | None, where: _Loc, base: Path, nproc: int) -> XlaOptions:
     )
 
 
+# Slurm's --time formats; a bare number is minutes
+_SLURM_TIME = re.compile(r"(\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)\Z")
+# what ddptui sets itself on the sbatch / srun command line, and from which field
+_SBATCH_OWN = {("-N", "--nodes"): "nnodes", ("-n", "--ntasks"): "nproc x nnodes",
+               ("--ntasks-per-node",): "nproc", ("-o", "--output"): "the run record (slurm/batch.out)",
+               ("-e", "--error"): "the run record (slurm/batch.out)", ("-J", "--job-name"): "ddptui-<run dir name>",
+               ("-W", "--wait"): "ddptui, to follow the job", ("--parsable",): "ddptui, to read the job id",
+               ("-p", "--partition"): "slurm.partition", ("-t", "--time"): "slurm.time",
+               ("-A", "--account"): "slurm.account"}
+_SRUN_OWN = {("-N", "--nodes"): "nnodes", ("-n", "--ntasks"): "nproc x nnodes", ("--ntasks-per-node",): "nproc",
+             ("-o", "--output"): "the run record (slurm/rank%t.out)", ("-e", "--error"): "the run record",
+             ("-l", "--label"): "ddptui (lines are read from per-rank files)", ("-J", "--job-name"): "ddptui"}
+# keys a Slurm user may reach for that are top-level fields here: one place says how many nodes and ranks
+_SLURM_COUNT_KEYS = {"nodes": "nnodes", "ntasks_per_node": "nproc", "ntasks": "nproc and nnodes",
+                     "nproc_per_node": "nproc", "nnodes": "nnodes", "nproc": "nproc"}
+
+
+def sbatch_srun_conflict(words: Sequence[str], own: dict[tuple[str, ...], str]) -> str | None:
+    """Why an extra sbatch/srun argument clashes with one ddptui sets itself, or None."""
+    for word in words:
+        for flags, source in own.items():
+            for flag in flags:
+                short_glued = len(flag) == 2 and word.startswith(flag) and len(word) > 2 and flag[1] != "-" \
+                    and flag not in ("-l", "-W")
+                if word == flag or word.startswith(flag + "=") or short_glued:
+                    return f"{word!r}: ddptui sets {'/'.join(flags)} itself (from {source})"
+    return None
+
+
+def _slurm_time(node: _Node, field: str) -> str | None:
+    if node.kind == "scalar" and node.value is None:
+        return None
+    text = _scalar_text(node, field, "a Slurm time limit")  # 10:00 is read as written, not as YAML's base 60
+    if not _SLURM_TIME.match(text):
+        raise _fail(node, field, "a Slurm time limit (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS"
+                                 " or UNLIMITED)")
+    return text
+
+
+def _slurm_args(own: dict[tuple[str, ...], str]):
+    words_of = _argv(nonempty=False)
+
+    def check(node: _Node, field: str) -> tuple[str, ...]:
+        words = words_of(node, field)
+        problem = sbatch_srun_conflict(words, own)
+        if problem is not None:
+            raise node.loc.error(field, problem)
+        return words
+    return check
+
+
+def _slurm(node: _Node | None, where: _Loc) -> SlurmOptions:
+    if node is not None and node.kind == "map":
+        for key, (kloc, _) in node.value.items():
+            if key in _SLURM_COUNT_KEYS:
+                top = _SLURM_COUNT_KEYS[key]
+                raise kloc.error(f"slurm.{key}", f"the counts are the top-level fields (nnodes: nodes, nproc: ranks"
+                                                 f" per node), as for every runner: write {top} instead")
+    f = _Fields(node, "slurm", SLURM_KEYS, where, SlurmOptions)
+    nullable = _str(nullable=True)
+    return SlurmOptions(
+        launch=f.typed("launch", _enum(SLURM_LAUNCH)),
+        submit=f.typed("submit", _enum(SLURM_SUBMIT)),
+        partition=f.typed("partition", nullable),
+        time=f.get("time", None, _slurm_time),
+        account=f.typed("account", nullable),
+        port=f.typed("port", _int(1, 65535, auto=True)),
+        sbatch_args=f.typed("sbatch_args", _slurm_args(_SBATCH_OWN)),
+        srun_args=f.typed("srun_args", _slurm_args(_SRUN_OWN)),
+    )
+
+
+def split_endpoint(text: str) -> tuple[str, int | str]:
+    """'host:port' / 'host:auto' / 'host' / '[v6]:port' -> (host, port or 'auto'); ValueError says what is wrong."""
+    host, port = text, "auto"
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0:
+            raise ValueError("an IPv6 address opened with '[' needs its ']'")
+        host, rest = text[1:close], text[close + 1:]
+        if rest:
+            if not rest.startswith(":"):
+                raise ValueError("expected ':port' after ']'")
+            port = rest[1:]
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    if not host or any(c.isspace() for c in host):
+        raise ValueError("expected host:port, host:auto or host")
+    if port == "auto":
+        return host, "auto"
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"port {port!r} is not in 1..65535 or auto")
+    return host, int(port)
+
+
+def _endpoint(node: _Node, field: str) -> str | None:
+    if node.kind == "scalar" and node.value is None:
+        return None
+    text = _scalar_text(node, field, "host:port, host:auto or host")
+    try:
+        split_endpoint(text)
+    except ValueError as exc:
+        raise node.loc.error(field, f"{exc}, got {_got(node)}") from None
+    return text
+
+
+def _rdzv_id(node: _Node, field: str) -> str | None:
+    if node.kind == "scalar" and node.value is None:
+        return None
+    text = _scalar_text(node, field, "a rendezvous id")
+    if not text or any(c.isspace() for c in text):
+        raise _fail(node, field, "a non-empty id without spaces")
+    return text
+
+
+def rdzv_problem(field: str, runner: str, wrapped_command: bool, backend: str) -> str | None:
+    """Why a torchrun rendezvous field does not apply to this profile, or None."""
+    if runner == "slurm":
+        return (f"the slurm runner's torchrun agents meet by c10d at the job's first node with the job id as"
+                f" rendezvous id (slurm.port sets the port); remove {field}")
+    if runner != "torchrun":
+        return f"{field} is torchrun's; the {runner} runner starts no torchrun agents"
+    if wrapped_command:
+        return f"the wrapped torchrun command chooses its own rendezvous: give it --{field.replace('_', '-')}"
+    if backend == "static" and field in ("rdzv_endpoint", "rdzv_id"):
+        return f"{field} is for rdzv_backend: c10d; the static rendezvous meets at master_addr:master_port"
+    return None
+
+
+def _check_rdzv(f: _Fields, profile: Profile) -> None:
+    for name in RDZV_KEYS:
+        node = f.node(name)
+        if node is None or getattr(profile, name) is None or (name == "rdzv_backend" and profile.runner == "torchrun"
+                                                               and not profile.workload.command):
+            continue
+        problem = rdzv_problem(name, profile.runner, bool(profile.workload.command), profile.rdzv_backend)
+        if problem is None and name == "rdzv_endpoint":
+            if f.node("master_addr") is not None or f.node("master_port") is not None:
+                problem = "give the c10d endpoint either here or as master_addr/master_port, not both"
+            else:
+                problem = unbindable(profile.rendezvous[0])
+        if problem is None and name == "local_addr":
+            problem = unbindable(str(profile.local_addr))
+        if problem is not None:
+            raise node.loc.error(name, problem)
+
+
+def _check_slurm(f: _Fields, profile: Profile, environ: Any = None) -> None:
+    """The slurm block is the slurm runner's; its submit and launch must fit the workload and where ddptui runs."""
+    node = f.node("slurm")
+    given = node is not None and node.kind == "map" and node.value
+    if profile.runner != "slurm":
+        if given:
+            raise node.loc.error("slurm", f"the slurm block is for runner: slurm (this profile's runner is"
+                                          f" {profile.runner})")
+        return
+    s, cmd = profile.slurm, profile.workload.command
+    environ = os.environ if environ is None else environ
+
+    def at(key: str) -> _Loc:
+        entry = node.value.get(key) if given else None
+        return entry[1].loc if entry else (node.loc if node is not None else f.loc)
+    if cmd and srun_argv.is_srun(cmd):
+        extra = [k for k in (node.value if given else {}) if k != "port"]
+        if extra:
+            raise at(extra[0]).error(f"slurm.{extra[0]}", "workload.command is an srun command line, which chooses"
+                                                         " its own options; only slurm.port applies to it")
+        return
+    if cmd and torchrun_argv.launcher_end(cmd) is not None:
+        raise f.loc.error("workload.command", "a torchrun command under the slurm runner: give the program as"
+                                              " workload.script/module and set slurm.launch: torchrun (one agent"
+                                              " per node)")
+    if cmd and s.launch == "torchrun":
+        raise at("launch").error("slurm.launch", "launch: torchrun starts workload.script/module under one agent"
+                                                 " per node; a workload.command runs as each rank with launch: srun")
+    if s.submit == "step" and not environ.get("SLURM_JOB_ID"):
+        raise at("submit").error("slurm.submit", "step needs an allocation and SLURM_JOB_ID is not set: run ddptui"
+                                                 " inside salloc/sbatch, or use submit: auto or sbatch")
+    if s.sbatch_args and s.submit == "step":
+        raise at("sbatch_args").error("slurm.sbatch_args", "submit: step runs srun inside the allocation, no sbatch")
+
+
 def _name(node: _Node, field: str) -> str:
     value = _str()(node, field)
     if not value or "/" in value or value in (".", ".."):
@@ -819,6 +1033,9 @@ def rendezvous_problem(field: str, runner: str, wrapped_command: bool) -> str | 
     if runner == "torchrun" and wrapped_command:
         return (f"the wrapped torchrun command chooses its own rendezvous: give it --master-addr/--master-port or"
                 f" --rdzv-endpoint instead of {field}")
+    if runner == "slurm":
+        return (f"the slurm runner's ranks meet at the first node of the job (its Slurm NodeAddr); slurm.port sets"
+                f" the port; remove {field}")
     return None
 
 
@@ -888,8 +1105,15 @@ def _build(root: _Node, source: str, base: Path, default_name: str) -> Profile:
         xla=xla,
         max_world_size=max_world,
         source=source,
+        rdzv_backend=f.typed("rdzv_backend", _enum(RDZV_BACKENDS)),
+        rdzv_endpoint=f.get("rdzv_endpoint", None, _endpoint),
+        rdzv_id=f.get("rdzv_id", None, _rdzv_id),
+        local_addr=f.typed("local_addr", _str(nullable=True)),
+        slurm=_slurm(f.node("slurm"), root.loc),
     )
     _check_rendezvous(f, profile)
+    _check_rdzv(f, profile)
+    _check_slurm(f, profile)
     return _runner_for_command(f, profile)
 
 
@@ -962,22 +1186,27 @@ def load_profile(path: str | Path, overrides: Sequence[str] = ()) -> Profile:
 
 
 def adhoc_profile(command: Sequence[str], overrides: Sequence[str] = ()) -> Profile:
-    """A profile for `ddptui -- CMD...`: the command runs as given, under torchrun when it is torchrun."""
+    """A profile for `ddptui -- CMD...`: the command runs as given, under torchrun when it is torchrun, as a Slurm
+    step or job when it is srun."""
     cmd = [str(c) for c in command]
     loc = _Loc(ADHOC_SOURCE)
     if not cmd:
         raise loc.error(None, "expected a command after --")
     torchrun = torchrun_argv.launcher_end(cmd) is not None
     nproc = nnodes = 1
+    runner = "torchrun" if torchrun else "env"
     if torchrun:
         nproc = torchrun_argv.nproc_per_node(cmd) or 1
         nnodes = torchrun_argv.nnodes(cmd) or 1
+    elif srun_argv.is_srun(cmd):  # srun starts the ranks on the nodes: the slurm runner wraps it
+        runner = "slurm"
+        nproc, nnodes = srun_argv.counts(cmd)
 
     def scalar(v: Any) -> tuple[_Loc, _Node]:
         return loc, _Node("scalar", v, loc, str(v))
 
     workload = _Node("map", {"command": (loc, _Node("seq", [scalar(c)[1] for c in cmd], loc))}, loc)
-    root = _Node("map", {"name": scalar("adhoc"), "runner": scalar("torchrun" if torchrun else "env"),
+    root = _Node("map", {"name": scalar("adhoc"), "runner": scalar(runner),
                          "nproc": scalar(nproc), "nnodes": scalar(nnodes), "workload": (loc, workload)}, loc)
     for item in overrides:
         _apply_override(root, item)

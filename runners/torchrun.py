@@ -16,12 +16,16 @@ def launcher_prefix(python: str) -> list[str]:
     return [python, "-m", "torch.distributed.run"]
 
 
-def rank_sources(log_dir: Path, node: int, nproc: int) -> list[LogSource]:
-    """torchrun -r 3 writes <log-dir>/<run-id>/attempt_<n>/<local_rank>/{stdout,stderr}.log."""
+def rank_sources(log_dir: Path, node: int, nproc: int, learn_rank: bool = False) -> list[LogSource]:
+    """torchrun -r 3 writes <log-dir>/<run-id>/attempt_<n>/<local_rank>/{stdout,stderr}.log.
+
+    learn_rank: the agent's node rank is not known before the run (c10d gives them in arrival order), so
+    node * nproc + local_rank is a guess that the rank's hello corrects."""
     out = []
     for lr in range(nproc):
         for stream, fname in (("out", "stdout.log"), ("err", "stderr.log")):
-            out.append(LogSource(str(log_dir / "*" / "attempt_*" / str(lr) / fname), node * nproc + lr, stream))
+            out.append(LogSource(str(log_dir / "*" / "attempt_*" / str(lr) / fname), node * nproc + lr, stream,
+                                 learn_rank))
     return out
 
 
@@ -31,12 +35,22 @@ def _standalone(profile: Profile) -> bool:
             and profile.master_addr == default("master_addr"))
 
 
-def rendezvous_args(profile: Profile, node: int, port: int) -> list[str]:
-    """torchrun's rendezvous flags for one agent: --standalone, or a static rendezvous at master_addr:port."""
-    if _standalone(profile):
+def rendezvous_args(profile: Profile, node: int, port: int, run_id: str = "ddptui") -> list[str]:
+    """torchrun's rendezvous flags for one agent: --standalone, a static rendezvous at master_addr:port (node rank
+    fixed by ddptui), or c10d at the endpoint (node ranks in the order the agents arrive)."""
+    if profile.rdzv_backend == "c10d":
+        host = profile.rendezvous[0]
+        endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        out = ["--nnodes", str(profile.nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+               "--rdzv-id", profile.rdzv_id or run_id]
+    elif _standalone(profile):
         return ["--standalone"]
-    return ["--nnodes", str(profile.nnodes), "--node-rank", str(node),
-            "--master-addr", profile.master_addr, "--master-port", str(port)]
+    else:
+        out = ["--nnodes", str(profile.nnodes), "--node-rank", str(node),
+               "--master-addr", profile.master_addr, "--master-port", str(port)]
+    if profile.local_addr is not None:
+        out += ["--local-addr", profile.local_addr]
+    return out
 
 
 def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
@@ -45,20 +59,26 @@ def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None =
     env = base_env(profile, dashboard_pid)
     python = profile.workload.python
     procs, sources, notes = [], [], []
+    c10d = profile.rdzv_backend == "c10d"
     for node in range(profile.nnodes):
         log_dir = run_dir / "torchrun" / f"node{node}"
-        argv = launcher_prefix(python) + rendezvous_args(profile, node, port)
+        argv = launcher_prefix(python) + rendezvous_args(profile, node, port, run_dir.name)
         argv += ["--nproc-per-node", str(profile.nproc), "--log-dir", str(log_dir), "--redirects", "3"]
         argv += workload_target(profile)
         ranks = tuple(range(node * profile.nproc, (node + 1) * profile.nproc))
         name = "torchrun" if profile.nnodes == 1 else f"torchrun-node{node}"
         procs.append(ProcSpec(name, tuple(argv), dict(env), os.getcwd(), ranks,
                               str(run_dir / "raw" / f"{name}.out"), str(run_dir / "raw" / f"{name}.err")))
-        sources += rank_sources(log_dir, node, profile.nproc)
-    if profile.nnodes > 1:
+        sources += rank_sources(log_dir, node, profile.nproc, learn_rank=c10d and profile.nnodes > 1)
+    if c10d:
+        host = profile.rendezvous[0]
+        notes.append(f"{profile.nnodes} torchrun agent(s) on this machine, c10d rendezvous at {host}:{port}, id "
+                     f"{profile.rdzv_id or run_dir.name}: node ranks go in the order the agents arrive, so each"
+                     " rank's files are attributed by the rank its hello report names")
+    elif profile.nnodes > 1:
         notes.append(f"{profile.nnodes} torchrun agents on this machine, static rendezvous at "
                      f"{profile.master_addr}:{port}; global rank = node_rank * {profile.nproc} + local_rank")
-    elif not _standalone(profile):
+    elif not _standalone(profile) and profile.nnodes == 1:
         notes.append(f"static rendezvous at {profile.master_addr}:{port} (the profile's master_addr/master_port;"
                      " --standalone would pick its own)")
     return LaunchPlan("torchrun", profile.world_size, tuple(procs), tuple(sources), tuple(notes))

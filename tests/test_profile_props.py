@@ -53,6 +53,14 @@ def valid_profiles(draw):
         d["max_world_size"] = draw(st.integers(max(counts), prof.WORLD_CEILING))  # a big run asked for on purpose
     if d.get("runner", "torchrun") == "torchrun":  # the torchrun runner wraps a torchrun command line, nothing else
         d["workload"]["command"] = ["torchrun", *d["workload"]["command"]]
+    if d.get("runner") == "slurm":  # the command runs as each rank under srun; an srun/torchrun line would be wrapped
+        d["workload"]["command"] = ["python", *d["workload"]["command"]]
+        d["slurm"] = draw(st.fixed_dictionaries({}, optional={
+            "submit": st.sampled_from(["auto", "sbatch"]), "partition": st.none() | TEXT, "account": st.none() | TEXT,
+            "time": st.sampled_from(["10", "10:00", "1:00:00", "2-0", "1-02:03:04", "UNLIMITED"]),
+            "port": st.just("auto") | st.integers(1, 65535),
+            "sbatch_args": st.lists(st.sampled_from(["--exclusive", "--mem=1G", "--qos=normal"]), max_size=2),
+            "srun_args": st.lists(st.sampled_from(["--exclusive", "--cpu-bind=none", "-u"]), max_size=2)}))
     if d.get("runner", "torchrun") != "env":  # the others choose their own (torchrun: the command is wrapped)
         for name, default in (("master_port", "auto"), ("master_addr", "127.0.0.1")):
             if d.get(name, default) != default:
@@ -72,8 +80,12 @@ def expected(d: dict, source: Path) -> dict:
         f = d["fault"]
         fault = {"kind": f["kind"], "rank": f.get("rank", 0), "step": f.get("step", 0),
                  "seconds": float(f.get("seconds", {"hang": 3600.0, "slow": 0.2}.get(f["kind"], 0.0)))}
-    m, x, w = d.get("mirage", {}), d.get("xla", {}), d["workload"]
+    m, x, w, sl = d.get("mirage", {}), d.get("xla", {}), d["workload"], d.get("slurm", {})
     return {
+        "rdzv_backend": "static", "rdzv_endpoint": None, "rdzv_id": None, "local_addr": None,
+        "slurm": {"launch": "srun", "submit": sl.get("submit", "auto"), "partition": sl.get("partition"),
+                  "time": sl.get("time"), "account": sl.get("account"), "port": sl.get("port", "auto"),
+                  "sbatch_args": sl.get("sbatch_args", []), "srun_args": sl.get("srun_args", [])},
         "name": d.get("name", source.stem), "description": d.get("description", ""),
         "runner": d.get("runner", "torchrun"), "nproc": nproc, "nnodes": nnodes, "env": d.get("env", {}),
         "backend": d.get("backend", "auto"), "device": d.get("device", "cpu"), "steps": d.get("steps"),
