@@ -66,7 +66,9 @@ def split(targets: list[stacks.Target], hosts: dict[int, tuple[str, str]], here:
 def srun_argv(srun: str, job_id: str, node: str, command: list[str]) -> list[str]:
     """One task on `node` inside job `job_id`, sharing the job's resources with the running ranks (--overlap: a
     step of its own would otherwise wait for CPUs the ranks hold)."""
-    return [srun, "--overlap", "--jobid", str(job_id), "-w", node, "-N1", "-n1", "--quiet",
+    # -v: srun says when the step is launched and when its task started, which tells a node that does not answer
+    # from a controller that does not, or a task that hangs
+    return [srun, "--overlap", "--jobid", str(job_id), "-w", node, "-N1", "-n1", "-v",
             "--job-name", "ddptui-stacks", *command]
 
 
@@ -97,12 +99,9 @@ class Outcome:
 
 
 def outcome(node: str, rc: int | None, out: str, err: str, timeout: float, what: str) -> Outcome:
-    """Reads one srun's end: `rc` None means it did not finish within `timeout` seconds. `what`: the task's program."""
-    if rc is None:
-        return Outcome(out, f"srun could not reach {node}: no answer within {timeout:g} s", True)
-    if rc == 0:
-        return Outcome(out)
-    srun_lines, task_lines, task_rc, ran = [], [], None, False
+    """Reads one srun's end (run with -v: its stderr says whether the step was launched and the task started);
+    `rc` None means it did not finish within `timeout` seconds. `what`: the task's program, for the words."""
+    srun_errors, task_lines, task_rc, ran = [], [], None, False
     for ln in err.splitlines():
         ln = ln.strip()
         m = _TASK_EXIT.match(ln)
@@ -111,14 +110,22 @@ def outcome(node: str, rc: int | None, out: str, err: str, timeout: float, what:
             task_rc = int(m.group(2)) if m.group(2) else task_rc
             if not m.group(2):
                 task_lines.append(m.group(1))  # "Killed", "Segmentation fault"...
-        elif ln.startswith("srun: "):
-            srun_lines.append(ln.removeprefix("srun: ").removeprefix("error: "))
-        elif ln:
+        elif ln.startswith("srun: error: "):
+            srun_errors.append(ln.removeprefix("srun: error: "))
+        elif ln and not ln.startswith("srun: "):  # the task's own stderr (and slurmstepd's words about it)
             task_lines.append(ln)
-    if ran or (task_lines and not srun_lines):  # the task ran on the node and failed there
-        said = stacks._pyspy_error("\n".join(task_lines + [s for s in srun_lines if "execve" in s]), task_rc)
+    if rc is None:
+        if "tasks started" in err:  # it runs there: the node answers, the task is what hangs
+            return Outcome(out, f"{what} on {node} did not finish within {timeout:g} s")
+        if "launching StepId=" in err:  # the step exists, its task never started on the node
+            return Outcome(out, f"srun could not reach {node}: no task started there within {timeout:g} s", True)
+        return Outcome(out, f"srun got no job step on {node} within {timeout:g} s (slurmctld did not answer)")
+    if rc == 0:
+        return Outcome(out)
+    if ran or (task_lines and not srun_errors):  # the task ran on the node and failed there
+        said = stacks._pyspy_error("\n".join(task_lines), task_rc)
         return Outcome(out, f"{what} on {node}: {said}", False, task_rc if task_rc is not None else rc)
-    words = "; ".join(dict.fromkeys(srun_lines)) or f"srun exited {rc}"
+    words = "; ".join(dict.fromkeys(srun_errors)) or f"srun exited {rc}"
     if _UNREACHABLE.search(err):
         return Outcome(out, f"srun could not reach {node}: {words}", True)
     return Outcome(out, f"srun on {node} failed: {words}")

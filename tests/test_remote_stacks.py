@@ -47,7 +47,7 @@ def test_single_host_cluster_ranks_are_all_local():
 def test_srun_argv_runs_one_overlapping_task_on_the_node_in_the_job():
     argv = rs.srun_argv("/usr/bin/srun", "42", "node1", rs.pyspy_argv("/venv/bin/py-spy", 777))
     assert argv[:argv.index("/venv/bin/py-spy")] == [
-        "/usr/bin/srun", "--overlap", "--jobid", "42", "-w", "node1", "-N1", "-n1", "--quiet",
+        "/usr/bin/srun", "--overlap", "--jobid", "42", "-w", "node1", "-N1", "-n1", "-v",
         "--job-name", "ddptui-stacks"]
     assert argv[argv.index("/venv/bin/py-spy"):] == ["/venv/bin/py-spy", "dump", "--pid", "777", "--json"]
 
@@ -91,40 +91,59 @@ def test_signal_script_checks_the_handler_on_the_node(tmp_path):
 
 
 # ---- reading srun's end ------------------------------------------------------------------------------------------
-def test_outcome_ok_and_timeout():
-    assert rs.outcome("node1", 0, "[]", "", 5, "py-spy") == rs.Outcome("[]")
-    o = rs.outcome("node1", None, "", "", 5, "py-spy")
-    assert o.unreachable and o.error == "srun could not reach node1: no answer within 5 s"
+# srun -v's stderr as Slurm 22.05 wrote it on the test cluster (options table left out)
+STEP = ("srun: jobid 1: nodes(2):`node[0-1]', cpu counts: 1(x2)\n"
+        "srun: launch/slurm: launch_p_step_launch: CpuBindType=(null type)\n"
+        "srun: launching StepId=1.2 on host node1, 1 tasks: 0\n"
+        "srun: route/default: init: route default plugin loaded\n")
+STARTED = STEP + "srun: launch/slurm: _task_start: Node node1, 1 tasks started\n"
+
+
+def test_outcome_ok():
+    assert rs.outcome("node1", 0, "[]", STARTED + "srun: launch/slurm: _task_finish: node1: task 0: Completed\n",
+                      5, "py-spy") == rs.Outcome("[]")
+
+
+def test_outcome_timeouts_tell_the_node_from_the_controller_and_the_task():
+    o = rs.outcome("node1", None, "", STEP, 5, "py-spy")  # launched, no task started: the node does not answer
+    assert o.unreachable and o.error == "srun could not reach node1: no task started there within 5 s"
+    o = rs.outcome("node1", None, "", STARTED, 5, "py-spy")  # it runs there: py-spy is what hangs
+    assert not o.unreachable and o.error == "py-spy on node1 did not finish within 5 s"
+    o = rs.outcome("node1", None, "", "", 5, "py-spy")  # no step at all: the controller, not the node
+    assert not o.unreachable and o.error == "srun got no job step on node1 within 5 s (slurmctld did not answer)"
 
 
 def test_outcome_task_failed_on_the_node_is_not_unreachable():
-    err = ("Error: Failed to find python version from target process\n"
-           "srun: error: node1: task 0: Exited with exit code 1\n")
+    err = (STARTED + "srun: launch/slurm: _task_finish: Received task exit notification for 1 task of StepId=1.2 "
+           "(status=0x0100).\nsrun: error: node1: task 0: Exited with exit code 1\n"
+           "Error: Failed to find python version from target process\n")
     o = rs.outcome("node1", 1, "", err, 5, "py-spy")
     assert not o.unreachable and o.task_rc == 1
     assert o.error == "py-spy on node1: Failed to find python version from target process"
 
 
 def test_outcome_program_missing_on_the_node():
-    err = ("slurmstepd: error: execve(): /venv/bin/py-spy: No such file or directory\n"
-           "srun: error: node1: task 0: Exited with exit code 2\n")
+    err = (STARTED + "srun: error: node1: task 0: Exited with exit code 2\n"
+           "slurmstepd-node1: error: execve(): /venv/bin/py-spy: No such file or directory\n")
     o = rs.outcome("node1", 2, "", err, 5, "py-spy")
     assert not o.unreachable and o.task_rc == 2 and "No such file or directory" in o.error
 
 
 def test_outcome_node_that_cannot_be_reached():
-    err = ("srun: error: Task launch for StepId=12.3 failed on node node1: Communication connection failure\n"
-           "srun: error: Application launch failed: Communication connection failure\n")
+    err = (STEP + "srun: error: Task launch for StepId=1.2 failed on node node1: Communication connection failure\n"
+           "srun: error: Application launch failed: Communication connection failure\nsrun: Job step aborted\n")
     o = rs.outcome("node1", 1, "", err, 5, "py-spy")
     assert o.unreachable
-    assert o.error.startswith("srun could not reach node1: Task launch for StepId=12.3 failed on node node1")
+    assert o.error.startswith("srun could not reach node1: Task launch for StepId=1.2 failed on node node1")
 
 
 def test_outcome_job_gone_is_an_srun_failure_not_a_lost_node():
-    err = "srun: error: Unable to create step for job 12: Invalid job id specified\n"
-    o = rs.outcome("node1", 1, "", err, 5, "py-spy")
+    o = rs.outcome("node1", 1, "", "srun: error: Slurm job 1 has expired\n", 5, "py-spy")
+    assert not o.unreachable and o.error == "srun on node1 failed: Slurm job 1 has expired"
+    err = "srun: error: Unable to create step for job 1: Requested node configuration is not available\n"
+    o = rs.outcome("node7", 1, "", err, 5, "py-spy")  # a node not in the job
     assert not o.unreachable
-    assert o.error == "srun on node1 failed: Unable to create step for job 12: Invalid job id specified"
+    assert o.error == "srun on node7 failed: Unable to create step for job 1: Requested node configuration is not available"
 
 
 # ---- collect's error paths, through a failing srun stub on PATH ----------------------------------------------------
@@ -146,14 +165,15 @@ def test_no_job_to_reach_a_remote_rank_through():
 @pytest.mark.timeout(60)
 def test_srun_that_never_answers_marks_the_node_unreachable_and_is_ended(tmp_path, monkeypatch):
     pidfile = tmp_path / "srun.pid"
-    _srun_stub(tmp_path, monkeypatch, f'echo $$ > {pidfile}\nexec sleep 60')
+    _srun_stub(tmp_path, monkeypatch, f'echo $$ > {pidfile}\necho "srun: launching StepId=7.1 on host $5, 1 tasks: 0" >&2\n'
+                                      'exec sleep 60')
     t0 = time.monotonic()
     res = rs.collect([rs.RemoteTarget(1, 123, "node1", None), rs.RemoteTarget(2, 124, "node2", None)], "7",
                      pyspy="/x/py-spy", timeout=1.0)
     took = time.monotonic() - t0
     for r in (1, 2):
         assert res[r].unreachable, res[r]
-        assert res[r].method == f"unavailable: srun could not reach node{r}: no answer within 1 s"
+        assert res[r].method == f"unavailable: srun could not reach node{r}: no task started there within 1 s"
     assert took < 1.0 + rs.STOP_WAIT + 5  # both at once, no faulthandler try on an unreachable node
     import psutil
     assert not psutil.pid_exists(int(pidfile.read_text()))  # our own srun, ended
