@@ -18,6 +18,7 @@ def rank_env(rank: int, profile: Profile, port: int) -> dict[str, str]:
         "LOCAL_WORLD_SIZE": str(profile.nproc),
         "NODE_RANK": str(node),
         "GROUP_RANK": str(node),
+        "GROUP_WORLD_SIZE": str(profile.nnodes),  # as torchrun gives it: the ranks name their node by it
         "MASTER_ADDR": profile.master_addr,
         "MASTER_PORT": str(port),
     }

@@ -30,3 +30,14 @@ def test_a_real_run_records_each_ranks_node_and_pid(runs_dir):
         assert any(ln.split()[:3] == [str(r), host, str(hellos[r].pid)] for ln in text.splitlines()), text
     replayed = {h.rank: h for h in replay_events(session.run_dir) if isinstance(h, ev.RankHello)}
     assert replayed == hellos
+
+
+@pytest.mark.timeout(120)
+def test_emulated_nodes_of_the_env_runner_are_named_like_torchruns(runs_dir):
+    """multinode-env: 2 emulated nodes x 1 rank, ddptui starts each rank with the launcher's variables torchrun gives
+    (GROUP_RANK, GROUP_WORLD_SIZE): rank r says node r."""
+    code, rec, session = run_profile("multinode-env", runs_dir, ["steps=5"])
+    assert code == EXIT_OK
+    assert sorted((h.rank, h.node) for h in rec.of(ev.RankHello)) == [(0, "node0"), (1, "node1")]
+    rows = json.loads((session.run_dir / "summary.json").read_text())["ranks"]
+    assert [rows[r]["node"] for r in "01"] == ["node0", "node1"]
