@@ -1,0 +1,234 @@
+"""The slurm runner's plans (sbatch script, srun step, ad-hoc srun, torchrun per node) and torchrun's c10d plan:
+argv, script text, env and log sources; the port hand-over between real bash tasks; --dry-run's text."""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddptui.runners import slurm, srun_argv
+from ddptui.runners.profile import adhoc_profile, find_profile, load_profile
+from ddptui.runners.rankenv import INJECT_DIR
+from ddptui.runners.session import make_plan, rendezvous_port
+from ddptui.runners.torchrun import plan as torchrun_plan
+
+pytestmark = pytest.mark.timeout(60)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def shipped(name: str, *overrides: str):
+    return load_profile(find_profile(name), list(overrides))
+
+
+# ---------------------------------------------------------------- decisions
+
+@pytest.mark.parametrize("submit,env,want", [
+    ("auto", {}, ("sbatch", None)),
+    ("auto", {"SLURM_JOB_ID": "41"}, ("step", "41")),
+    ("sbatch", {"SLURM_JOB_ID": "41"}, ("sbatch", None)),
+    ("step", {"SLURM_JOB_ID": "41"}, ("step", "41")),
+    ("auto", {"SLURM_JOB_ID": ""}, ("sbatch", None)),
+])
+def test_submit_mode(submit, env, want):
+    assert slurm.submit_mode(submit, env) == want
+
+
+@pytest.mark.parametrize("argv,start,name,out", [
+    (["srun", "-N2", "--ntasks-per-node=1", "python", "t.py", "-N", "9"], 3, None, False),
+    (["srun", "--nodes", "2", "-J", "mine", "--label", "python", "t.py"], 6, "mine", True),
+    (["srun", "-o", "x.%t", "--", "python"], 4, None, True),
+    (["srun", "-Jfoo", "-u", "hostname"], 3, "foo", False),
+    (["srun", "--job-name=a", "--job-name=b", "true"], 3, "b", False),
+    (["srun", "-N2"], 2, None, False),
+])
+def test_srun_argv(argv, start, name, out):
+    assert srun_argv.program_start(argv) == start
+    assert srun_argv.value(argv, srun_argv.JOB_NAME_FLAGS) == name
+    assert srun_argv.has(argv, srun_argv.OUTPUT_FLAGS) is out
+
+
+# ---------------------------------------------------------------- sbatch
+
+def test_sbatch_plan_srun_launch(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    run = tmp_path / "20261203-120000-slurm-ddp"
+    p = shipped("slurm-ddp", "slurm.partition=debug", "slurm.time=5", "slurm.sbatch_args=--exclusive")
+    plan = make_plan(p, run, rendezvous_port(p), 4242)
+    (proc,) = plan.procs
+    assert plan.runner == "slurm" and plan.world_size == 2 and proc.name == "sbatch"
+    assert list(proc.argv) == ["sbatch", "--wait", "--parsable", "--job-name=ddptui-20261203-120000-slurm-ddp",
+                               f"--output={run}/slurm/batch.out", "--nodes=2", "--ntasks-per-node=1",
+                               "--partition=debug", "--time=5", "--exclusive", f"{run}/slurm/job.sbatch"]
+    assert proc.env == {} and proc.stdout_rank is None and proc.ranks == (0, 1)
+    job = plan.job
+    assert (job.mode, job.launch, job.name, job.job_id, job.script) == (
+        "sbatch", "srun", "ddptui-20261203-120000-slurm-ddp", None, f"{run}/slurm/job.sbatch")
+    lines = job.script_text.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    exports = {ln.split("=", 1)[0][len("export "):]: shlex.split(ln.split("=", 1)[1])[0]
+               for ln in lines if ln.startswith("export ")}
+    assert exports["DDPTUI"] == "1" and exports["DDPTUI_PID"] == "4242" and exports["DDP_STEPS"] == "30"
+    assert exports["PYTHONPATH"].split(os.pathsep)[0] == str(INJECT_DIR) and exports["OMP_NUM_THREADS"]
+    srun = shlex.split(job.script_text[job.script_text.index("\nsrun ") + 1:])
+    assert srun[:7] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+                        f"--output={run}/slurm/rank%t.out", f"--error={run}/slurm/rank%t.err"]
+    assert srun[7:9] == ["bash", "-c"] and srun[10] == "_" and srun[11:] == [p.workload.python, "-u",
+                                                                           p.workload.script_path]
+    wrapper = srun[9]
+    for piece in ('RANK="$SLURM_PROCID"', 'WORLD_SIZE="$SLURM_NTASKS"', 'LOCAL_RANK="$SLURM_LOCALID"',
+                  'MASTER_ADDR="${addr:-$first}"', 'MASTER_PORT="$port"', "NodeAddr=", 'exec "$@"'):
+        assert piece in wrapper, piece
+    assert [(s.path, s.rank, s.stream, s.learn_rank) for s in plan.sources] == [
+        (f"{run}/slurm/rank0.out", 0, "out", False), (f"{run}/slurm/rank0.err", 0, "err", False),
+        (f"{run}/slurm/rank1.out", 1, "out", False), (f"{run}/slurm/rank1.err", 1, "err", False),
+        (f"{run}/slurm/batch.out", None, "out", False)]
+
+
+def test_sbatch_plan_torchrun_launch(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "99")  # forced sbatch: a job of its own even inside an allocation
+    run = tmp_path / "r"
+    p = shipped("slurm-torchrun", "nproc=2", "slurm.port=29555")
+    plan = slurm.plan(p, run, 0, 1)
+    assert plan.job.mode == "sbatch" and plan.job.launch == "torchrun" and plan.world_size == 4
+    text = plan.job.script_text
+    srun = shlex.split(text[text.index("\nsrun ") + 1:])
+    assert srun[:8] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=2",
+                        "--kill-on-bad-exit=1", f"--output={run}/slurm/agent%n.out", f"--error={run}/slurm/agent%n.err"]
+    wrapper = srun[10]
+    assert "port=29555\n" in wrapper and "pf=" not in wrapper
+    for piece in ("-m torch.distributed.run --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d",
+                  '--rdzv-endpoint="${addr:-$first}:$port"', '--rdzv-id="$SLURM_JOB_ID"',
+                  '--local-addr="${own:-$SLURMD_NODENAME}"', f'--log-dir={run}/torchrun/node"$SLURM_NODEID"',
+                  '--redirects=3 "$@"'):
+        assert piece in wrapper, piece
+    assert srun[12:] == [p.workload.script_path]
+    by_rank = {(s.rank, s.stream): s for s in plan.sources if s.rank is not None}
+    assert len(by_rank) == 8 and all(s.learn_rank for s in by_rank.values())  # c10d: node rank = arrival order
+    assert by_rank[(3, "out")].path == f"{run}/torchrun/node1/*/attempt_*/1/stdout.log"
+    launcher = sorted(s.path for s in plan.sources if s.rank is None)
+    assert launcher == sorted([f"{run}/slurm/agent0.out", f"{run}/slurm/agent0.err", f"{run}/slurm/agent1.out",
+                               f"{run}/slurm/agent1.err", f"{run}/slurm/batch.out"])
+
+
+# ---------------------------------------------------------------- steps
+
+def test_step_plan_inside_an_allocation(tmp_path):
+    run = tmp_path / "r1"
+    p = shipped("slurm-ddp", "slurm.partition=debug")
+    plan = slurm.plan(p, run, 0, 77, environ={"SLURM_JOB_ID": "512"})
+    (proc,) = plan.procs
+    assert (plan.job.mode, plan.job.job_id, plan.job.name, plan.job.script) == ("step", "512", "ddptui-r1", None)
+    assert proc.name == "srun" and proc.argv[:2] == ("srun", "--job-name=ddptui-r1")
+    assert f"--output={run}/slurm/rank%t.out" in proc.argv and proc.argv[-2:] == ("-u", p.workload.script_path)
+    assert proc.env["DDPTUI"] == "1" and proc.env["DDPTUI_PID"] == "77"  # srun exports them to the tasks
+    assert proc.stdout == f"{run}/raw/srun.out"
+    assert any("not applied to the step" in n for n in plan.notes)
+    assert [s.rank for s in plan.sources] == [0, 0, 1, 1]
+
+
+def test_adhoc_srun_gets_rank_files_and_a_name(tmp_path):
+    run = tmp_path / "r2"
+    p = adhoc_profile(["srun", "-N2", "--ntasks-per-node=1", "python", "train.py", "--lr", "1"])
+    plan = slurm.plan(p, run, 0, 5, environ={})
+    (proc,) = plan.procs
+    argv = list(proc.argv)
+    assert argv[:6] == ["srun", "--job-name=ddptui-r2", f"--output={run}/slurm/rank%t.out",
+                        f"--error={run}/slurm/rank%t.err", "-N2", "--ntasks-per-node=1"]
+    assert argv[6:8] == ["bash", "-c"] and argv[9:] == ["_", "python", "train.py", "--lr", "1"]
+    assert 'MASTER_PORT="$port"' in argv[8] and 'port="${MASTER_PORT:-}"' in argv[8]  # a user's own port wins
+    assert (plan.job.mode, plan.job.job_id, plan.job.name) == ("step", None, "ddptui-r2")
+    assert [s.rank for s in plan.sources] == [0, 0, 1, 1]
+
+
+def test_adhoc_srun_with_its_own_output_is_read_by_label(tmp_path):
+    p = adhoc_profile(["srun", "-J", "mine", "-o", "out.%t", "-n2", "python", "t.py"])
+    plan = slurm.plan(p, tmp_path / "r3", 0, 5, environ={"SLURM_JOB_ID": "3"})
+    argv = list(plan.procs[0].argv)
+    assert argv[:7] == ["srun", "--label", "-J", "mine", "-o", "out.%t", "-n2"] and argv[-3:] == ["_", "python", "t.py"]
+    assert plan.sources == () and (plan.job.name, plan.job.job_id) == ("mine", "3")
+    assert any("'N: ' label" in n and "added --label" in n for n in plan.notes)
+    already = slurm.plan(adhoc_profile(["srun", "-l", "python", "t.py"]), tmp_path / "r4", 0, 5, environ={})
+    assert already.procs[0].argv.count("--label") == 0 and already.sources == ()
+
+
+# ---------------------------------------------------------------- the port, between real bash tasks
+
+def test_task0_hands_its_free_port_to_the_others(tmp_path):
+    """Task 0 binds a free port on the first node and writes it into the run directory; the others wait for it."""
+    p = shipped("slurm-ddp")
+    (tmp_path / "slurm").mkdir()
+    text = slurm.port_lines(p, tmp_path) + 'echo "$port"'
+    env = {**os.environ, "SLURM_JOB_ID": "8", "SLURM_STEP_ID": "0"}
+    waiter = subprocess.Popen(["bash", "-c", text], env={**env, "SLURM_PROCID": "1"}, stdout=subprocess.PIPE,
+                              text=True)
+    first = subprocess.run(["bash", "-c", text], env={**env, "SLURM_PROCID": "0"}, capture_output=True, text=True,
+                           timeout=30)
+    got = waiter.communicate(timeout=30)[0].strip()
+    assert first.returncode == 0 and waiter.returncode == 0
+    assert got == first.stdout.strip() and 1024 <= int(got) <= 65535
+    assert (tmp_path / "slurm" / "port.8.0").read_text().strip() == got
+    own = subprocess.run(["bash", "-c", slurm.port_lines(p, tmp_path, unless_set="MASTER_PORT") + 'echo "$port"'],
+                         env={**env, "SLURM_PROCID": "1", "MASTER_PORT": "4321"}, capture_output=True, text=True,
+                         timeout=30)
+    assert own.stdout.strip() == "4321"
+
+
+def test_prepare_writes_the_batch_script(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    plan = slurm.plan(shipped("slurm-ddp"), tmp_path / "run", 0, 1)
+    slurm.prepare(plan, tmp_path / "run")
+    script = Path(plan.job.script)
+    assert script.read_text() == plan.job.script_text and os.access(script, os.X_OK)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0  # the shell reads it
+    step = slurm.plan(shipped("slurm-ddp"), tmp_path / "run2", 0, 1, environ={"SLURM_JOB_ID": "1"})
+    slurm.prepare(step, tmp_path / "run2")
+    assert sorted(os.listdir(tmp_path / "run2")) == ["slurm"]
+
+
+# ---------------------------------------------------------------- torchrun c10d
+
+def test_torchrun_c10d_plan(tmp_path):
+    run = tmp_path / "20261203-1-multinode-torchrun"
+    p = shipped("multinode-torchrun", "local_addr=127.0.0.1")
+    plan = torchrun_plan(p, run, 29477)
+    assert len(plan.procs) == 2
+    for node, proc in enumerate(plan.procs):
+        argv = list(proc.argv)
+        i = argv.index("--nnodes")
+        assert argv[i:i + 10] == ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:29477",
+                                  "--rdzv-id", run.name, "--local-addr", "127.0.0.1"]
+        assert "--node-rank" not in argv and "--standalone" not in argv
+        assert f"{run}/torchrun/node{node}" in argv
+    assert all(s.learn_rank for s in plan.sources)
+    assert any("c10d rendezvous at 127.0.0.1:29477" in n for n in plan.notes)
+    mine = torchrun_plan(shipped("multinode-torchrun", "rdzv_id=mine", "rdzv_endpoint=localhost:29478"), run, 29478)
+    assert "localhost:29478" in mine.procs[0].argv and "mine" in mine.procs[0].argv
+    static = torchrun_plan(shipped("multinode-torchrun", "rdzv_backend=static"), run, 29479)
+    assert "--node-rank" in static.procs[1].argv and not any(s.learn_rank for s in static.sources)
+
+
+def test_rendezvous_port_of_an_endpoint():
+    assert rendezvous_port(shipped("multinode-torchrun", "rdzv_endpoint=127.0.0.1:29466")) == 29466
+    assert rendezvous_port(shipped("slurm-ddp")) == 0  # chosen on the job's first node
+
+
+# ---------------------------------------------------------------- --dry-run
+
+def test_dry_run_prints_the_batch_script(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    out = subprocess.run([sys.executable, "-m", "ddptui.tui.cli", "slurm-torchrun", "--dry-run", "--runs-dir",
+                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "argv: sbatch --wait --parsable" in text
+    assert "slurm: sbatch (sbatch --wait), launch torchrun, job name ddptui-<time>-slurm-torchrun" in text
+    assert "  | #!/bin/bash" in text and "  | export DDPTUI=1" in text and "  | export PYTHONPATH=" in text
+    assert "--rdzv-backend=c10d" in text and not list(tmp_path.iterdir())  # nothing written
+    step = subprocess.run([sys.executable, "-m", "ddptui.tui.cli", "slurm-ddp", "--dry-run"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, env={**env, "SLURM_JOB_ID": "5"})
+    assert step.returncode == 0 and "[srun] ranks 0,1" in step.stdout and "env:  DDPTUI=1" in step.stdout
+    assert "slurm: step (an srun step), launch srun" in step.stdout and "job id 5" in step.stdout
