@@ -13,10 +13,9 @@ from . import stacks
 REMOTE_TIMEOUT = 10.0  # seconds for every srun to come back (a step starts in well under 1 s on a live node)
 STOP_WAIT = 3.0  # seconds our own srun gets to cancel its step after SIGTERM, before SIGKILL
 # srun's own words when the node (its slurmd) could not be reached or is down, as opposed to a task that ran and
-# failed, or a job that is gone
-_UNREACHABLE = re.compile(r"Task launch for \S+ failed on node|Communication connection failure|Socket timed out|"
-                          r"Zero Bytes were transmitted|Node not responding|Required node not available|"
-                          r"Unable to contact node|Connection refused|No route to host|Network is unreachable")
+# failed, a job that is gone, or a controller that did not answer (the same socket errors, not naming a node)
+_UNREACHABLE = re.compile(r"Task launch for \S+ failed on node|Required node not available|Node not responding|"
+                          r"on node \S+: (Communication connection failure|Socket timed out|Zero Bytes were transmitted)")
 _TASK_EXIT = re.compile(r"^srun: error: \S+: tasks? [\d,-]+: (Exited with exit code (\d+)|.*)$")
 NO_PROCESS, NO_HANDLER = 3, 4  # exit codes of the faulthandler script run on the node
 # On the node: SIGUSR1 to the rank only if it registered a handler for it (SigCgt bit 10; otherwise the signal kills

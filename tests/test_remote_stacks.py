@@ -137,6 +137,13 @@ def test_outcome_node_that_cannot_be_reached():
     assert o.error.startswith("srun could not reach node1: Task launch for StepId=1.2 failed on node node1")
 
 
+def test_outcome_controller_that_does_not_answer_is_not_a_lost_node():
+    err = ("srun: error: Unable to create step for job 1: Communication connection failure\n"
+           "srun: error: Unable to contact slurm controller (connect failure)\n")
+    o = rs.outcome("node1", 1, "", err, 5, "py-spy")
+    assert not o.unreachable and o.error.startswith("srun on node1 failed: Unable to create step for job 1")
+
+
 def test_outcome_job_gone_is_an_srun_failure_not_a_lost_node():
     o = rs.outcome("node1", 1, "", "srun: error: Slurm job 1 has expired\n", 5, "py-spy")
     assert not o.unreachable and o.error == "srun on node1 failed: Slurm job 1 has expired"
