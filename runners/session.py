@@ -280,7 +280,10 @@ class Session:
         if problems:
             return self._finish("preflight failed", EXIT_USAGE)
         self.judge.matcher = _hint_matcher()
-        procs.become_subreaper()
+        if self.plan.job is None:
+            # orphaned ranks of a launcher that died come to us, to be torn down; a Slurm job's processes are
+            # slurmstepd's, and a subreaper that is an ancestor of slurmd (a test's cluster) would adopt its forks
+            procs.become_subreaper()
         tailer = Tailer()
         for n, spec in enumerate(self.plan.procs):
             if self._stop.is_set():  # a stop (SIGTERM, SIGINT, the UI) ends spawning at once; the loop tears down

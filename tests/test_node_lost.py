@@ -1,0 +1,57 @@
+"""A node lost in a real two-agent torchrun run: its agent dies while the other node trains on. The engine says which
+node and which ranks, tears the run down through the agents' own process groups and exits 1."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from ddptui.runners import events as ev
+from tests.slurm_cluster import wait_until
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def two_agents(tmp_path: Path, script: str) -> Path:
+    prof = tmp_path / "two-agents.yaml"
+    prof.write_text(f"name: two-agents\nrunner: torchrun\nnproc: 1\nnnodes: 2\nreplica_check: false\n"
+                    f"workload:\n  script: {FIXTURES / script}\n")
+    return prof
+
+
+@pytest.mark.timeout(120)
+def test_an_agent_killed_while_the_other_node_trains_is_a_node_lost(tmp_path, runs_dir):
+    seen: list = []
+    killed: dict = {}
+
+    def emit(batch):
+        seen.extend(batch)
+
+    def kill_node1():
+        def both_training():
+            ranks = {e.rank for e in list(seen) if isinstance(e, ev.Progress) and (e.step or 0) >= 3}
+            return ranks >= {0, 1}
+        wait_until(both_training, 90, "both nodes training")
+        pid = next(e.pid for e in list(seen) if isinstance(e, ev.ProcessStarted) and e.name == "torchrun-node1")
+        killed["pid"] = pid
+        os.kill(pid, signal.SIGKILL)  # the node is gone: its agent with it (its rank trains on, orphaned)
+
+    t = threading.Thread(target=kill_node1, daemon=True)
+    t.start()
+    from ddptui.runners.profile import load_profile
+    from ddptui.runners.session import Session
+    session = Session(load_profile(two_agents(tmp_path, "train_ddp_long.py")), runs_dir, emit=emit)
+    code = session.run()
+    t.join(5)
+    assert killed, "the test never killed node1's agent"
+    lost = [e for e in seen if isinstance(e, ev.NodeLost)]
+    assert [(e.node, e.ranks) for e in lost] == [("node1", (1,))], lost
+    assert "SIGKILL" in lost[0].why
+    assert code == 1
+    s = json.loads((session.run_dir / "summary.json").read_text())
+    assert s["status"] == "failed" and list(s["nodes_lost"]) == ["node1"]
+    assert s["crash"]["text"].startswith("node node1 lost"), s["crash"]["text"]
