@@ -3,6 +3,7 @@ namespaced hosts (node0: the login node and slurmctld, node1), a plain gloo job 
 from __future__ import annotations
 
 import json
+import random
 import socket
 import subprocess
 import sys
@@ -67,7 +68,8 @@ def test_stacks_of_a_rank_on_node1_are_taken_there_through_srun(slurm_hosts_clea
     cluster = slurm_hosts_clean
     logs = tmp_path / "slurm"
     logs.mkdir()
-    env = {**rankenv.activation({}), "MASTER_ADDR": cluster.hostnames[0], "MASTER_PORT": "29531",
+    port = random.randint(20000, 29999)  # inside node0's own namespace: only the test cluster's daemons listen there
+    env = {**rankenv.activation({}), "MASTER_ADDR": cluster.hostnames[0], "MASTER_PORT": str(port),
            "OMP_NUM_THREADS": "1"}
     job = cluster.on_node(0, ["srun", "-N2", "--ntasks-per-node=1", "--job-name=h4-remote-stacks",
                               f"--output={logs}/rank%t.out", f"--error={logs}/rank%t.err",
