@@ -112,11 +112,13 @@ def mirage_on_path(tmp_path, monkeypatch):
 
 def _cluster(namespaced: bool):
     from tests.netns import NamespacesUnavailable
-    from tests.slurm_cluster import SlurmCluster, cannot_run
+    from tests.slurm_cluster import SlurmCluster, cannot_run, sweep_orphans
 
     why = cannot_run(namespaced)
     if why:
         pytest.skip(why)
+    for what in sweep_orphans():  # left by a session killed before its finalizers ran
+        print(f"ended an orphaned test Slurm {what}")
     cluster = SlurmCluster(namespaced=namespaced)
     try:
         try:

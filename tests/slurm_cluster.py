@@ -13,10 +13,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from tests.netns import NamespacesUnavailable, NetnsHosts, cannot_make_namespaces
 
 DAEMONS = ("slurmctld", "slurmd", "slurmstepd")
-MARK = "DDPTUI_TEST_SLURM"  # in every daemon's environment: which cluster started it
+MARK = "DDPTUI_TEST_SLURM"  # in every daemon's environment: "<cluster uid>:<owner pid>:<owner start time>"
 TOKEN_VAR = "DDPTUI_TEST_TOKEN"  # tests/conftest.py's "no process left behind" mark: daemons do not carry it
 
 _BASE = """\
@@ -241,7 +243,7 @@ class SlurmCluster:
                 self.hosts.create()
             self.conf_path.write_text(slurm_conf(self.root, self.layout, free_ports(2 + len(self.nodes))))
             denv = {k: v for k, v in os.environ.items() if k != TOKEN_VAR and not k.startswith("SLURM")}
-            denv[MARK] = self.uid
+            denv[MARK] = f"{self.uid}:{os.getpid()}:{_start_time(os.getpid())}"
             self._daemon("slurmctld", 0, ["slurmctld", "-D", "-f", str(self.conf_path)], denv)
             for i, name in enumerate(self.nodes):
                 self._daemon(f"slurmd-{name}", i, ["slurmd", "-D", "-f", str(self.conf_path), "-N", name], denv)
@@ -329,6 +331,95 @@ class SlurmCluster:
 
     def remove_root(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _start_time(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _mark(pid: int) -> str | None:
+    for item in _environ(pid):
+        if item.startswith(MARK.encode() + b"="):
+            return item.split(b"=", 1)[1].decode(errors="replace")
+    return None
+
+
+def owner_gone(mark: str) -> bool:
+    """The process that started a cluster (the mark names its pid and start time) no longer exists."""
+    parts = mark.split(":")
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2]:
+        return False  # a mark naming no owner (an older fixture's): we cannot tell, so it is never ours to end
+    return _start_time(int(parts[1])) != parts[2]
+
+
+def sweep_orphans(timeout: float = 20) -> list[str]:
+    """End test clusters whose pytest died without stopping them (killed by a timeout): what it ended.
+
+    Only daemons carrying our mark whose owner is provably gone, the slurmstepds holding those clusters' log files,
+    the processes whose SLURM_CONF is theirs (clients, the jobs' tasks), the namespaces named after those clusters
+    and their folders; a live session's cluster, or one whose mark names no owner, is never touched.
+    """
+    dead: dict[str, list[int]] = {}  # cluster uid -> its daemons
+    roots: set[Path] = set()
+    for pid in _pids():
+        if _comm(pid) not in ("slurmctld", "slurmd"):
+            continue
+        mark = _mark(pid)
+        if mark and owner_gone(mark):
+            dead.setdefault(mark.split(":")[0], []).append(pid)
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"-f" in cmd:
+                roots.add(Path(cmd[cmd.index(b"-f") + 1].decode()).parent)
+    steps = [p for p in _pids() if _comm(p) == "slurmstepd"
+             and any(f.startswith(f"{r}/log/") for r in roots for f in _fds(p))]
+    confs = {f"SLURM_CONF={r / 'slurm.conf'}".encode() for r in roots}
+    users = [p for p in _pids() if confs & set(_environ(p))]  # its srun/sbatch clients and the job's tasks
+    procs = _processes(steps + users + [p for pids in dead.values() for p in pids])
+    for p in procs:  # TERM first: a daemon shuts down, a task may clean up
+        _quietly(p.terminate)
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for p in alive:
+        _quietly(p.kill)  # psutil checks it is still the same process (pid and start time)
+    psutil.wait_procs(alive, timeout=10)
+    ended = [f"cluster {uid} (pids {pids})" for uid, pids in dead.items()]
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout \
+        if shutil.which("ip") else ""
+    for line in listed.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if name.rpartition("-")[0][2:] in dead and name.startswith("dt"):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+            ended.append(f"namespace {name}")
+    for root in roots:
+        if root.name.startswith("ddptui-slurm-"):
+            shutil.rmtree(root, ignore_errors=True)
+    return ended
+
+
+def _environ(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def _processes(pids: list[int]) -> list[psutil.Process]:
+    out = []
+    for pid in dict.fromkeys(pids):
+        try:
+            out.append(psutil.Process(pid))
+        except psutil.Error:
+            continue
+    return out
+
+
+def _quietly(call) -> None:
+    try:
+        call()
+    except psutil.Error:
+        pass
 
 
 def _pids() -> list[int]:

@@ -270,3 +270,50 @@ def test_an_outer_allocation_of_the_tests_does_not_leak_into_the_test_cluster(sl
     r = slurm_clean.run(["srun", "-N2", "--ntasks-per-node=1", "sh", "-c", "echo $SLURM_JOB_ID"])
     assert r.returncode == 0, r.stderr
     assert "999999" not in r.stdout and len(set(r.stdout.split())) == 1
+
+
+_OWNER = '''
+import subprocess, sys
+sys.path.insert(0, sys.argv[1])
+from tests.slurm_cluster import SlurmCluster, wait_until
+c = SlurmCluster(namespaced=True).start()
+subprocess.Popen(c._argv(0, ["srun", "-N2", "--ntasks-per-node=1", "sleep", "600"]), env=c.node_env(),
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+wait_until(lambda: len(c.steps_left()) == 2, 60, "the step on both nodes")
+print(c.uid, c.root, flush=True)
+sys.stdin.read()
+'''
+
+
+@pytest.mark.timeout(150)
+def test_a_cluster_whose_pytest_was_killed_is_swept_at_the_next_start():
+    """A session killed by a timeout leaves its daemons, step, namespaces: the next session's fixture ends them."""
+    from tests.slurm_cluster import _mark, _pids, sweep_orphans
+
+    if cannot_run(namespaced=True):
+        pytest.skip(cannot_run(namespaced=True))
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER, str(Path(__file__).resolve().parent.parent)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    uid, root = owner.stdout.readline().split()
+    owner.kill()  # as a timeout would: no finalizer runs
+    owner.wait(timeout=30)
+
+    def of_it() -> list[int]:
+        return [p for p in _pids() if (_mark(p) or "").startswith(uid + ":")]
+    assert len(of_it()) == 3 and len(_sleeps()) == 2  # slurmctld, two slurmd; a sleep on each node
+    ended = sweep_orphans()
+    assert ended[0].startswith(f"cluster {uid} ")
+    assert {e for e in ended if e.startswith("namespace")} == {f"namespace dt{uid}-n0", f"namespace dt{uid}-n1"}
+    assert of_it() == [] and not Path(root).exists()
+    wait_until(lambda: not _sleeps(), 30, "the orphaned job's ranks gone")
+    assert sweep_orphans() == []  # a live session's clusters (this one's fixtures) are not touched
+
+
+def test_only_a_cluster_whose_owner_is_provably_gone_is_an_orphan():
+    from tests.slurm_cluster import _start_time, owner_gone
+
+    me = os.getpid()
+    assert not owner_gone(f"abc:{me}:{_start_time(me)}")
+    assert owner_gone(f"abc:{me}:{int(_start_time(me)) + 1}")  # the pid was reused by another process
+    assert not owner_gone("abc")  # no owner named (an older fixture's mark): never swept
+    assert not owner_gone("abc:12:")
