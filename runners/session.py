@@ -84,6 +84,7 @@ class Session:
         self._oom_counters: dict[int, oom.CgroupCounter] = {}  # rank pid -> its memory cgroup's OOM count
         self.plan = None
         self.slurm = None  # runners.slurm_job.SlurmJobWatch when the ranks run under a Slurm job or step
+        self._tailer: Tailer | None = None
 
     # what the front ends and tests read: the judge's
     @property
@@ -284,7 +285,7 @@ class Session:
             # orphaned ranks of a launcher that died come to us, to be torn down; a Slurm job's processes are
             # slurmstepd's, and a subreaper that is an ancestor of slurmd (a test's cluster) would adopt its forks
             procs.become_subreaper()
-        tailer = Tailer()
+        tailer = self._tailer = Tailer()
         for n, spec in enumerate(self.plan.procs):
             if self._stop.is_set():  # a stop (SIGTERM, SIGINT, the UI) ends spawning at once; the loop tears down
                 self._launcher_line(f"ddptui: stop requested while spawning: {n} of {len(self.plan.procs)} "
@@ -457,6 +458,9 @@ class Session:
     # ---- stacks --------------------------------------------------------------------------------------
     def _stderr_path(self, rank: int) -> str | None:
         import glob
+        learned = self._tailer.learned_file(rank, "err") if self._tailer is not None else None
+        if learned:  # c10d: the folder whose hello named this rank, whatever the plan guessed
+            return learned
         for spec in self.plan.procs:
             if spec.stdout_rank == rank:
                 return spec.stderr

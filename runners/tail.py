@@ -182,6 +182,12 @@ class Tailer:
         else:
             self.files.append(FileTail(path, rank, stream, learn=learn))
 
+    def learned_file(self, rank: int, stream: str) -> str | None:
+        """The newest `stream` file of a folder whose hello named `rank` (learn_rank sources), else None."""
+        hits = [t.path for t in self._all() if t.learn and t.stream == stream
+                and self.learner.learned.get(os.path.dirname(t.path)) == rank]
+        return hits[-1] if hits else None
+
     def _attribute(self, t: FileTail, lines, mono: float) -> list[tuple[int | None, str, list[str]]]:
         if not t.learn:
             return [(t.rank, t.stream, lines)]

@@ -239,3 +239,19 @@ def test_tailer_reattributes_both_files_of_a_folder(tmp_path, n):
     got = t.poll()
     assert [(r, s) for r, s, _ in got] == [(1, "err"), (1, "out")]
     t.close()
+
+
+def test_tailer_names_the_file_of_a_learned_rank(tmp_path):
+    from ddptui.runners.tail import Tailer
+    for lr in ("0", "1"):
+        (tmp_path / "a" / lr).mkdir(parents=True)
+    (tmp_path / "a" / "0" / "stdout.log").write_text(hello_line(1) + "\n")
+    (tmp_path / "a" / "0" / "stderr.log").write_text("")
+    t = Tailer()
+    for lr, guess in (("0", 0), ("1", 1)):
+        t.add(str(tmp_path / "a" / lr / "stdout.log"), guess, "out", learn=True)
+        t.add(str(tmp_path / "a" / lr / "stderr.log"), guess, "err", learn=True)
+    t.poll()
+    assert t.learned_file(1, "err") == str(tmp_path / "a" / "0" / "stderr.log")
+    assert t.learned_file(0, "err") is None  # folder 1 has said nothing: its guess is not taken for knowledge
+    t.close()
