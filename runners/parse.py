@@ -11,6 +11,8 @@ TAG = "@ddptui:"
 # torchrun's console prefixes: "[rank3]:" (torch.distributed's own tracebacks) and "[default3]:" (--tee, role+local rank)
 # and mirage's "[3] " label on each line of a node's output when it runs several processes
 _PREFIX = re.compile(r"\[(?:(?:rank|[A-Za-z_][\w-]*?)(\d+)\]:\s?|(\d+)\] )")
+# srun --label's "N: " before each line of task N (space-padded to the widest task number: " 3: ", "12: ")
+_LABEL = re.compile(r" *(\d+): ")
 _NUM = r"([-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|nan|inf)"
 # "[rank 0] loss: 30.5666 -> 0.2634 over 50 steps" (a summary line, not a step)
 _SUMMARY = re.compile(r"loss[:=]?\s*" + _NUM + r"\s*->\s*" + _NUM + r"\s*over\s*(\d+)\s*steps", re.I)
@@ -26,6 +28,10 @@ def split_prefix(line: str) -> tuple[int | None, str]:
         m = _PREFIX.match(line)
         if m:
             return int(m.group(1) or m.group(2)), line[m.end():]
+    elif line[:1].isdigit() or line[:1] == " ":
+        m = _LABEL.match(line)
+        if m:
+            return int(m.group(1)), line[m.end():]
     return None, line
 
 

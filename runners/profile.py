@@ -964,6 +964,8 @@ def _check_slurm(f: _Fields, profile: Profile, environ: Any = None) -> None:
         entry = node.value.get(key) if given else None
         return entry[1].loc if entry else (node.loc if node is not None else f.loc)
     if cmd and srun_argv.is_srun(cmd):
+        if srun_argv.program_start(cmd) >= len(cmd):
+            raise f.loc.error("workload.command", "the srun command line names no program to run")
         extra = [k for k in (node.value if given else {}) if k != "port"]
         if extra:
             raise at(extra[0]).error(f"slurm.{extra[0]}", "workload.command is an srun command line, which chooses"

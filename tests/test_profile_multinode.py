@@ -151,6 +151,10 @@ def test_workload_commands_under_slurm(tmp_path):
         "field 'slurm.partition': workload.command is an srun command line, which chooses its own options; only "
         "slurm.port applies to it")
     assert load_profile(write(tmp_path, base + "[python, t.py]\n")).workload.command == ("python", "t.py")
+    with pytest.raises(ProfileError) as info:
+        adhoc_profile(["srun", "-N", "2"])
+    assert str(info.value) == ("<command line>: field 'workload.command': the srun command line names no program "
+                               "to run")
 
 
 def test_overrides_reach_the_new_fields(tmp_path):

@@ -2,6 +2,7 @@
 argv, script text, env and log sources; the port hand-over between real bash tasks; --dry-run's text."""
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -232,3 +233,32 @@ def test_dry_run_prints_the_batch_script(tmp_path):
                           capture_output=True, text=True, timeout=60, env={**env, "SLURM_JOB_ID": "5"})
     assert step.returncode == 0 and "[srun] ranks 0,1" in step.stdout and "env:  DDPTUI=1" in step.stdout
     assert "slurm: step (an srun step), launch srun" in step.stdout and "job id 5" in step.stdout
+
+
+# ---------------------------------------------------------------- srun --label: no per-rank files
+
+def test_srun_label_prefix_names_the_task():
+    from ddptui.runners import parse
+
+    assert parse.split_prefix("0: step 3 loss 1.0") == (0, "step 3 loss 1.0")
+    assert parse.split_prefix(" 7: x") == (7, "x") and parse.split_prefix("12: @ddptui {}") == (12, "@ddptui {}")
+    assert parse.split_prefix("12:30:01 started") == (None, "12:30:01 started")
+    assert parse.split_prefix("  File \"t.py\", line 3") == (None, "  File \"t.py\", line 3")
+
+
+@pytest.mark.timeout(240)
+def test_labelled_adhoc_srun_is_read_from_srun_itself(slurm_clean, runs_dir):
+    """Without per-rank files (the command's own --label: no shared run directory needed), every line comes back
+    through ddptui's own srun, and its `N: ` label says whose it is: hellos, steps and digests of both ranks."""
+    cmd = [sys.executable, "-m", "ddptui.tui.cli", "--runs-dir", str(runs_dir), "--no-ui", "--", "srun", "--label",
+           "-N2", "--ntasks-per-node=1", sys.executable, str(ROOT / "tests" / "fixtures" / "srun_plain_ddp.py")]
+    env = slurm_clean.node_env({"MASTER_PORT": str(slurm_clean.free_port()),
+                                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=200)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    (run,) = list(runs_dir.iterdir())
+    assert json.loads((run / "plan.json").read_text())["sources"] == []
+    for r in (0, 1):
+        assert "step 14 loss" in (run / f"rank{r}.log").read_text(), r
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["replica"]["status"] == "identical", summary["replica"]
