@@ -210,7 +210,7 @@ class Session:
         """Tear every process down (bounded), and say which ones outlived SIGKILL."""
         self._tick()
         self.judge.teardown_began(why)
-        extra = self.judge.rank_pids()
+        extra = self._here(self.judge.rank_pids())
         if self.slurm is not None:
             self._end_job()
             extra = set()  # Slurm's ranks are slurmstepd's children, not ours: ended through scancel only
@@ -407,10 +407,10 @@ class Session:
         """Ranks under a launcher: when each really died (its pidfd, watched by a thread) and its exit status
         (read from the zombie before the launcher reaps it; else torchrun's own lines say it later)."""
         own = {pr.pid for pr in self.procs}
-        for pid in self.judge.rank_pids():
+        for pid in self._here(self.judge.rank_pids()):
             if pid not in self._oom_counters:
                 self._oom_counters[pid] = oom.CgroupCounter(pid)
-        watched = self.judge.watched_pids()
+        watched = self._here(self.judge.watched_pids())
         for pid in watched:
             self._deaths.watch(pid)  # our own rank processes too: the moment they died, not the turn
         seen = [(d.pid, d.wall, d.returncode) for d in self._deaths.deaths()]
@@ -419,6 +419,14 @@ class Session:
                 if not self._deaths.watching(pid) and not psutil.pid_exists(pid)}
         self._tick()
         self._carry_out(self.judge.deaths(seen, own, gone))
+
+    def _here(self, pids: set[int]) -> set[int]:
+        """The pids of ranks on this machine: a pid another node's rank said is no process here (never watched, never
+        signalled; such a rank's end comes from its launcher or job)."""
+        from .remote_stacks import is_local
+        here = socket.gethostname()
+        away = {t.pid for t in self.tracks.values() if t.pid and not is_local(t.host, here)}
+        return pids - away
 
     def _sample_resources(self, emit: bool = True) -> None:
         """CPU seconds and RSS of every live rank, for the judge (the stall rule's busy test) and the front end.

@@ -55,3 +55,34 @@ def test_an_agent_killed_while_the_other_node_trains_is_a_node_lost(tmp_path, ru
     s = json.loads((session.run_dir / "summary.json").read_text())
     assert s["status"] == "failed" and list(s["nodes_lost"]) == ["node1"]
     assert s["crash"]["text"].startswith("node node1 lost"), s["crash"]["text"]
+
+
+def test_a_pid_said_by_a_rank_on_another_host_is_never_watched_or_signalled(tmp_path, runs_dir):
+    """A rank on another node says its pid there; the same number here is some other process (here: this test's own
+    sleeping child). ddptui must neither take its death for the rank's nor signal it."""
+    import subprocess
+    import sys
+
+    from ddptui.runners.profile import load_profile
+    from ddptui.runners.session import Session
+
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        session = Session(load_profile(two_agents(tmp_path, "train_ddp_long.py")), runs_dir)
+        session.judge.begin(2, 2)
+        session.judge.lines(1, "out", ['@ddptui {"k": "hello", "r": 1, "pid": %d, "host": "elsewhere-node",'
+                                       ' "world": 2, "node": "node1"}' % bystander.pid], 0.0, 0.0)
+        session.judge.lines(0, "out", ['@ddptui {"k": "hello", "r": 0, "pid": %d, "host": "%s", "world": 2}'
+                                       % (os.getpid(), os.uname().nodename)], 0.0, 0.0)
+        assert session._here(session.judge.rank_pids()) == {os.getpid()}
+        assert session._here(session.judge.watched_pids()) == {os.getpid()}
+        bystander.kill()  # gone here: not the remote rank's death
+        bystander.wait()
+        session._check_rank_pids()
+        assert session.tracks[1].alive and session.tracks[1].exit_wall is None
+    finally:
+        if bystander.poll() is None:
+            bystander.kill()
+            bystander.wait()
+        session._deaths.close()
+        session.record.close()
