@@ -39,10 +39,24 @@ ACTIVATION = ("DDPTUI", "DDPTUI_PID", "DDPTUI_XLA", "DDPTUI_USER_ENV")
     ({"DDPTUI": "1", "DDPTUI_XLA": "1"}, ["-c"],
      ["python", "-c", "from multiprocessing.resource_tracker import main;main(5)"], "helper"),
     ({"DDPTUI": "1"}, ["standin_mirage.py"], ["python", "standin_mirage.py", "run", "--", "torchrun"], "launcher"),
+    ({"DDPTUI": "1", "SLURM_PROCID": "1", "SLURM_STEP_ID": "0"}, ["x.py"], ["python", "x.py"], "rank"),
+    ({"DDPTUI": "1", "SLURM_PROCID": "0"}, ["x.py"], ["python", "x.py"], "launcher"),
+    ({"DDPTUI": "1", "SLURM_PROCID": "0", "SLURM_STEP_ID": "0"}, ["/v/bin/torchrun"],
+     ["python", "/v/bin/torchrun", "x.py"], "launcher"),
 ], ids=["unset", "DDPTUI=0", "rank-script", "rank-module", "torchrun-agent", "agent-with-RANK", "python-m-run",
-        "xla-program", "xla-spawn-worker", "resource-tracker", "wrapper-without-RANK"])
+        "xla-program", "xla-spawn-worker", "resource-tracker", "wrapper-without-RANK", "srun-task",
+        "batch-script-python", "torchrun-agent-as-srun-task"])
 def test_role(environ, argv, orig, expect):
     assert scope.role(environ, argv, orig) == expect
+
+
+def test_launcher_var_takes_slurms_task_variables_only_in_a_step():
+    task = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0"}
+    assert [scope.launcher_var(task, n) for n in ("RANK", "WORLD_SIZE", "LOCAL_RANK")] == ["3", "4", "1"]
+    assert scope.launcher_var({**task, "RANK": "7"}, "RANK") == "7"  # torch's variable wins
+    batch = {k: v for k, v in task.items() if k != "SLURM_STEP_ID"}
+    assert scope.launcher_var(batch, "RANK") is None
+    assert scope.launcher_var(task, "MASTER_ADDR") is None
 
 
 def test_user_env_restores_saved_values_and_drops_the_activation():

@@ -25,3 +25,14 @@ def test_srun_tasks_say_hello_from_their_own_node(slurm_clean):
     assert sorted(hellos) == [0, 1] and all(h["k"] == "hello" and h["r"] == t for t, h in hellos.items())
     assert [hellos[t]["node"] for t in (0, 1)] == list(slurm_clean.nodes)  # block placement: task t on node t
     assert {h["host"] for h in hellos.values()} == {socket.gethostname()}  # one host, two nodes
+
+
+@pytest.mark.timeout(120)
+def test_a_script_that_reads_slurm_procid_itself_is_a_rank(slurm_clean):
+    """`ddptui -- srun python train.py` where train.py takes its rank from SLURM_PROCID: nothing sets RANK."""
+    r = slurm_clean.run(["srun", "-N2", "--ntasks-per-node=1", "--label", sys.executable, "-c", "print('trained')"],
+                        env={"DDPTUI": "1", "PYTHONPATH": str(INJECT), "PYTHONUNBUFFERED": "1"}, timeout=90)
+    assert r.returncode == 0, r.stderr
+    hellos = [strict_reports(ln.split(": ", 1)[1])[0] for ln in r.stdout.splitlines() if "@ddptui" in ln]
+    assert sorted((h["r"], h["world"], h["local"], h["node"]) for h in hellos if h["k"] == "hello") == \
+        [(0, 2, 0, slurm_clean.nodes[0]), (1, 2, 0, slurm_clean.nodes[1])]

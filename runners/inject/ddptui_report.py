@@ -14,6 +14,8 @@ import traceback
 import weakref
 from typing import Any, Callable
 
+import ddptui_scope
+
 _resolver: Callable[[], int | None] | None = None
 # Models whose digests were reported explicitly: the automatic digest at exit skips them.
 _reported: "weakref.WeakSet[Any]" = weakref.WeakSet()
@@ -33,16 +35,13 @@ def rank() -> int | None:
                 return int(r)
         except Exception:
             pass
-    try:
-        return int(os.environ["RANK"])
-    except (KeyError, ValueError):
-        return None
+    return _env_int("RANK")
 
 
 def _env_int(name: str) -> int | None:
     try:
-        return int(os.environ[name])
-    except (KeyError, ValueError):
+        return int(ddptui_scope.launcher_var(os.environ, name))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
         return None
 
 

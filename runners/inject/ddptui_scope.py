@@ -19,6 +19,17 @@ _LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 _MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 OFF, LAUNCHER, RANK, HELPER = "off", "launcher", "rank", "helper"
+# A task of an srun step is a rank even when nothing set torch's variables (a script that reads SLURM_PROCID):
+# Slurm's names for them. A batch script has SLURM_PROCID too, but no SLURM_STEP_ID: it is no rank.
+_SLURM_TASK_VARS = {"RANK": "SLURM_PROCID", "WORLD_SIZE": "SLURM_NTASKS", "LOCAL_RANK": "SLURM_LOCALID"}
+
+
+def launcher_var(environ: Mapping[str, str], name: str) -> str | None:
+    """RANK, WORLD_SIZE or LOCAL_RANK as the launcher gave it: torch's variable, else Slurm's in an srun task."""
+    value = environ.get(name)
+    if value is None and name in _SLURM_TASK_VARS and environ.get("SLURM_STEP_ID") is not None:
+        value = environ.get(_SLURM_TASK_VARS[name])
+    return value
 # In a rank: the values ddptui gave the variables the rank took out of os.environ (DDPTUI_PID, ...), for
 # injected code that needs them later. Set by sitecustomize.
 GIVEN: dict[str, str | None] = {}
@@ -27,7 +38,8 @@ GIVEN: dict[str, str | None] = {}
 def role(environ: Mapping[str, str], argv: Sequence[str], orig_argv: Sequence[str]) -> str:
     """off: not asked; launcher: passes the activation on, uninstrumented; rank: instrument it; helper: drop it.
 
-    The rank is the process a launcher started as one: torchrun's child or our env:// spawn (RANK set), or the
+    The rank is the process a launcher started as one: torchrun's child or our env:// spawn (RANK set), a task
+    of an srun step (SLURM_PROCID), or the
     XLA program and its torch_xla.launch worker (DDPTUI_XLA=1). Anything a rank starts never sees the activation
     (the rank removes it), so a process that sees it without RANK stands between ddptui and the ranks: a
     torchrun agent, or a wrapper (a Python stand-in for mirage, a user's launch script) that must pass it on.
@@ -39,7 +51,7 @@ def role(environ: Mapping[str, str], argv: Sequence[str], orig_argv: Sequence[st
         return LAUNCHER
     if any(h in arg for arg in orig_argv for h in _MP_HELPERS):
         return HELPER
-    if environ.get("RANK") is not None or environ.get("DDPTUI_XLA") == "1":
+    if launcher_var(environ, "RANK") is not None or environ.get("DDPTUI_XLA") == "1":
         return RANK
     return LAUNCHER
 
