@@ -151,6 +151,7 @@ class JobFollow:
         j = self.job
         job = None if j is None else {"id": j.job_id, "state": j.state, "reason": j.reason,
                                       "exit_code": j.exit_code, "nodes": list(self.job_nodes),
-                                      "cancelled_by_ddptui": self.cancelled_by_us,
+                                      # ddptui's scancel is what ended it (a job that failed first says FAILED)
+                                      "cancelled_by_ddptui": self.cancelled_by_us and j.state == "CANCELLED",
                                       "end": slurm_state.end_words(j)}
         return {"job": job, "nodes_lost": {n: dict(v) for n, v in self.lost.items()}}

@@ -255,3 +255,16 @@ def test_tailer_names_the_file_of_a_learned_rank(tmp_path):
     assert t.learned_file(1, "err") == str(tmp_path / "a" / "0" / "stderr.log")
     assert t.learned_file(0, "err") is None  # folder 1 has said nothing: its guess is not taken for knowledge
     t.close()
+
+
+def test_a_job_that_failed_before_our_scancel_took_says_failed_not_cancelled_by_us():
+    j = make()
+    j.job_submitted()
+    at(j, 1)
+    j.job_info(job("RUNNING", "", "n1"), ("n1",))
+    j.teardown_began("failed")
+    j.job_cancelling()  # the crash grace tore down while Slurm was already ending the job on its own
+    j.job_info(job("FAILED", "NonZeroExitCode", "n1", "1:0"))
+    s = j.summary("failed", 1, "/r", 1.0, 0.1, [], [])["job"]
+    assert s["state"] == "FAILED" and s["cancelled_by_ddptui"] is False
+    assert j.job.status("ok", EXIT_OK) == ("failed", EXIT_FAILED)
