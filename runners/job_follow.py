@@ -45,11 +45,14 @@ class JobFollow:
         self.lost: dict[str, dict] = {}  # node -> {"ranks", "why", "wall"}
         self._failed_at: float | None = None  # mono: the run failed or lost a node; agents get AGENT_EXIT_GRACE
         self._watchdog_fired = False
+        self.under_slurm = False  # the ranks run under a Slurm job or step ddptui follows
+        self._ended_job = False  # a rank failed and the job was ended for it
 
     # ---- Slurm's job -------------------------------------------------------------------------------------
     def submitted(self) -> None:
         """The ranks run under a Slurm job: until it runs, they are not late, they have not started."""
         self.s.job_waiting = True
+        self.under_slurm = True
 
     def job_info(self, info: slurm_state.JobInfo, nodes: tuple[str, ...]) -> None:
         """Slurm's answer about the job (`nodes`: its node list expanded)."""
@@ -121,6 +124,13 @@ class JobFollow:
         s = self.s
         if self._failed_at is None and s.first_failure is not None:
             self._failed_at = s.first_failure
+        if self.under_slurm and s.first_failure is not None and not self._ended_job and not s.tearing_down:
+            # Slurm ends the step itself (srun --kill-on-bad-exit) or lets the others block: either way the crash grace
+            # gives the survivors nothing; ddptui ends the job now, through scancel, and the first failure stays the cause
+            self._ended_job = True
+            s.say("ddptui: a rank failed; ending the Slurm job now")
+            s.emit(TearDown("failed", EXIT_FAILED))
+            return
         if self._watchdog_fired or self._failed_at is None or not agents or s.mono - self._failed_at <= AGENT_EXIT_GRACE:
             return
         if any(s.tracks[r].alive for a in agents for r in a.ranks if r in s.tracks and a.node == ""):

@@ -268,3 +268,28 @@ def test_a_job_that_failed_before_our_scancel_took_says_failed_not_cancelled_by_
     s = j.summary("failed", 1, "/r", 1.0, 0.1, [], [])["job"]
     assert s["state"] == "FAILED" and s["cancelled_by_ddptui"] is False
     assert j.job.status("ok", EXIT_OK) == ("failed", EXIT_FAILED)
+
+
+def test_a_rank_failure_under_a_slurm_job_ends_the_job_at_once():
+    j = make()
+    j.job_submitted()
+    at(j, 1)
+    j.job_info(job("RUNNING", "", "n[1-2]"), ("n1", "n2"))
+    hello_on(j, 0, "n1", dt=1.5)
+    hello_on(j, 1, "n2", dt=1.5)
+    at(j, 2)
+    assert j.watchdog([Agent("sbatch", "", (0, 1))]) == []
+    j.state.first_failure = T0 + 2  # rank 1 died (its death seen): no crash grace to wait out under Slurm
+    out = j.watchdog([Agent("sbatch", "", (0, 1))])
+    assert of(out, TearDown) == [TearDown("failed", EXIT_FAILED)]
+    assert "ending the Slurm job now" in "\n".join(texts(out))
+    assert j.watchdog([Agent("sbatch", "", (0, 1))]) == []  # once
+
+
+def test_without_slurm_a_rank_failure_waits_for_the_crash_grace():
+    j = make()
+    hello_on(j, 0, "node0")
+    hello_on(j, 1, "node1")
+    at(j, 2)
+    j.state.first_failure = T0 + 2
+    assert j.watchdog([Agent("torchrun-node1", "node1", (1,))]) == []
