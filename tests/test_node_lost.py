@@ -86,3 +86,38 @@ def test_a_pid_said_by_a_rank_on_another_host_is_never_watched_or_signalled(tmp_
             bystander.wait()
         session._deaths.close()
         session.record.close()
+
+
+@pytest.mark.timeout(150)
+def test_an_agent_that_never_exits_after_a_failure_is_torn_down_by_the_watchdog(tmp_path, runs_dir):
+    """Node1 freezes (its agent SIGSTOPped: it will never exit by itself, as an agent did after a partition in the
+    lab) and its rank dies; node0's rank fails on the lost peer. The watchdog tears the frozen agent down."""
+    from ddptui.runners.job_follow import AGENT_EXIT_GRACE
+    from ddptui.runners.profile import load_profile
+    from ddptui.runners.session import Session
+
+    seen: list = []
+    done: dict = {}
+
+    def freeze_node1():
+        def both_training():
+            return {e.rank for e in list(seen) if isinstance(e, ev.Progress) and (e.step or 0) >= 3} >= {0, 1}
+        wait_until(both_training, 90, "both nodes training")
+        agent = next(e.pid for e in list(seen) if isinstance(e, ev.ProcessStarted) and e.name == "torchrun-node1")
+        rank1 = next(e.pid for e in list(seen) if isinstance(e, ev.RankHello) and e.rank == 1)
+        os.kill(agent, signal.SIGSTOP)
+        os.kill(rank1, signal.SIGKILL)
+        done["at"] = __import__("time").monotonic()
+
+    t = threading.Thread(target=freeze_node1, daemon=True)
+    t.start()
+    session = Session(load_profile(two_agents(tmp_path, "train_ddp_long.py")), runs_dir, emit=seen.extend)
+    code = session.run()
+    t.join(5)
+    took = __import__("time").monotonic() - done["at"]
+    assert code == 1
+    lost = [e for e in seen if isinstance(e, ev.NodeLost)]
+    assert [e.node for e in lost] == ["node1"] and "did not exit" in lost[0].why, lost
+    assert AGENT_EXIT_GRACE < took < AGENT_EXIT_GRACE + 30, took
+    s = json.loads((session.run_dir / "summary.json").read_text())
+    assert s["crash"]["root_rank"] == 1, s["crash"]
