@@ -46,8 +46,9 @@ def port_lines(profile: Profile, run_dir: Path, unless_set: str | None = None) -
     pf = shlex.quote(str(run_dir / "slurm" / "port.")) + '"$SLURM_JOB_ID.$SLURM_STEP_ID"'
     py = shlex.quote(profile.workload.python)
     pick = "import socket; s = socket.socket(); s.listen(); print(s.getsockname()[1])"  # listen binds a free port
+    # -S: no site, so not the injected sitecustomize either (a python in an srun step would say its hello into $pf)
     body = (f'pf={pf}\n'
-            f'if [ "$SLURM_PROCID" = 0 ]; then {py} -c "{pick}" > "$pf.tmp" && mv "$pf.tmp" "$pf"\n'
+            f'if [ "$SLURM_PROCID" = 0 ]; then {py} -S -c "{pick}" > "$pf.tmp" && mv "$pf.tmp" "$pf"\n'
             f'else for i in $(seq {PORT_WAIT_S * 10}); do [ -s "$pf" ] && break; sleep 0.1; done; fi\n'
             'port=$(cat "$pf")\n')
     if unless_set is None:

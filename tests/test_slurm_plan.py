@@ -163,7 +163,9 @@ def test_task0_hands_its_free_port_to_the_others(tmp_path):
     p = shipped("slurm-ddp")
     (tmp_path / "slurm").mkdir()
     text = slurm.port_lines(p, tmp_path) + 'echo "$port"'
-    env = {**os.environ, "SLURM_JOB_ID": "8", "SLURM_STEP_ID": "0"}
+    # as in an srun task that ddptui started: its activation is there, and a task of a step counts as a rank
+    env = {**os.environ, "SLURM_JOB_ID": "8", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
+           "DDPTUI": "1", "PYTHONPATH": str(INJECT_DIR)}
     waiter = subprocess.Popen(["bash", "-c", text], env={**env, "SLURM_PROCID": "1"}, stdout=subprocess.PIPE,
                               text=True)
     first = subprocess.run(["bash", "-c", text], env={**env, "SLURM_PROCID": "0"}, capture_output=True, text=True,
