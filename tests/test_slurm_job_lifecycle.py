@@ -28,6 +28,26 @@ from tests.slurm_cluster import free_ports, wait_until
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+_TASK_ENV = ("bash", "-c", 'export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID; exec "$@"', "_")
+
+
+def step_plan(job_id: str):
+    """An srun step inside the user's allocation `job_id` (SLURM_JOB_ID set, as inside salloc)."""
+    def plan(profile, run_dir: Path, script: Path, dashboard_pid) -> LaunchPlan:
+        out = run_dir / "slurm"
+        out.mkdir(parents=True, exist_ok=True)
+        name = f"ddptui-{run_dir.name}"
+        env = {**base_env(profile, dashboard_pid), "SLURM_JOB_ID": job_id, "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(free_ports(1)[0])}
+        argv = ("srun", f"--job-name={name}", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
+                f"--output={out}/rank%t.out", f"--error={out}/rank%t.err", *_TASK_ENV, sys.executable, str(script))
+        proc = ProcSpec("srun", argv, env, str(run_dir), (0, 1), str(run_dir / "raw" / "srun.out"),
+                        str(run_dir / "raw" / "srun.err"))
+        sources = [LogSource(str(out / f"rank{r}.{s}"), r, s) for r in (0, 1) for s in ("out", "err")]
+        return LaunchPlan("env", 2, (proc,), tuple(sources), (), SlurmJob("step", "srun", name, job_id))
+    return plan
+
+
 def sbatch_plan(profile, run_dir: Path, script: Path, dashboard_pid) -> LaunchPlan:
     """Two nodes, one rank each: an sbatch --wait of a batch script whose srun writes every rank's own files."""
     out = run_dir / "slurm"
@@ -52,12 +72,13 @@ def sbatch_plan(profile, run_dir: Path, script: Path, dashboard_pid) -> LaunchPl
 class Engine:
     """A Session in a forked child; what it decided is read back from its run record (events.jsonl, summary.json)."""
 
-    def __init__(self, profile, runs_dir: Path, script: Path) -> None:
+    def __init__(self, profile, runs_dir: Path, script: Path, planner=None) -> None:
         self.profile, self.runs_dir, self.script = profile, runs_dir, script
+        self.planner = planner or sbatch_plan
         self.proc = multiprocessing.get_context("fork").Process(target=self._child, daemon=False)
 
     def _child(self) -> None:
-        session_mod.make_plan = lambda p, run_dir, port, pid=None: sbatch_plan(p, run_dir, self.script, pid)
+        session_mod.make_plan = lambda p, run_dir, port, pid=None: self.planner(p, run_dir, self.script, pid)
         session = Session(self.profile, self.runs_dir)
         signal.signal(signal.SIGTERM, lambda *_: session.request_stop())
         os._exit(session.run())
@@ -112,11 +133,11 @@ def slurm_engine(slurm_clean, monkeypatch, runs_dir):
     monkeypatch.setenv("SLURM_CONF", slurm_clean.env["SLURM_CONF"])
     made = []
 
-    def make(script: str, *overrides: str) -> Engine:
+    def make(script: str, *overrides: str, planner=None) -> Engine:
         path = FIXTURES / script
         profile = adhoc_profile([sys.executable, str(path)], ["nproc=1", "nnodes=2", "replica_check=false",
                                                                *overrides])
-        made.append(Engine(profile, runs_dir, path))
+        made.append(Engine(profile, runs_dir, path, planner))
         return made[-1]
     yield make
     for e in made:
@@ -184,3 +205,23 @@ def test_stop_while_pending_scancels_the_job_before_it_runs(slurm_engine, slurm_
     assert s["job"]["state"] == "CANCELLED", s["job"]
     assert not any(e.state == "RUNNING" for e in engine.events("job_state"))
     assert not engine.events("rank_hello")
+
+
+@pytest.mark.timeout(150)
+def test_stop_of_a_step_cancels_the_step_and_leaves_the_users_allocation(slurm_engine, slurm_clean):
+    r = slurm_clean.run(["salloc", "--no-shell", "--nodes=2", "--ntasks-per-node=1", "--job-name=user-alloc"],
+                        timeout=60)
+    alloc = next((w for w in r.stderr.split() if w.isdigit()), None)
+    assert alloc, r.stderr
+    try:
+        engine = slurm_engine("train_ddp_long.py", planner=step_plan(alloc)).start()
+        wait_until(lambda: any(" step 3 " in ln for ln in engine.lines(1)), 90, "the step training")
+        engine.stop()
+        code = engine.wait(60)
+        assert code == 1 and engine.summary()["status"] == "stopped"
+        assert any(f"ddptui: scancel step {alloc}." in ln for ln in engine.launcher()), engine.launcher()
+        assert slurm_clean.job_state(alloc) == "RUNNING"  # the allocation is the user's: only our step ended
+        steps = slurm_clean.run(["squeue", "-h", "-s", "-j", alloc, "-o", "%i"]).stdout.split()
+        assert not [x for x in steps if not x.endswith(".extern")], steps
+    finally:
+        slurm_clean.run(["scancel", alloc])
