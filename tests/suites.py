@@ -37,6 +37,8 @@ RANKS_ONLY = {
     "test_tui_panes_live": _LONG,
     "test_tui_tmux": _LONG,
     "test_xla_runs": _LONG,
+    "test_multinode_torchrun": _LONG + "; its plain rank scripts run on the test's own interpreter",
+    "test_slurm_runs": _LONG + "; on a real Slurm cluster whose tasks run the test's own interpreter",
     "test_slurm_cluster": "a real Slurm cluster (root, Debian's slurm packages) whose tasks run the test's own interpreter",
     "test_slurm_job_lifecycle": "a real Slurm cluster whose tasks run the test's own interpreter",
     "test_node_lost": _LONG,
