@@ -46,7 +46,7 @@ class JobFollow:
         self._failed_at: float | None = None  # mono: the run failed or lost a node; agents get AGENT_EXIT_GRACE
         self._watchdog_fired = False
         self.under_slurm = False  # the ranks run under a Slurm job or step ddptui follows
-        self._ended_job = False  # a rank failed and the job was ended for it
+        self._ended_job = False  # a teardown was asked for (a node lost, a rank failed under Slurm, the watchdog)
 
     # ---- Slurm's job -------------------------------------------------------------------------------------
     def submitted(self) -> None:
@@ -54,8 +54,8 @@ class JobFollow:
         self.s.job_waiting = True
         self.under_slurm = True
 
-    def job_info(self, info: slurm_state.JobInfo, nodes: tuple[str, ...]) -> None:
-        """Slurm's answer about the job (`nodes`: its node list expanded)."""
+    def job_info(self, info: slurm_state.JobInfo, nodes: tuple[str, ...], down: tuple[str, ...] = ()) -> None:
+        """Slurm's answer about the job (`nodes`: its node list expanded; `down`: those Slurm has down)."""
         s = self.s
         if not slurm_state.changed(self.job, info):
             return
@@ -74,9 +74,9 @@ class JobFollow:
                 if not t.ran:
                     t.last_progress = s.mono
         if info.state in slurm_state.NODE_FAILED:
-            down = nodes or self.job_nodes
-            self.node_lost(", ".join(down) or "?", tuple(sorted(s.tracks)),
-                           f"Slurm ended job {info.job_id} with {info.state}"
+            lost = down or nodes or self.job_nodes
+            ranks = tuple(sorted(r for r, t in s.tracks.items() if t.node in lost)) or tuple(sorted(s.tracks))
+            self.node_lost(", ".join(lost) or "?", ranks, f"Slurm ended job {info.job_id} with {info.state}"
                            + (f" ({info.reason})" if info.reason else ""))
         elif info.state in slurm_state.ENDED and info.state != "COMPLETED" and not s.tearing_down:
             s.say(f"ddptui: Slurm job {info.job_id} ended {slurm_state.end_words(info)}")
@@ -96,8 +96,18 @@ class JobFollow:
         s.say(f"ddptui: node {node} lost: {why}; tearing the run down")
         if self._failed_at is None:
             self._failed_at = s.mono
-        if teardown and not s.tearing_down:
-            s.emit(TearDown("failed", EXIT_FAILED))
+        if teardown:
+            self._tear_down()
+
+    def launcher_lines(self, lines) -> None:
+        """srun's own word that a node of the job failed (its output is the launcher's)."""
+        for ln in lines:
+            node = slurm_state.node_failure(ln)
+            if node:
+                ranks = tuple(sorted(r for r, t in self.s.tracks.items() if t.node == node))
+                # lines bring events only: the teardown is asked for at the next check
+                self.node_lost(node, ranks or tuple(sorted(self.s.tracks)), f"srun: node failure on {node}",
+                               teardown=False)
 
     def agent_exited(self, name: str, ranks: tuple[int, ...], returncode: int, signal: str | None,
                      others_running: bool) -> None:
@@ -124,12 +134,14 @@ class JobFollow:
         s = self.s
         if self._failed_at is None and s.first_failure is not None:
             self._failed_at = s.first_failure
+        if self.lost and not self._ended_job:
+            self._tear_down()
+            return
         if self.under_slurm and s.first_failure is not None and not self._ended_job and not s.tearing_down:
             # Slurm ends the step itself (srun --kill-on-bad-exit) or lets the others block: either way the crash grace
             # gives the survivors nothing; ddptui ends the job now, through scancel, and the first failure stays the cause
-            self._ended_job = True
             s.say("ddptui: a rank failed; ending the Slurm job now")
-            s.emit(TearDown("failed", EXIT_FAILED))
+            self._tear_down()
             return
         if self._watchdog_fired or self._failed_at is None or not agents or s.mono - self._failed_at <= AGENT_EXIT_GRACE:
             return
@@ -143,8 +155,13 @@ class JobFollow:
                 self.node_lost(a.node, self._ranks_on(a.node, a.ranks),
                                f"its agent {a.name} did not exit {AGENT_EXIT_GRACE:g} s after the run failed",
                                teardown=False)
-        if not s.tearing_down:
-            s.emit(TearDown("failed", EXIT_FAILED))
+        self._tear_down()
+
+    def _tear_down(self) -> None:
+        """Ask for the run's teardown (exit 1), once, unless it is already under way."""
+        if not self._ended_job and not self.s.tearing_down:
+            self.s.emit(TearDown("failed", EXIT_FAILED))
+        self._ended_job = True
 
     # ---- the end -----------------------------------------------------------------------------------------
     def status(self, status: str, exit_code: int) -> tuple[str, int]:

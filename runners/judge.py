@@ -73,6 +73,10 @@ class Judge:
         """Lines read from one source in one go (rank None: a launcher's own output). Returns their LogLines (with
         reports taken out) and whatever they caused: progress is coalesced until `progress()`."""
         self.ingest.lines(rank, stream, lines, wall, mono)
+        if rank is None and self.job.under_slurm:
+            from .slurm_state import NODE_FAILURE_NEEDLE
+            if NODE_FAILURE_NEEDLE in (getattr(lines, "text", None) or "\n".join(lines)):
+                self.job.launcher_lines(lines)
         return self.state.take()
 
     def progress(self) -> list:
@@ -153,9 +157,10 @@ class Judge:
         """The ranks run under a batch job: no stall clock until it runs."""
         self.job.submitted()
 
-    def job_info(self, info, nodes: tuple[str, ...] = ()) -> list:
-        """Slurm's answer about the job (slurm_state.JobInfo; `nodes` its node list expanded)."""
-        self.job.job_info(info, nodes)
+    def job_info(self, info, nodes: tuple[str, ...] = (), down: tuple[str, ...] = ()) -> list:
+        """Slurm's answer about the job (slurm_state.JobInfo; `nodes` its node list expanded; `down` those of them
+        Slurm has down, asked only when the job ended NODE_FAIL)."""
+        self.job.job_info(info, nodes, down)
         return self.state.take()
 
     def job_cancelling(self) -> None:

@@ -85,6 +85,7 @@ class Session:
         self.plan = None
         self.slurm = None  # runners.slurm_job.SlurmJobWatch when the ranks run under a Slurm job or step
         self._tailer: Tailer | None = None
+        self._job_end: TearDown | None = None  # what Slurm's answer about the job asked for (NODE_FAIL: a teardown)
 
     # what the front ends and tests read: the judge's
     @property
@@ -250,8 +251,10 @@ class Session:
         if info is None:
             return None
         nodes = self.slurm.hostnames(info.nodelist)
+        from .slurm_state import NODE_FAILED
+        down = self.slurm.down_nodes(nodes) if info.state in NODE_FAILED else ()
         self._tick()
-        self._carry_out(self.judge.job_info(info, nodes))
+        self._job_end = self._carry_out(self.judge.job_info(info, nodes, down)) or self._job_end
         return info.state
 
     def _job_end_state(self, bound: float = 10.0) -> None:
@@ -342,6 +345,7 @@ class Session:
             if self.slurm is not None and mono >= next_job:
                 from .slurm_state import poll_interval
                 next_job = mono + poll_interval(self._job_poll())
+                end = end or self._job_end
             if self._dump.is_set():
                 self._dump.clear()
                 self._tick()

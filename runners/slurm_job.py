@@ -91,6 +91,14 @@ class SlurmJobWatch:
             self._hostnames[nodelist] = tuple(x.strip() for x in out.splitlines() if x.strip())
         return self._hostnames[nodelist]
 
+    def down_nodes(self, nodes: tuple[str, ...]) -> tuple[str, ...]:
+        """Which of `nodes` Slurm has down, failing or not responding (the ones a NODE_FAIL job lost)."""
+        if not nodes:
+            return ()
+        out = self._run(["sinfo", "-h", "-N", "-n", ",".join(nodes), "-t", "down,fail,failing,no_respond,drain",
+                         "-o", "%N"])
+        return tuple(sorted({x.strip() for x in (out or "").splitlines() if x.strip()}))
+
     def find_step(self) -> str | None:
         """Step mode: the id of the step our srun started (by the name ddptui gave it)."""
         if self.step is None and self.job_id is not None:

@@ -74,6 +74,16 @@ def parse_steps(out: str, name: str) -> str | None:
     return None
 
 
+_NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
+NODE_FAILURE_NEEDLE = "Node failure on"
+
+
+def node_failure(line: str) -> str | None:
+    """The node srun says failed under the job ("srun: error: Node failure on n2"), or None."""
+    m = _NODE_FAILURE.search(line)
+    return m.group(1) if m else None
+
+
 def poll_interval(state: str | None) -> float:
     """How long to wait before asking Slurm again: often while the job waits (its start ends the pending display),
     rarely while it runs (the ranks' own output says more, sooner)."""

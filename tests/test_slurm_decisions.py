@@ -102,15 +102,18 @@ def test_node_fail_is_a_node_lost_and_a_teardown():
     j.job_submitted()
     at(j, 1)
     j.job_info(job("RUNNING", "", "n[1-2]"), ("n1", "n2"))
-    out = j.job_info(job("NODE_FAIL", "NodeDown", "n2"), ("n2",))
+    hello_on(j, 0, "n1", dt=1.5)
+    hello_on(j, 1, "n2", dt=1.5)
+    at(j, 2)
+    out = j.job_info(job("NODE_FAIL", "NodeDown", "n[1-2]"), ("n1", "n2"), down=("n2",))
     lost = of(out, ev.NodeLost)
-    assert [(e.node, e.ranks) for e in lost] == [("n2", (0, 1))] and "NODE_FAIL" in lost[0].why
+    assert [(e.node, e.ranks) for e in lost] == [("n2", (1,))] and "NODE_FAIL" in lost[0].why
     assert of(out, TearDown) == [TearDown("failed", EXIT_FAILED)]
     _, status, code = j.conclude(None, None)
     assert (status, code) == ("failed", EXIT_FAILED)
     assert j.crash is not None and j.crash.text.startswith("node n2 lost")
     s = j.summary(status, code, "/r", 1.0, 0.1, [], [])
-    assert s["job"]["state"] == "NODE_FAIL" and s["nodes_lost"]["n2"]["ranks"] == [0, 1]
+    assert s["job"]["state"] == "NODE_FAIL" and s["nodes_lost"]["n2"]["ranks"] == [1]
 
 
 def test_a_job_cancelled_by_someone_else_fails_the_run_ours_does_not_add_a_failure():
@@ -293,3 +296,18 @@ def test_without_slurm_a_rank_failure_waits_for_the_crash_grace():
     at(j, 2)
     j.state.first_failure = T0 + 2
     assert j.watchdog([Agent("torchrun-node1", "node1", (1,))]) == []
+
+
+def test_srun_saying_a_node_failed_is_a_node_lost():
+    assert ss.node_failure("srun: error: Node failure on n2") == "n2"
+    assert ss.node_failure("[rank 1] Node failure on my mind") is None
+    j = make()
+    j.job_submitted()
+    hello_on(j, 0, "n1")
+    hello_on(j, 1, "n2")
+    out = say(j, None, 3, "srun: error: Node failure on n2", "srun: Job step aborted: Waiting up to 7 seconds")
+    assert [(e.node, e.ranks, e.why) for e in of(out, ev.NodeLost)] == [("n2", (1,), "srun: node failure on n2")]
+    assert not of(out, TearDown)  # lines bring events only (Session.ingest emits what they return)
+    assert of(j.watchdog([]), TearDown)
+    k = make()  # not under Slurm: a line that happens to say so is a line
+    assert not of(say(k, None, 3, "srun: error: Node failure on n2"), ev.NodeLost)

@@ -66,6 +66,7 @@ def sbatch_plan(profile, run_dir: Path, script: Path, dashboard_pid) -> LaunchPl
     proc = ProcSpec("sbatch", argv, base_env(profile, dashboard_pid), str(run_dir), (0, 1),
                     str(run_dir / "raw" / "sbatch.out"), str(run_dir / "raw" / "sbatch.err"))
     sources = [LogSource(str(out / f"rank{r}.{s}"), r, s) for r in (0, 1) for s in ("out", "err")]
+    sources.append(LogSource(str(out / "batch.out"), None, "out"))  # the batch script's and srun's own lines
     return LaunchPlan("env", 2, (proc,), tuple(sources), (), SlurmJob("sbatch", "srun", name, None, str(batch)))
 
 
@@ -225,3 +226,23 @@ def test_stop_of_a_step_cancels_the_step_and_leaves_the_users_allocation(slurm_e
         assert not [x for x in steps if not x.endswith(".extern")], steps
     finally:
         slurm_clean.run(["scancel", alloc])
+
+
+@pytest.mark.timeout(150)
+def test_a_node_slurm_takes_down_under_the_job_is_a_node_lost(slurm_engine, slurm_clean):
+    engine = slurm_engine("train_ddp_long.py").start()
+    try:
+        wait_until(lambda: any(" step 3 " in ln for ln in engine.lines(1)), 90, "training on both nodes")
+        slurm_clean.run(["scontrol", "update", "NodeName=n2", "State=DOWN", "Reason=ddptui-test"], check=True)
+        code = engine.wait(90)
+    finally:
+        slurm_clean.run(["scontrol", "update", "NodeName=n2", "State=RESUME"])
+        wait_until(lambda: "n2 idle" in slurm_clean.sinfo(), 60, "n2 back idle")
+    assert code == 1, "\n".join(engine.launcher()[-20:])
+    lost = engine.events("node_lost")
+    assert [(e.node, e.ranks) for e in lost] == [("n2", (1,))], (lost, [e.state for e in engine.events("job_state")])
+    s = engine.summary()
+    # an admin's DOWN ends the job CANCELLED "due to node failure" (a node that stops answering: NODE_FAIL, after
+    # SlurmdTimeout); srun's "Node failure on n2" names the node either way
+    assert s["job"]["state"] in ("CANCELLED", "NODE_FAIL") and s["status"] == "failed", s["job"]
+    assert s["crash"]["text"].startswith("node n2 lost"), s["crash"]["text"]
