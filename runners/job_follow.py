@@ -117,7 +117,9 @@ class JobFollow:
         if not node or s.tearing_down:
             return
         on_node = self._ranks_on(node, ranks)
-        failed = any(s.tracks[r].status == "failed" or s.tracks[r].exc is not None for r in on_node)
+        # its ranks failed or died first (the death watch saw it, even with no exit code yet): a crash, not a lost node
+        failed = any(s.tracks[r].status == "failed" or s.tracks[r].exc is not None
+                     or (s.tracks[r].pid and s.tracks[r].pid in s.died_at) for r in on_node)
         if agent_lost_node(returncode, signal, failed, others_running):
             self.node_lost(node, on_node, f"its agent {name} ended ({signal or f'exit {returncode}'}) while the other "
                                           "nodes still ran, with no error of its ranks")

@@ -311,3 +311,12 @@ def test_srun_saying_a_node_failed_is_a_node_lost():
     assert of(j.watchdog([]), TearDown)
     k = make()  # not under Slurm: a line that happens to say so is a line
     assert not of(say(k, None, 3, "srun: error: Node failure on n2"), ev.NodeLost)
+
+
+def test_agent_whose_rank_died_first_is_a_crash_even_before_the_exit_code_is_known():
+    j = make()
+    hello_on(j, 0, "node0")
+    hello_on(j, 1, "node1")
+    at(j, 3)
+    j.deaths([(101, W0 + 3, None)], own=set())  # rank 1 (pid 101) died; its parent reaped it before we read a code
+    assert not of(j.agent_exited("torchrun-node1", (1,), 1, None, others_running=True), ev.NodeLost)
