@@ -35,7 +35,8 @@ test: $(STAMP) xla-venv slurm-deps
 test-pythons: $(STAMP)
 	bash scripts/test-pythons.sh
 
-bench: $(STAMP)
+# section 7 (2 nodes x 2 ranks under Slurm vs 4 ranks on one node) runs on the tests' Slurm cluster
+bench: $(STAMP) slurm-deps
 	$(BIN)/python bench/run.py
 
 clean:

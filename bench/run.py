@@ -1,9 +1,10 @@
 """`make bench`: ddptui's overhead, ingest throughput, stall latency, memory, start-up and UI latency,
 measured side by side with what users would run instead (bare torchrun, torchrun --tee, a plain pipe).
 
-  .venv/bin/python bench/run.py [--quick] [--repeats N] [--only overhead,ingest,engine,stall,memory,startup,ui]
+  .venv/bin/python bench/run.py [--quick] [--repeats N] [--only overhead,ingest,engine,stall,memory,startup,ui,multinode]
 
-Writes bench/results.md (the README's performance section is made from it) and bench/results.json.
+Writes bench/results.md (the README's performance section is made from it) and bench/results.json; with --only, the
+sections not run keep their figures from the results.json already there (each section says when it was measured).
 Every figure is min / median / max over the repeats; ratios are taken pair by pair within one repeat
 (the machine is shared and noisy), and the order of the pair alternates between repeats.
 """
@@ -24,7 +25,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from ingest_engine import count_lines  # bench/ is this script's folder, first on sys.path
+import multinode  # bench/ is this script's folder, first on sys.path
+from ingest_engine import count_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -620,6 +622,12 @@ def write_report(res: dict, cfg) -> str:
              f"{'QUICK smoke run, ' if cfg.quick else ''}{cfg.repeats} repeat(s); cells are min / median / max. "
              f"The machine is shared with other work: compare figures side by side within one table, "
              f"not across runs. Whole bench: {m.get('total_s', 0):.0f} s.\n")
+    if m.get("kept"):
+        k, km = m["kept"], m["kept"]["meta"]
+        L.append(f"Only {', '.join(s for s in res if s not in ('meta', 'errors') and s not in k['sections'])} "
+                 f"measured in this run; sections {', '.join(k['sections'])} are kept from the run of {k['date']} "
+                 f"(load average at start {km.get('load_start')}, at end {km.get('load_end')}; "
+                 f"{km.get('repeats')} repeat(s); that run's whole bench: {km.get('total_s', 0):.0f} s).\n")
     tick = lambda ok: "met" if ok else "**missed**"
     if "overhead" in res:
         o = res["overhead"]
@@ -757,7 +765,24 @@ def write_report(res: dict, cfg) -> str:
                         if res.get("overhead", {}).get("ddptui_own_cpu_share") else "") + ".\n")
         elif live:
             L.append(f"Live dashboard run: not measured ({live.get('not_measured') or live.get('runs')}).\n")
+    if "multinode" in res:
+        L += multinode.report(res["multinode"], fmt3)
     return "\n".join(L) + "\n"
+
+
+def keep_sections_not_run(res: dict, old_json: Path, not_run: list[str]) -> dict:
+    """With --only, the sections not run keep the figures of the previous results.json, under their own date."""
+    if not not_run or not old_json.exists():
+        return res
+    old = json.loads(old_json.read_text(encoding="utf-8"))
+    kept = [name for name in not_run if name in old]
+    for name in kept:
+        res[name] = old[name]
+    if kept:
+        res["meta"]["kept"] = {"sections": kept, "date": old.get("meta", {}).get("kept", {}).get("date")
+                               or old["meta"]["date"], "meta": old.get("meta", {}).get("kept", {}).get("meta")
+                               or old["meta"]}
+    return res
 
 
 def _trim_profile(text: str) -> str:
@@ -776,7 +801,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 repeat, smaller sizes (smoke run)")
     ap.add_argument("--repeats", type=int, default=None)
-    ap.add_argument("--only", default="overhead,ingest,engine,stall,memory,startup,ui")
+    ap.add_argument("--only", default="overhead,ingest,engine,stall,memory,startup,ui,multinode")
     ap.add_argument("--out", default=str(BENCH / "results.md"))
     ap.add_argument("--report-only", action="store_true", help="re-render results.md from the JSON next to it")
     cfg = ap.parse_args()
@@ -791,6 +816,7 @@ def main() -> int:
     cfg.stall_ranks = (2, 4, 8)
     cfg.stall_repeats = {2: 1, 4: 1, 8: 1} if q else {2: cfg.repeats, 4: 2, 8: 2}
     cfg.ui_seconds, cfg.ui_presses = (3.0, 10) if q else (6.0, 30)
+    cfg.multinode_repeats = 1 if q else cfg.repeats
     only = set(cfg.only.split(","))
     if cfg.report_only:
         out = Path(cfg.out)
@@ -813,7 +839,8 @@ def main() -> int:
                     "repeats": cfg.repeats}}
     t0 = time.monotonic()
     steps = [("startup", bench_startup), ("overhead", bench_overhead), ("ingest", bench_ingest),
-             ("engine", bench_engine), ("memory", bench_memory), ("stall", bench_stall), ("ui", bench_ui)]
+             ("engine", bench_engine), ("memory", bench_memory), ("stall", bench_stall), ("ui", bench_ui),
+             ("multinode", lambda c, w, r: multinode.bench(c, w, r, log, mmm))]
     try:
         for name, fn in steps:
             if name in only:
@@ -829,10 +856,11 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     res["meta"]["total_s"] = time.monotonic() - t0
     res["meta"]["load_end"] = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    out = Path(cfg.out)
+    res = keep_sections_not_run(res, out.with_suffix(".json"), [name for name, _ in steps if name not in only])
     md = write_report(res, cfg)
     if res.get("errors"):
         md += "## Sections that failed\n\n" + "\n".join(f"- {k}: {v}" for k, v in res["errors"].items()) + "\n"
-    out = Path(cfg.out)
     out.write_text(md, encoding="utf-8")
     out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str), encoding="utf-8")
     print(md)
