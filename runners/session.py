@@ -85,6 +85,7 @@ class Session:
         self.plan = None
         self.slurm = None  # runners.slurm_job.SlurmJobWatch when the ranks run under a Slurm job or step
         self._tailer: Tailer | None = None
+        self._job_waited = False  # teardown scancelled the job and waited for its end already
         self._job_end: TearDown | None = None  # what Slurm's answer about the job asked for (NODE_FAIL: a teardown)
 
     # what the front ends and tests read: the judge's
@@ -233,6 +234,7 @@ class Session:
         if not running and (w.job_id is None or w.gone()):
             return
         self.judge.job_cancelling()
+        self._job_waited = True
         what = w.cancel()
         self._launcher_line(f"ddptui: scancel {what}")
         end = time.monotonic() + GONE_DEADLINE
@@ -528,7 +530,7 @@ class Session:
 
     # ---- the end -------------------------------------------------------------------------------------
     def _conclude(self, end: TearDown | None) -> int:
-        if self.slurm is not None and self.slurm.own_job:
+        if self.slurm is not None and self.slurm.own_job and not self._job_waited:
             self._job_end_state()
         self._check_rank_pids()  # deaths the watcher saw since the last check
         self._tick()

@@ -11,7 +11,9 @@ from .plan import SlurmJob
 from .slurm_state import JobInfo
 
 CMD_TIMEOUT = 5.0  # seconds one Slurm client call may take (slurmctld answers in milliseconds when it is up)
-GONE_DEADLINE = 30.0  # seconds teardown waits, after scancel, for the job to leave RUNNING/COMPLETING (KillWait ~5 s)
+# seconds teardown waits, after scancel, for the job to leave RUNNING/COMPLETING (KillWait ~5 s); within the stopper's
+# 30 s bound on a stopped ddptui (tui/stopper.py), with the rank teardown's deadline after it
+GONE_DEADLINE = 20.0
 
 
 class SlurmJobWatch:
