@@ -41,6 +41,7 @@ RANKS_ONLY = {
     "test_slurm_runs": _LONG + "; on a real Slurm cluster whose tasks run the test's own interpreter",
     "test_slurm_cluster": "a real Slurm cluster (root, Debian's slurm packages) whose tasks run the test's own interpreter",
     "test_slurm_job_lifecycle": "a real Slurm cluster whose tasks run the test's own interpreter",
+    "test_remote_stacks_slurm": "a real Slurm cluster on namespaced hosts whose gloo job runs the test's own interpreter",
     "test_node_lost": _LONG,
     "test_rank_learned": "its c10d torchrun agents run on the test's own interpreter",
     "test_installed": "pip-installs the checkout with the test's interpreter (test-pythons installs it on each Python)",
