@@ -46,13 +46,16 @@ class JobFollow:
         self._failed_at: float | None = None  # mono: the run failed or lost a node; agents get AGENT_EXIT_GRACE
         self._watchdog_fired = False
         self.under_slurm = False  # the ranks run under a Slurm job or step ddptui follows
+        self.launch = ""  # SlurmJob.launch
         self._ended_job = False  # a teardown was asked for (a node lost, a rank failed under Slurm, the watchdog)
 
     # ---- Slurm's job -------------------------------------------------------------------------------------
-    def submitted(self) -> None:
-        """The ranks run under a Slurm job: until it runs, they are not late, they have not started."""
+    def submitted(self, launch: str = "srun") -> None:
+        """The ranks run under a Slurm job (`launch`: "srun", a task per rank, or "torchrun", an agent per node): until
+        it runs, they are not late, they have not started."""
         self.s.job_waiting = True
         self.under_slurm = True
+        self.launch = launch
 
     def job_info(self, info: slurm_state.JobInfo, nodes: tuple[str, ...], down: tuple[str, ...] = ()) -> None:
         """Slurm's answer about the job (`nodes`: its node list expanded; `down`: those Slurm has down)."""
@@ -99,8 +102,13 @@ class JobFollow:
         if teardown:
             self._tear_down()
 
-    def launcher_lines(self, lines) -> None:
-        """srun's own word that a node of the job failed (its output is the launcher's)."""
+    def launcher_lines(self, lines, exit_codes) -> None:
+        """srun's own words (its output is the launcher's): a node of the job failed; how tasks ended, which with one
+        task per rank (launch srun) are the ranks' exit codes, handed to `exit_codes` as (rank, code) pairs."""
+        if self.launch == "srun":
+            codes = [(task, code) for ln in lines for task, code in slurm_state.task_ends(ln) if task in self.s.tracks]
+            if codes:
+                exit_codes(codes)
         for ln in lines:
             node = slurm_state.node_failure(ln)
             if node:

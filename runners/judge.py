@@ -74,9 +74,10 @@ class Judge:
         reports taken out) and whatever they caused: progress is coalesced until `progress()`."""
         self.ingest.lines(rank, stream, lines, wall, mono)
         if rank is None and self.job.under_slurm:
-            from .slurm_state import NODE_FAILURE_NEEDLE
-            if NODE_FAILURE_NEEDLE in (getattr(lines, "text", None) or "\n".join(lines)):
-                self.job.launcher_lines(lines)
+            from .slurm_state import NODE_FAILURE_NEEDLE, TASK_END_NEEDLE
+            blob = getattr(lines, "text", None) or "\n".join(lines)
+            if NODE_FAILURE_NEEDLE in blob or TASK_END_NEEDLE in blob:
+                self.job.launcher_lines(lines, self.life.exit_codes)
         return self.state.take()
 
     def progress(self) -> list:
@@ -153,9 +154,9 @@ class Judge:
         return self.state.take()
 
     # ---- the job and the nodes (job_follow.py) -------------------------------------------------------
-    def job_submitted(self) -> None:
-        """The ranks run under a batch job: no stall clock until it runs."""
-        self.job.submitted()
+    def job_submitted(self, launch: str = "srun") -> None:
+        """The ranks run under a batch job (`launch`: SlurmJob.launch): no stall clock until it runs."""
+        self.job.submitted(launch)
 
     def job_info(self, info, nodes: tuple[str, ...] = (), down: tuple[str, ...] = ()) -> list:
         """Slurm's answer about the job (slurm_state.JobInfo; `nodes` its node list expanded; `down` those of them

@@ -312,7 +312,7 @@ class Session:
         if self.plan.job is not None and self.procs:
             from .slurm_job import SlurmJobWatch
             self.slurm = SlurmJobWatch(self.plan.job, self.procs[0].spec.stdout)
-            self.judge.job_submitted()
+            self.judge.job_submitted(self.plan.job.launch)
         self._flush()
         try:
             return self._loop(tailer)

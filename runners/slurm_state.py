@@ -84,6 +84,33 @@ def node_failure(line: str) -> str | None:
     return m.group(1) if m else None
 
 
+_TASK_END = re.compile(r"srun: error: \S+: tasks? ([\d,\-]+): (.+?)\s*$")
+_TASK_SIGNAL = {"Killed": -9, "Terminated": -15, "Aborted": -6, "Segmentation fault": -11, "Bus error": -7,
+                "Illegal instruction": -4, "Floating point exception": -8, "Interrupt": -2, "Hangup": -1}
+TASK_END_NEEDLE = "srun: error: "
+
+
+def _tasks(spec: str) -> list[int]:
+    out = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            out += range(int(lo), int(hi or lo) + 1)
+    return out
+
+
+def task_ends(line: str) -> list[tuple[int, int]]:
+    """(task, Popen-style return code) pairs srun reports for tasks that ended badly: "srun: error: n2: task 1: Killed"
+    -> [(1, -9)]; "srun: error: n1: tasks 0-1: Exited with exit code 3" -> [(0, 3), (1, 3)]."""
+    m = _TASK_END.search(line)
+    if not m:
+        return []
+    what = m.group(2)
+    code = int(what.rsplit(" ", 1)[1]) if what.startswith("Exited with exit code ") else _TASK_SIGNAL.get(
+        what.split(" (core dumped)")[0])
+    return [] if code is None else [(t, code) for t in _tasks(m.group(1))]
+
+
 def poll_interval(state: str | None) -> float:
     """How long to wait before asking Slurm again: often while the job waits (its start ends the pending display),
     rarely while it runs (the ranks' own output says more, sooner)."""

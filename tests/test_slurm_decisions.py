@@ -320,3 +320,30 @@ def test_agent_whose_rank_died_first_is_a_crash_even_before_the_exit_code_is_kno
     at(j, 3)
     j.deaths([(101, W0 + 3, None)], own=set())  # rank 1 (pid 101) died; its parent reaped it before we read a code
     assert not of(j.agent_exited("torchrun-node1", (1,), 1, None, others_running=True), ev.NodeLost)
+
+
+def test_srun_task_end_lines():
+    assert ss.task_ends("srun: error: n2: task 1: Killed") == [(1, -9)]
+    assert ss.task_ends("srun: error: n1: tasks 0-1,3: Exited with exit code 3") == [(0, 3), (1, 3), (3, 3)]
+    assert ss.task_ends("srun: error: n1: task 0: Segmentation fault (core dumped)") == [(0, -11)]
+    assert ss.task_ends("srun: error: Node failure on n2") == []
+    assert ss.task_ends("srun: error: n2: task 1: Something new") == []
+
+
+def test_srun_saying_a_task_was_killed_is_that_ranks_death_by_sigkill():
+    j = make()
+    j.job_submitted("srun")
+    at(j, 1)
+    j.job_info(job("RUNNING", "", "n[1-2]"), ("n1", "n2"))
+    hello_on(j, 0, "n1", dt=1.5)
+    hello_on(j, 1, "n2", dt=1.5)
+    at(j, 3)
+    j.deaths([(101, W0 + 3, None)], own=set())  # slurmstepd reaped it before its status could be read
+    out = say(j, None, 3.2, "srun: error: n2: task 1: Killed")
+    assert (j.tracks[1].returncode, j.tracks[1].signal, j.tracks[1].status) == (-9, "SIGKILL", "failed")
+    assert [(e.rank, e.status) for e in of(out, ev.RankState)] == [(1, "failed")]
+    k = make()  # launch torchrun: tasks are agents, not ranks
+    k.job_submitted("torchrun")
+    hello_on(k, 1, "n2")
+    say(k, None, 3, "srun: error: n2: task 1: Killed")
+    assert k.tracks[1].returncode is None

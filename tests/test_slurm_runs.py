@@ -171,9 +171,6 @@ def test_hang_on_node2_names_the_culprit_from_stacks_taken_there(request, runs_d
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.xfail(strict=True, reason="the engine does not read srun's 'srun: error: n2: task 1: Killed' as rank 1's "
-                   "death by SIGKILL: both ranks end 'stopped by the launcher' with no crash verdict, or rank 0's "
-                   "gloo traceback (a victim) is taken for the root cause")
 def test_rank_killed_on_node2_is_the_root_cause_and_the_job_is_cancelled(slurm_clean, runs_dir):
     code, out = ddptui(slurm_clean, runs_dir, "slurm-ddp", "--no-ui",
                "--set", f"workload.script={FIXTURES / 'die_without_exception.py'}", "--set", "replica_check=false",
