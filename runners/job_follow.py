@@ -175,11 +175,14 @@ class JobFollow:
 
     # ---- the end -----------------------------------------------------------------------------------------
     def status(self, status: str, exit_code: int) -> tuple[str, int]:
-        """A job Slurm ended badly (not by ddptui's scancel) or a lost node fails an otherwise ok run."""
+        """A lost node makes the run failed (exit 1), also one a stall was said for (the lost node stalled it); a job
+        Slurm ended badly (not by ddptui's scancel) fails an otherwise ok run."""
         j = self.job
         bad_job = (j is not None and j.state in slurm_state.ENDED and j.state != "COMPLETED"
                    and not (j.state == "CANCELLED" and self.cancelled_by_us))
-        if (self.lost or bad_job) and status == "ok":
+        if self.lost and status not in ("failed", "stopped"):
+            return "failed", EXIT_FAILED  # a stall or differing replicas of a run that lost a node: the node's loss
+        if bad_job and status == "ok":
             return "failed", EXIT_FAILED
         return status, exit_code
 

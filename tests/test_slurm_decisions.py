@@ -347,3 +347,15 @@ def test_srun_saying_a_task_was_killed_is_that_ranks_death_by_sigkill():
     hello_on(k, 1, "n2")
     say(k, None, 3, "srun: error: n2: task 1: Killed")
     assert k.tracks[1].returncode is None
+
+
+def test_a_node_lost_during_a_stall_is_a_failed_run_not_a_stalled_one():
+    from ddptui.runners.judge import EXIT_STALLED
+    j = make()
+    j.job_submitted()
+    hello_on(j, 0, "node0")
+    hello_on(j, 1, "node1")
+    at(j, 40)
+    j.node_lost("node1", (1,), "srun could not reach node1 for stacks (timed out)")
+    assert j.job.status("stalled", EXIT_STALLED) == ("failed", EXIT_FAILED)
+    assert j.job.status("stopped", EXIT_FAILED) == ("stopped", EXIT_FAILED)
