@@ -11,6 +11,7 @@ ANY_PYTHON = frozenset({
     "test_tui_app", "test_tui_fit", "test_tui_latency", "test_tui_model", "test_tui_snapshots", "test_xla_evidence",
     "test_xla_plan", "test_judge", "test_judge_parts", "test_rankenv", "test_torchrun_argv", "test_tui_pace",
     "test_profile_cli", "test_slurm_decisions",
+    "test_console_nodes", "test_tui_nodes", "test_profile_multinode",
 })
 
 # Long end-to-end rank runs (20-40 s a test; 5 of these modules took 9 min on 3.10 on a loaded 2-core machine), while
@@ -41,6 +42,11 @@ RANKS_ONLY = {
     "test_slurm_runs": _LONG + "; on a real Slurm cluster whose tasks run the test's own interpreter",
     "test_slurm_cluster": "a real Slurm cluster (root, Debian's slurm packages) whose tasks run the test's own interpreter",
     "test_slurm_job_lifecycle": "a real Slurm cluster whose tasks run the test's own interpreter",
+    "test_inject_slurm": "a real Slurm cluster whose tasks run the test's own interpreter",
+    "test_slurm_plan": "its ad-hoc srun runs the test's own interpreter on a real Slurm cluster",
+    "test_node_identity_run": _LONG,
+    "test_torchrun_c10d_run": _LONG,
+    "test_remote_stacks": "the processes it dumps run on the test's own interpreter",
     "test_remote_stacks_slurm": "a real Slurm cluster on namespaced hosts whose gloo job runs the test's own interpreter",
     "test_node_lost": _LONG,
     "test_rank_learned": "its c10d torchrun agents run on the test's own interpreter",
