@@ -17,7 +17,8 @@ from ddptui.runners.watch import CRASH_GRACE, Watch
 
 ROOT = Path(__file__).resolve().parent.parent
 T0, W0 = 1000.0, 1_764_682_000.0
-PARTS = ("run_state", "ingest", "rank_lifecycle", "watch", "stack_verdicts", "conclusion", "judge")
+PARTS = ("run_state", "ingest", "rank_lifecycle", "watch", "stack_verdicts", "conclusion", "judge", "job_follow",
+         "slurm_state", "rank_learn")
 
 
 def state(*over: str, world: int = 2) -> RunState:
