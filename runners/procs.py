@@ -6,6 +6,7 @@ import os
 import select
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,9 +31,27 @@ def _prctl(option: int, value: int) -> bool:
         return False
 
 
+_subreaping = [0]  # runs of this process that asked to be the subreaper and have not ended
+_subreaper_lock = threading.Lock()
+
+
 def become_subreaper() -> bool:
-    """Orphaned grandchildren (ranks of a launcher that died) are re-parented to us, so we can kill them."""
-    return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    """Orphaned grandchildren (ranks of a launcher that died) are re-parented to us, so we can kill them.
+
+    Only while a run needs it: call stop_subreaping() when the run ends. A process that stays a subreaper adopts
+    every later orphan below it for good, e.g. the forks of a Slurm daemon a test process started, that nobody
+    then reaps (the job hangs COMPLETING)."""
+    with _subreaper_lock:
+        _subreaping[0] += 1
+        return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def stop_subreaping() -> None:
+    """One run that called become_subreaper() ended; the last one hands orphans back to init."""
+    with _subreaper_lock:
+        _subreaping[0] = max(0, _subreaping[0] - 1)
+        if _subreaping[0] == 0:
+            _prctl(_PR_SET_CHILD_SUBREAPER, 0)
 
 
 def _child_setup() -> None:

@@ -83,6 +83,7 @@ class Session:
         self._deaths = DeathWatch()  # ranks a launcher spawned: when each really died
         self._oom_counters: dict[int, oom.CgroupCounter] = {}  # rank pid -> its memory cgroup's OOM count
         self.plan = None
+        self._subreaper = False  # this run made the process a subreaper (undone when it ends)
         self.slurm = None  # runners.slurm_job.SlurmJobWatch when the ranks run under a Slurm job or step
         self._tailer: Tailer | None = None
         self._job_waited = False  # teardown scancelled the job and waited for its end already
@@ -205,6 +206,8 @@ class Session:
                         import traceback
                         traceback.print_exc()
             finally:
+                if self._subreaper:
+                    procs.stop_subreaping()
                 self._deaths.close()
                 self.record.close()
 
@@ -289,7 +292,7 @@ class Session:
         if self.plan.job is None:
             # orphaned ranks of a launcher that died come to us, to be torn down; a Slurm job's processes are
             # slurmstepd's, and a subreaper that is an ancestor of slurmd (a test's cluster) would adopt its forks
-            procs.become_subreaper()
+            self._subreaper = procs.become_subreaper()
         tailer = self._tailer = Tailer()
         for n, spec in enumerate(self.plan.procs):
             if self._stop.is_set():  # a stop (SIGTERM, SIGINT, the UI) ends spawning at once; the loop tears down

@@ -318,3 +318,30 @@ def test_teardown_signals_each_process_once(tmp_path):
         assert out.read_text() == "TW" and Path(f"{out}.child").read_text() == "TW"
     finally:
         procs.teardown([proc], deadline=0.5)
+
+
+def _is_subreaper() -> bool:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    flag = ctypes.c_int(-1)
+    assert libc.prctl(37, ctypes.byref(flag), 0, 0, 0) == 0  # PR_GET_CHILD_SUBREAPER
+    return bool(flag.value)
+
+
+@pytest.mark.timeout(120)
+def test_a_run_is_the_subreaper_only_while_it_runs(tmp_path):
+    """A process left a subreaper adopts every later orphan below it for good (a test's Slurm daemons' forks)."""
+    from ddptui.runners.profile import load_profile
+    from ddptui.runners.session import Session
+    from tests.engine_helpers import PROFILES
+    procs._prctl(36, 0)
+    seen = []
+    session = Session(load_profile(PROFILES / "cpu-smoke.yaml", ["steps=2"]), tmp_path,
+                      emit=lambda batch: seen.append(_is_subreaper()))
+    assert session.run() == 0 and any(seen)
+    assert not _is_subreaper()
+    assert procs.become_subreaper() and procs.become_subreaper()  # two runs at once: the first to end keeps it on
+    procs.stop_subreaping()
+    assert _is_subreaper()
+    procs.stop_subreaping()
+    assert not _is_subreaper()
