@@ -148,7 +148,7 @@ class JobFollow:
             self._tear_down()
             return
         if self.under_slurm and s.first_failure is not None and not self._ended_job and not s.tearing_down:
-            # Slurm ends the step itself (srun --kill-on-bad-exit) or lets the others block: either way the crash grace
+            # the surviving tasks block in their collective (the plan leaves --kill-on-bad-exit out): the crash grace
             # gives the survivors nothing; ddptui ends the job now, through scancel, and the first failure stays the cause
             s.say("ddptui: a rank failed; ending the Slurm job now")
             self._tear_down()

@@ -49,7 +49,8 @@ _MAX_DEPTH = 64
 # PyYAML composes ~35k nodes/s here: a profile is a few hundred bytes, so 64 KiB and 20,000 nodes bound
 # the parse to well under a second whatever the file holds.
 MAX_PROFILE_BYTES = 64 * 1024
-# Ranks all run on this machine: past 4 per core (and 64 in all) a world size is almost surely a typo.
+# Ranks all run on this machine (a Slurm job's: those of one node): past 4 per core (and 64 in all) a world size is
+# almost surely a typo.
 # `max_world_size` raises the bound for a deliberate big run, never past WORLD_CEILING.
 WORLD_PER_CPU, WORLD_FLOOR, WORLD_CEILING = 4, 64, 65536
 
@@ -1074,15 +1075,24 @@ def _build(root: _Node, source: str, base: Path, default_name: str) -> Profile:
     limit = default_max_world_size() if max_world is None else max_world
     explicit = max_world is not None
     nproc_node, nnodes_node = f.node("nproc"), f.node("nnodes")
-    _check_world([("nproc", nproc_node, nproc), ("nnodes", nnodes_node, nnodes)], root.loc, limit, explicit)
+    runner_node = f.node("runner")
+    on_slurm = runner_node is not None and runner_node.kind == "scalar" and runner_node.value == "slurm"
+    if on_slurm:
+        # Slurm's nodes are other machines: this one's cores bound the ranks of one node, never the whole job
+        _check_world([("nproc", nproc_node, nproc)], root.loc, limit, explicit)
+        _check_world([("nproc", nproc_node, nproc), ("nnodes", nnodes_node, nnodes)], root.loc,
+                     max_world or WORLD_CEILING, True)
+    else:
+        _check_world([("nproc", nproc_node, nproc), ("nnodes", nnodes_node, nnodes)], root.loc, limit, explicit)
     mirage = _mirage(f.node("mirage"), root.loc, base, nproc, nnodes)
     xla = _xla(f.node("xla"), root.loc, base, nproc)
     m_nodes = ("mirage.num_nodes", _child(f.node("mirage"), "num_nodes"), mirage.num_nodes)
-    _check_world([("mirage.gpus_per_node", _child(f.node("mirage"), "gpus_per_node"), mirage.gpus_per_node),
-                  m_nodes], root.loc, limit, explicit)
-    _check_world([("nproc", nproc_node, nproc), m_nodes], root.loc, limit, explicit)  # mirage's world
-    _check_world([("xla.num_devices", _child(f.node("xla"), "num_devices"), xla.num_devices)], root.loc, limit,
-                 explicit)
+    if not on_slurm:  # mirage's and xla's counts default to nproc/nnodes; a Slurm job runs neither
+        _check_world([("mirage.gpus_per_node", _child(f.node("mirage"), "gpus_per_node"), mirage.gpus_per_node),
+                      m_nodes], root.loc, limit, explicit)
+        _check_world([("nproc", nproc_node, nproc), m_nodes], root.loc, limit, explicit)  # mirage's world
+        _check_world([("xla.num_devices", _child(f.node("xla"), "num_devices"), xla.num_devices)], root.loc, limit,
+                     explicit)
     profile = Profile(
         name=f.get("name", default_name, _name),
         description=f.typed("description", _str()),

@@ -80,17 +80,20 @@ def agent_wrapper(profile: Profile, run_dir: Path) -> str:
 
 
 def srun_line(profile: Profile, run_dir: Path, step_name: str | None) -> list[str]:
-    """The srun that starts the ranks (launch srun) or one torchrun agent per node (launch torchrun)."""
+    """The srun that starts the ranks (launch srun) or one torchrun agent per node (launch torchrun).
+
+    No --kill-on-bad-exit: ddptui reads the first failure and ends the job itself (scancel, CANCELLED), after
+    taking what it needs; srun killing the step first raced it (the job then ended FAILED, by Slurm's hand)."""
     s, out = profile.slurm, run_dir / "slurm"
     argv = ["srun"] + ([f"--job-name={step_name}"] if step_name else [])
     if s.launch == "torchrun":
         argv += [f"--nodes={profile.nnodes}", f"--ntasks={profile.nnodes}", "--ntasks-per-node=1",
-                 f"--cpus-per-task={profile.nproc}", "--kill-on-bad-exit=1",
+                 f"--cpus-per-task={profile.nproc}",
                  f"--output={out}/agent%n.out", f"--error={out}/agent%n.err", *s.srun_args,
                  "bash", "-c", agent_wrapper(profile, run_dir), "_", *workload_target(profile)]
     else:
         argv += [f"--nodes={profile.nnodes}", f"--ntasks={profile.world_size}",
-                 f"--ntasks-per-node={profile.nproc}", "--kill-on-bad-exit=1",
+                 f"--ntasks-per-node={profile.nproc}",
                  f"--output={out}/rank%t.out", f"--error={out}/rank%t.err", *s.srun_args,
                  "bash", "-c", rank_wrapper(profile, run_dir), "_", *workload_argv(profile)]
     return argv

@@ -520,6 +520,15 @@ def test_world_size_bound_is_located_and_overridable(tmp_path, two_cores):
     assert load_profile(big).max_world_size == 200 and load_profile(big).to_json()["max_world_size"] == 200
 
 
+def test_slurm_world_is_bounded_per_node_not_by_this_machines_cores(tmp_path, two_cores):
+    slurm = "name: t\nrunner: slurm\nworkload: {builtin: ddp_mlp}\n"
+    assert load_profile(write(tmp_path, slurm + "nproc: 8\nnnodes: 64\n")).world_size == 512  # 64 nodes' ranks
+    e = error(write(tmp_path, slurm + "nproc: 65\nnnodes: 2\n"))  # one node's ranks: still this machine's bound
+    assert e.field == "nproc" and e.message.startswith("65 ranks, more than the 64 allowed by default")
+    e = error(write(tmp_path, slurm + "nproc: 64\nnnodes: 2000\n"))
+    assert e.field == "nnodes" and "more than max_world_size 65536" in e.message
+
+
 def test_world_size_bound_on_many_cores(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 32)
     assert load_profile(write(tmp_path, BASE + "nproc: 128\n")).world_size == 128

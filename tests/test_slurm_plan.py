@@ -75,11 +75,11 @@ def test_sbatch_plan_srun_launch(tmp_path, monkeypatch):
     assert exports["DDPTUI"] == "1" and exports["DDPTUI_PID"] == "4242" and exports["DDP_STEPS"] == "30"
     assert exports["PYTHONPATH"].split(os.pathsep)[0] == str(INJECT_DIR) and exports["OMP_NUM_THREADS"]
     srun = shlex.split(job.script_text[job.script_text.index("\nsrun ") + 1:])
-    assert srun[:7] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+    assert srun[:6] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
                         f"--output={run}/slurm/rank%t.out", f"--error={run}/slurm/rank%t.err"]
-    assert srun[7:9] == ["bash", "-c"] and srun[10] == "_" and srun[11:] == [p.workload.python, "-u",
-                                                                           p.workload.script_path]
-    wrapper = srun[9]
+    assert srun[6:8] == ["bash", "-c"] and srun[9] == "_" and srun[10:] == [p.workload.python, "-u",
+                                                                          p.workload.script_path]
+    wrapper = srun[8]
     for piece in ('RANK="$SLURM_PROCID"', 'WORLD_SIZE="$SLURM_NTASKS"', 'LOCAL_RANK="$SLURM_LOCALID"',
                   'MASTER_ADDR="${addr:-$first}"', 'MASTER_PORT="$port"', "NodeAddr=", 'exec "$@"'):
         assert piece in wrapper, piece
@@ -97,16 +97,16 @@ def test_sbatch_plan_torchrun_launch(tmp_path, monkeypatch):
     assert plan.job.mode == "sbatch" and plan.job.launch == "torchrun" and plan.world_size == 4
     text = plan.job.script_text
     srun = shlex.split(text[text.index("\nsrun ") + 1:])
-    assert srun[:8] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=2",
-                        "--kill-on-bad-exit=1", f"--output={run}/slurm/agent%n.out", f"--error={run}/slurm/agent%n.err"]
-    wrapper = srun[10]
+    assert srun[:7] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=2",
+                        f"--output={run}/slurm/agent%n.out", f"--error={run}/slurm/agent%n.err"]
+    wrapper = srun[9]
     assert "port=29555\n" in wrapper and "pf=" not in wrapper
     for piece in ("-m torch.distributed.run --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d",
                   '--rdzv-endpoint="${addr:-$first}:$port"', '--rdzv-id="$SLURM_JOB_ID"',
                   '--local-addr="${own:-$SLURMD_NODENAME}"', f'--log-dir={run}/torchrun/node"$SLURM_NODEID"',
                   '--redirects=3 "$@"'):
         assert piece in wrapper, piece
-    assert srun[12:] == [p.workload.script_path]
+    assert srun[11:] == [p.workload.script_path]
     by_rank = {(s.rank, s.stream): s for s in plan.sources if s.rank is not None}
     assert len(by_rank) == 8 and all(s.learn_rank for s in by_rank.values())  # c10d: node rank = arrival order
     assert by_rank[(3, "out")].path == f"{run}/torchrun/node1/*/attempt_*/1/stdout.log"
