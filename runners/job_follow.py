@@ -7,8 +7,9 @@ from . import events as ev
 from . import slurm_state
 from .run_state import EXIT_FAILED, RunState, TearDown
 
-# Seconds an agent (a torchrun per node, sbatch/srun) gets to exit by itself once the run failed or lost a node.
-# After a network partition one torchrun agent never exited by itself (field notes): past this it is torn down.
+# Seconds an agent (a torchrun per node, sbatch/srun) gets to exit by itself once the run failed or lost a node
+# (the profile's agent_exit_grace). After a network partition one torchrun agent never exited by itself (field
+# notes): past this it is torn down.
 AGENT_EXIT_GRACE = 15.0
 
 
@@ -37,13 +38,14 @@ def agent_lost_node(returncode: int, signal: str | None, ranks_failed: bool, oth
 class JobFollow:
     """The job's state as Slurm reports it, and the run's nodes, over a RunState."""
 
-    def __init__(self, state: RunState) -> None:
+    def __init__(self, state: RunState, agent_exit_grace: float = AGENT_EXIT_GRACE) -> None:
         self.s = state
+        self.grace = agent_exit_grace
         self.job: slurm_state.JobInfo | None = None  # what Slurm said last
         self.job_nodes: tuple[str, ...] = ()
         self.cancelled_by_us = False
         self.lost: dict[str, dict] = {}  # node -> {"ranks", "why", "wall"}
-        self._failed_at: float | None = None  # mono: the run failed or lost a node; agents get AGENT_EXIT_GRACE
+        self._failed_at: float | None = None  # mono: the run failed or lost a node; agents get self.grace
         self._watchdog_fired = False
         self.under_slurm = False  # the ranks run under a Slurm job or step ddptui follows
         self.launch = ""  # SlurmJob.launch
@@ -139,7 +141,7 @@ class JobFollow:
 
     # ---- the watchdog ------------------------------------------------------------------------------------
     def check(self, agents: list[Agent]) -> None:
-        """Agents still running AGENT_EXIT_GRACE s after the run failed or lost a node are torn down, and their node
+        """Agents still running agent_exit_grace s after the run failed or lost a node are torn down, and their node
         named lost: the ranks they started are gone or failed, they wait for peers that will not come."""
         s = self.s
         if self._failed_at is None and s.first_failure is not None:
@@ -153,17 +155,17 @@ class JobFollow:
             s.say("ddptui: a rank failed; ending the Slurm job now")
             self._tear_down()
             return
-        if self._watchdog_fired or self._failed_at is None or not agents or s.mono - self._failed_at <= AGENT_EXIT_GRACE:
+        if self._watchdog_fired or self._failed_at is None or not agents or s.mono - self._failed_at <= self.grace:
             return
         if any(s.tracks[r].alive for a in agents for r in a.ranks if r in s.tracks and a.node == ""):
             return  # a whole-job agent with live ranks: the crash grace of the watch tears those down
         self._watchdog_fired = True
         names = ", ".join(a.name for a in agents)
-        s.say(f"ddptui: {names} still running {AGENT_EXIT_GRACE:g} s after the run failed; tearing down")
+        s.say(f"ddptui: {names} still running {self.grace:g} s after the run failed (agent_exit_grace); tearing down")
         for a in agents:
             if a.node and a.node not in self.lost:
                 self.node_lost(a.node, self._ranks_on(a.node, a.ranks),
-                               f"its agent {a.name} did not exit {AGENT_EXIT_GRACE:g} s after the run failed",
+                               f"its agent {a.name} did not exit {self.grace:g} s after the run failed",
                                teardown=False)
         self._tear_down()
 

@@ -31,7 +31,7 @@ class Judge:
         self.stacks = StackVerdicts(s)
         self.watch = Watch(s, self.stacks)
         self.end = Conclusion(s, self.life, self.stacks)
-        self.job = JobFollow(s)
+        self.job = JobFollow(s, profile.agent_exit_grace)
 
     # ---- what the session and the front ends read ----------------------------------------------------
     profile = property(lambda self: self.state.profile)

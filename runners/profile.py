@@ -31,7 +31,7 @@ SLURM_LAUNCH = ("srun", "torchrun")
 SLURM_SUBMIT = ("auto", "sbatch", "step")
 
 TOP_KEYS = ("name", "description", "runner", "nproc", "nnodes", "workload", "env", "backend", "device",
-            "steps", "seed", "stall_after", "startup_grace", "on_stall", "timeout", "master_addr",
+            "steps", "seed", "stall_after", "startup_grace", "agent_exit_grace", "on_stall", "timeout", "master_addr",
             "master_port", "replica_check", "fault", "mirage", "xla", "max_world_size", "rdzv_backend",
             "rdzv_endpoint", "rdzv_id", "local_addr", "slurm")
 WORKLOAD_KEYS = WORKLOAD_KINDS + ("args", "python", "venv")
@@ -160,6 +160,7 @@ class Profile:
     seed: int = 0
     stall_after: float | str = "auto"
     startup_grace: float = 60.0
+    agent_exit_grace: float = 15.0  # a node's agent still running this long after the run failed: its node is lost
     on_stall: str = "stop"
     timeout: float = 0.0
     master_addr: str = "127.0.0.1"
@@ -1107,6 +1108,7 @@ def _build(root: _Node, source: str, base: Path, default_name: str) -> Profile:
         seed=f.typed("seed", _int(0)),
         stall_after=f.typed("stall_after", _num(0, strict=True, auto=True)),
         startup_grace=f.typed("startup_grace", _num(0, strict=True)),
+        agent_exit_grace=f.typed("agent_exit_grace", _num(0, strict=True)),
         on_stall=f.typed("on_stall", _enum(ON_STALL)),
         timeout=f.typed("timeout", _num(0, strict=False)),
         master_addr=f.typed("master_addr", _str()),

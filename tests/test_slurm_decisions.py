@@ -184,6 +184,19 @@ def test_watchdog_tears_down_an_agent_that_outlives_the_failure():
     assert j.watchdog(agents) == []  # once
 
 
+def test_watchdog_waits_the_profiles_agent_exit_grace():
+    j = make("agent_exit_grace=40")
+    hello_on(j, 1, "node1")
+    at(j, 2)
+    j.state.first_failure = T0 + 2
+    agents = [Agent("torchrun-node1", "node1", (1,))]
+    at(j, 2 + 39)
+    assert j.watchdog(agents) == []
+    at(j, 2 + 41)
+    assert [e.why for e in of(j.watchdog(agents), ev.NodeLost)] == [
+        "its agent torchrun-node1 did not exit 40 s after the run failed"]
+
+
 def test_watchdog_quiet_while_the_run_is_fine():
     j = make()
     at(j, 1000)
