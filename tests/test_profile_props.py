@@ -33,7 +33,7 @@ def valid_profiles(draw):
         "nproc": st.integers(1, 64), "nnodes": st.integers(1, 8), "env": ENV,
         "backend": st.sampled_from(prof.BACKENDS), "device": st.sampled_from(prof.DEVICES),
         "steps": st.none() | st.integers(1, 10**6), "seed": st.integers(0, 2**64),
-        "stall_after": st.just("auto") | POS | st.integers(1, 10**6), "startup_grace": POS, "timeout": NONNEG,
+        "stall_after": st.just("auto") | POS | st.integers(1, 10**6), "startup_grace": POS, "agent_exit_grace": POS, "timeout": NONNEG,
         "on_stall": st.sampled_from(prof.ON_STALL),
         "master_addr": st.sampled_from(["127.0.0.1", "localhost", "127.0.0.2", "0.0.0.0"]),  # this machine's
         "master_port": st.just("auto") | st.integers(1, 65535), "replica_check": st.booleans(),
@@ -90,7 +90,8 @@ def expected(d: dict, source: Path) -> dict:
         "runner": d.get("runner", "torchrun"), "nproc": nproc, "nnodes": nnodes, "env": d.get("env", {}),
         "backend": d.get("backend", "auto"), "device": d.get("device", "cpu"), "steps": d.get("steps"),
         "seed": d.get("seed", 0), "stall_after": num(d.get("stall_after", "auto")),
-        "startup_grace": float(d.get("startup_grace", 60)), "on_stall": d.get("on_stall", "stop"),
+        "startup_grace": float(d.get("startup_grace", 60)), "agent_exit_grace": float(d.get("agent_exit_grace", 15)),
+        "on_stall": d.get("on_stall", "stop"),
         "timeout": float(d.get("timeout", 0)), "master_addr": d.get("master_addr", "127.0.0.1"),
         "master_port": d.get("master_port", "auto"), "replica_check": d.get("replica_check", True),
         "fault": fault, "source": str(source), "world_size": nproc * nnodes,
