@@ -3,31 +3,14 @@ one line at its file:line:column; the ad-hoc srun command picks the slurm runner
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 import pytest
 
 import ddptui.runners.profile as prof
 from ddptui.runners.profile import ProfileError, adhoc_profile, load_profile
+from tests.test_profile import BASE, error, write
 
 pytestmark = pytest.mark.timeout(30)
-
-BASE = "workload:\n  script: train.py\n"
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    (tmp_path / "train.py").write_text("print('hi')\n")
-    path = tmp_path / "p.yaml"
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
-def error(path: Path, overrides=()) -> ProfileError:
-    with pytest.raises(ProfileError) as info:
-        load_profile(path, overrides)
-    assert "\n" not in str(info.value)
-    return info.value
-
 
 def test_multinode_defaults(tmp_path):
     p = load_profile(write(tmp_path, BASE))

@@ -97,7 +97,8 @@ def test_without_a_job_the_same_silence_is_a_stall():
     assert of(j.check(), ev.StallDetected)
 
 
-def test_node_fail_is_a_node_lost_and_a_teardown():
+def running_on_two_nodes():
+    """A judge whose Slurm job runs on n1, n2, rank 0 on n1 and rank 1 on n2, at 2 s."""
     j = make()
     j.job_submitted()
     at(j, 1)
@@ -105,6 +106,11 @@ def test_node_fail_is_a_node_lost_and_a_teardown():
     hello_on(j, 0, "n1", dt=1.5)
     hello_on(j, 1, "n2", dt=1.5)
     at(j, 2)
+    return j
+
+
+def test_node_fail_is_a_node_lost_and_a_teardown():
+    j = running_on_two_nodes()
     out = j.job_info(job("NODE_FAIL", "NodeDown", "n[1-2]"), ("n1", "n2"), down=("n2",))
     lost = of(out, ev.NodeLost)
     assert [(e.node, e.ranks) for e in lost] == [("n2", (1,))] and "NODE_FAIL" in lost[0].why
@@ -287,13 +293,7 @@ def test_a_job_that_failed_before_our_scancel_took_says_failed_not_cancelled_by_
 
 
 def test_a_rank_failure_under_a_slurm_job_ends_the_job_at_once():
-    j = make()
-    j.job_submitted()
-    at(j, 1)
-    j.job_info(job("RUNNING", "", "n[1-2]"), ("n1", "n2"))
-    hello_on(j, 0, "n1", dt=1.5)
-    hello_on(j, 1, "n2", dt=1.5)
-    at(j, 2)
+    j = running_on_two_nodes()
     assert j.watchdog([Agent("sbatch", "", (0, 1))]) == []
     j.state.first_failure = T0 + 2  # rank 1 died (its death seen): no crash grace to wait out under Slurm
     out = j.watchdog([Agent("sbatch", "", (0, 1))])
