@@ -228,6 +228,17 @@ class SlurmCluster:
         wait_until(lambda: not self.jobs() and not self.steps_left(), timeout,
                    "every job and job step of the test cluster gone")
 
+    def settle_completing(self, timeout: float = 60) -> None:
+        """After a link cut: once no step of the job is alive on any node, end Slurm's bookkeeping of a job stuck
+        COMPLETING on the node that was cut off, as an admin would (node DOWN, then RESUME); the controller's own
+        retry can take minutes."""
+        wait_until(lambda: not self.steps_left(), timeout, "every slurmstepd of the test cluster gone")
+        for _, state, nodes in self.jobs():
+            if state == "COMPLETING" and nodes:
+                for new in ("state=down reason=link-cut-by-test", "state=resume"):
+                    self.run(["scontrol", "update", f"nodename={nodes}", *new.split(" ", 1)], timeout=30)
+        wait_until(lambda: "down" not in self.sinfo(), timeout, "the cut-off node back up")
+
     def cancel_all(self) -> None:
         ids = [j[0] for j in self.jobs()]
         if ids:

@@ -219,7 +219,11 @@ def test_link_cut_between_hosts_gives_node_lost_within_the_bound(slurm_hosts_cle
     finally:
         slurm_hosts_clean.restore_link()  # node1's slurmd can then end the job's steps Slurm still holds there
         stop(proc)
-    assert_no_job_left(slurm_hosts_clean, within=90)
+    # ddptui's part: no process of the job is left on any node. Slurm's record of a job whose end node1 could not
+    # report may stay COMPLETING for minutes after the link is back (once in a CI run, > 90 s): the cluster's admin
+    # step ends it, then nothing may be left.
+    slurm_hosts_clean.settle_completing()
+    assert_no_job_left(slurm_hosts_clean, within=60)
     lost = of(run, "node_lost")
     assert lost and lost[0]["node"] == "node1" and lost[0]["ranks"] == [1], (lost, out[-3000:])
     # the bound: no progress for stall_after, then srun to node1 for its stacks times out
