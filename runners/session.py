@@ -11,7 +11,7 @@ from typing import Callable
 import psutil
 
 from . import events as ev
-from . import oom, procs
+from . import oom, procs, slurm_state
 from .deathwatch import DeathWatch
 from .job_follow import Agent, node_of_agent
 from .judge import (CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED, EXIT_USAGE,  # noqa: F401
@@ -256,8 +256,7 @@ class Session:
         if info is None:
             return None
         nodes = self.slurm.hostnames(info.nodelist)
-        from .slurm_state import NODE_FAILED
-        down = self.slurm.down_nodes(nodes) if info.state in NODE_FAILED else ()
+        down = self.slurm.down_nodes(nodes) if info.state in slurm_state.NODE_FAILED else ()
         self._tick()
         self._job_end = self._carry_out(self.judge.job_info(info, nodes, down)) or self._job_end
         return info.state
@@ -267,7 +266,7 @@ class Session:
         end = time.monotonic() + bound
         while self.slurm.job_id is not None and time.monotonic() < end:
             last = self.slurm.last
-            if last is not None and last.state in _slurm_ended():
+            if last is not None and last.state in slurm_state.ENDED:
                 return
             if self._job_poll() is None:
                 return  # Slurm no longer knows it (or cannot be asked): what was said last stands
@@ -348,8 +347,7 @@ class Session:
                 end = self._carry_out(self._check()) or end
                 end = self._carry_out(self.judge.watchdog(self._agents())) or end
             if self.slurm is not None and mono >= next_job:
-                from .slurm_state import poll_interval
-                next_job = mono + poll_interval(self._job_poll())
+                next_job = mono + slurm_state.poll_interval(self._job_poll())
                 end = end or self._job_end
             if self._dump.is_set():
                 self._dump.clear()
@@ -589,11 +587,6 @@ def _stack_file(t, res, stacks_mod) -> str:
     head.append("\nlast lines:")
     head += [f"  {ln}" for ln in list(t.tail)[-20:]]
     return "\n".join(head) + "\n"
-
-
-def _slurm_ended():
-    from .slurm_state import ENDED
-    return ENDED
 
 
 def _hint_matcher():
