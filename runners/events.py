@@ -170,6 +170,9 @@ class HangVerdict(Event):
     wall: float
     path: str = ""  # the stacks folder (StacksCollected.path) the verdict was read from; "" without stacks
     reason: str = "stall"  # "stall": ranks stopped progressing; "slow": the run slowed down (sampled once)
+    # what Flight Recorder said (runners/fr_analysis.py Finding.to_dict()): {"kind": "missing" | "op mismatch" |
+    # "size mismatch" | "dtype mismatch" | "none", "pg", "seq", "op", ...}; {} when no dump could be read
+    collective: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,18 @@ class NodeLost(Event):
 
 
 @dataclass(frozen=True)
+class CollectiveProgress(Event):
+    """Where every rank is in its collectives, per process group, as its Flight Recorder says (pushed by the ranks
+    when it changes): rank -> {pg name: {"desc", "ranks", "enqueued", "completed", "frontier": {"seq", "op",
+    "sizes", "dtypes"} or None}}. `laggards`: ranks behind the others of a group they share."""
+
+    kind: ClassVar[str] = "collectives"
+    by_rank: dict[int, dict[str, dict[str, Any]]]
+    laggards: tuple[int, ...]
+    wall: float
+
+
+@dataclass(frozen=True)
 class RunFinished(Event):
     kind: ClassVar[str] = "run_finished"
     status: str  # "ok" | "failed" | "stalled" | "replicas differ" | "stopped"
@@ -239,14 +254,14 @@ EVENT_TYPES: dict[str, type[Event]] = {
     for cls in (
         RunStarted, ProcessStarted, RankHello, LogLines, Progress, RankState, ProcessExited, Resources,
         HintRaised, StallDetected, StallCleared, StacksCollected, HangVerdict, CrashVerdict, ReplicaVerdict,
-        JobState, NodeLost, RunFinished,
+        JobState, NodeLost, CollectiveProgress, RunFinished,
     )
 }
 
 _TUPLE_FIELDS = {"ranks", "lines", "stalled", "progressing", "culprits", "waiting", "victims", "excerpt", "params",
                  "losses", "together", "stopped", "never_started",
-                 "nodes"}
-_INT_KEY_FIELDS = {"cpu", "rss", "method", "threads", "where", "table", "workers", "outcomes"}
+                 "nodes", "laggards"}
+_INT_KEY_FIELDS = {"cpu", "rss", "method", "threads", "where", "table", "workers", "outcomes", "by_rank"}
 
 
 def from_json(d: dict[str, Any]) -> Event:

@@ -147,10 +147,12 @@ class Judge:
         self.watch.dump_requested()
         return self.state.take()
 
-    def stacks_collected(self, req: CollectStacks, results: dict | None, folder: str | None) -> list:
+    def stacks_collected(self, req: CollectStacks, results: dict | None, folder: str | None,
+                         fr: dict | None = None) -> list:
         """The stacks `req` asked for, taken and recorded in `folder` (results: rank -> stacks.StackResult; None: no
-        live rank to take them from). Returns the verdict read from them, and what the request was for."""
-        self.watch.stacks_collected(req, results, folder)
+        live rank to take them from; fr: rank -> its Flight Recorder dump taken with them, as torch's
+        fr_trace_json gives it). Returns the verdict read from them, and what the request was for."""
+        self.watch.stacks_collected(req, results, folder, fr)
         return self.state.take()
 
     # ---- the job and the nodes (job_follow.py) -------------------------------------------------------

@@ -16,9 +16,10 @@ class StackVerdicts:
         """(rank, pid) of every live rank whose pid is known: whose stacks can be taken."""
         return [(t.rank, t.pid) for t in self.s.tracks.values() if t.pid and t.alive]
 
-    def read(self, req: CollectStacks, results: dict | None, folder: str | None):
-        """The HangVerdict read from `results` (rank -> stacks.StackResult; None: no live rank to take them from) for
-        what `req` asked, or None when it wanted none or none could be read."""
+    def read(self, req: CollectStacks, results: dict | None, folder: str | None, fr: dict | None = None):
+        """The HangVerdict read from `results` (rank -> stacks.StackResult; None: no live rank to take them from) and
+        `fr` (rank -> Flight Recorder dump, when taken) for what `req` asked, or None when it wanted none or none
+        could be read."""
         s = self.s
         if results is None:
             s.say("ddptui: no live rank to collect stacks from")

@@ -164,9 +164,11 @@ class Watch:
         else:
             self.s.emit(CollectStacks("on request", tuple(st["stalled"]), st["since"]))
 
-    def stacks_collected(self, req: CollectStacks, results: dict | None, folder: str | None) -> None:
-        """The stacks `req` asked for: the verdict read from them, and what the request was for."""
-        hv = self.verdicts.read(req, results, folder)
+    def stacks_collected(self, req: CollectStacks, results: dict | None, folder: str | None,
+                         fr: dict | None = None) -> None:
+        """The stacks `req` asked for (and the ranks' Flight Recorder dumps, `fr`): the verdict read from them, and
+        what the request was for."""
+        hv = self.verdicts.read(req, results, folder, fr)
         if req.why == "slow":
             self._slow_sampled(req.slowed, hv)
         elif req.why == "stall" and self.s.profile.on_stall == "stop":
