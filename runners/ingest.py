@@ -1,11 +1,15 @@
 """Lines and reports read from the ranks and launchers into the rank tracks: steps, losses, hints, torchrun, XLA."""
 from __future__ import annotations
 
+from . import collectives
 from . import events as ev
 from . import parse, xla_evidence
 from .rank_lifecycle import RankLifecycle
 from .run_state import RunState
 from .steptime import take_report
+
+# reports that are neither progress nor output: a hung rank's threads still send them, its stall clock must run on
+QUIET_REPORTS = frozenset({"coll", "debug_server"})
 
 
 class Ingest:
@@ -15,6 +19,7 @@ class Ingest:
         self.s = state
         self.life = lifecycle
         self._pending_progress: dict[int, tuple[float, str]] = {}  # rank -> (wall, source), one event per flush
+        self._coll_changed: dict[int, float] = {}  # rank -> wall of its collectives report, one event per flush
 
     def progress(self) -> None:
         """The Progress events coalesced since the last call: one per rank that moved (the UI samples them)."""
@@ -22,6 +27,13 @@ class Ingest:
             t = self.s.tracks[rank]
             self.s.emit(ev.Progress(rank, t.step, t.loss, wall, source, t.take_new_losses()))
         self._pending_progress.clear()
+        if self._coll_changed:  # the ranks that changed (each with all its groups), and the laggards of all
+            tracks = self.s.tracks
+            self.s.emit(ev.CollectiveProgress({r: dict(tracks[r].collectives) for r in sorted(self._coll_changed)},
+                                              collectives.laggards({r: t.collectives for r, t in tracks.items()
+                                                                    if t.collectives}),
+                                              max(self._coll_changed.values())))
+            self._coll_changed.clear()
 
     def lines(self, rank: int | None, stream: str, lines: list[str], wall: float, mono: float) -> None:
         """Lines read from one source in one go (rank None: a launcher's own output): their LogLines (with reports
@@ -54,10 +66,11 @@ class Ingest:
         """Reports are taken out of the shown log; steps, losses and hints are read from the rest."""
         t = self.s.tracks.get(rank) if rank is not None else None
         shown = lines
+        heard = True  # output for the stall clock: anything but reports that are no sign of life (QUIET_REPORTS)
         if blob is None:
             blob = "\n".join(lines)  # one C-speed pass answers "is there anything to look at?" for the batch
         if parse.has_marker(blob) and parse.REPORT in blob:
-            shown = []
+            shown, quiet = [], True
             for ln in lines:
                 rep = parse.report(ln)
                 if rep is None and parse.REPORT in ln:
@@ -67,9 +80,11 @@ class Ingest:
                 if rep is None:
                     shown.append(ln)
                 else:
+                    quiet = quiet and rep.get("k") in QUIET_REPORTS
                     self._report(rep, rank, wall, mono)
             blob = "\n".join(shown)
-        if t is not None:
+            heard = bool(shown) or not quiet
+        if t is not None and heard:
             t.saw_output(mono, wall)
             t.tail.extend(shown[-40:])
             if stream == "err":
@@ -130,6 +145,9 @@ class Ingest:
                 t.digests = rep.get("params") or []
         elif kind == "verdict":
             t.verdict = {"ok": bool(rep.get("ok")), "text": str(rep.get("text", ""))}
+        elif kind == "coll":
+            if collectives.merge(t.collectives, rep.get("pgs")):
+                self._coll_changed[rank] = wall
         elif kind == "exc":
             t.exc = rep
             if t.first_failure_wall is None:

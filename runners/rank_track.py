@@ -36,6 +36,7 @@ class RankTrack:
     digests: list | None = None
     verdict: dict | None = None
     exc: dict | None = None
+    collectives: dict = field(default_factory=dict)  # pg name -> its Flight Recorder numbers (runners/collectives.py)
     first_failure_wall: float | None = None
     stalled: bool = False
     outcome: str = ""  # why it ended, in words

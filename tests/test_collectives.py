@@ -1,0 +1,137 @@
+"""The live collectives grid's decisions (runners/collectives.py) and how the judge reads the ranks' "coll" reports:
+merged per group, one CollectiveProgress per engine turn, laggards named, and never a sign of life for the stall
+clock. Fake clock, hand-written report lines in the shape runners/inject sends."""
+from __future__ import annotations
+
+import json
+
+from ddptui.runners import collectives as co
+from ddptui.runners import events as ev
+from ddptui.runners.eventcheck import problem
+
+from tests.test_judge import T0, W0, at, hello, make, of, say
+
+
+def pg(enq, comp, frontier=None, ranks="[0, 1]", desc="default_pg"):
+    """One group as a rank reports it: Flight Recorder's numbers are strings, its members pg_config's string."""
+    return {"desc": desc, "ranks": ranks, "enqueued": str(enq), "completed": str(comp), "frontier": frontier}
+
+
+def coll(rank: int, **pgs) -> str:
+    return "@ddptui " + json.dumps({"k": "coll", "r": rank, "pgs": {k.lstrip("_"): v for k, v in pgs.items()}})
+
+
+FR = {"seq": 57, "op": "all_reduce", "sizes": [[1024]], "dtypes": ["Float"]}
+
+
+# ---- the pure rules ----------------------------------------------------------------------------------------------
+def test_entry_normalises_flight_recorders_strings():
+    e = co.entry(pg("57", "56", FR))
+    assert e == {"desc": "default_pg", "ranks": [0, 1], "enqueued": 57, "completed": 56, "frontier": FR}
+    assert co.entry({"ranks": [1, 0], "enqueued": -1})["ranks"] == [0, 1]
+    assert co.entry("junk") is None and co.entry({"enqueued": "x"})["enqueued"] == -1
+
+
+def test_merge_keeps_the_groups_a_report_leaves_out_and_says_whether_anything_changed():
+    cur: dict = {}
+    assert co.merge(cur, {"0": pg(3, 3), "1": pg(1, 1, ranks="[0]", desc="sub")})
+    before = cur["0"]
+    assert co.merge(cur, {"1": pg(2, 2, ranks="[0]", desc="sub")}) and cur["0"] is before
+    assert not co.merge(cur, {"1": pg(2, 2, ranks="[0]", desc="sub")})  # the same numbers again: no change
+    assert not co.merge(cur, None)
+
+
+def by(**ranks) -> dict:
+    return {int(r.lstrip("r")): {name: co.entry(raw) for name, raw in groups.items()} for r, groups in ranks.items()}
+
+
+def test_a_rank_that_never_entered_the_collective_others_wait_in_is_the_laggard():
+    grid = by(r0={"0": pg(57, 56, FR)}, r1={"0": pg(56, 56)}, r2={"0": pg(57, 56, FR, ranks="[0, 1, 2]")})
+    assert co.lagging(grid) == {"0": {1}} and co.laggards(grid) == (1,)
+    rows = co.rows(grid)
+    assert [(r.rank, r.state, r.pending) for r in rows] == [
+        (0, "waiting", "#57 all_reduce [1024] Float"), (1, "behind", ""), (2, "waiting", "#57 all_reduce [1024] Float")]
+    assert rows[1].behind_of == 57 and rows[0].group == "default_pg (2 ranks)"
+
+
+def test_numbers_apart_only_by_each_ranks_moment_name_nobody():
+    """A healthy run: every rank looks at its own moment, so their numbers differ, and one is even inside a
+    collective at its look; nothing has stayed pending across two looks (no frontier), so nobody lags."""
+    grid = by(r0={"0": pg(120, 119)}, r1={"0": pg(96, 96)})
+    assert co.lagging(grid) == {} and co.laggards(grid) == ()
+    assert [r.state for r in co.rows(grid)] == ["ok", "ok"]
+
+
+def test_a_rank_behind_in_a_subgroup_only_is_a_laggard_there_and_a_rank_without_the_group_is_behind_in_it():
+    sub = {"seq": 4, "op": "all_reduce", "sizes": [[8]], "dtypes": ["Float"]}
+    grid = by(r0={"0": pg(9, 9, ranks="[0, 1, 2]"), "1": pg(4, 3, sub, ranks="[0, 2]", desc="")},
+              r1={"0": pg(9, 9, ranks="[0, 1, 2]")},
+              r2={"0": pg(9, 9, ranks="[0, 1, 2]"), "1": pg(3, 3, ranks="[0, 2]", desc="")})
+    assert co.lagging(grid) == {"1": {2}} and co.laggards(grid) == (2,)
+    rows = {(r.rank, r.pg): r for r in co.rows(grid)}
+    assert rows[(2, "1")].state == "behind" and rows[(2, "0")].state == "ok" and rows[(1, "0")].state == "ok"
+    assert rows[(0, "1")].group == "1 (2 ranks)" and rows[(0, "1")].state == "waiting"
+    # rank 2 has not made the subgroup's collectives at all yet: behind in it as well
+    del grid[2]["1"]
+    assert co.lagging(grid) == {"1": {2}}
+
+
+def test_a_mismatch_both_ranks_waiting_at_the_same_seq_is_no_laggard():
+    grid = by(r0={"0": pg(10, 9, {"seq": 10, "op": "barrier", "sizes": [], "dtypes": []})},
+              r1={"0": pg(10, 9, {"seq": 10, "op": "all_reduce", "sizes": [[72]], "dtypes": ["Float"]})})
+    assert co.laggards(grid) == ()
+    assert [r.pending for r in co.rows(grid)] == ["#10 barrier", "#10 all_reduce [72] Float"]
+
+
+def test_rows_trust_the_engines_laggards():
+    grid = by(r0={"0": pg(57, 56, FR)}, r1={"0": pg(56, 56)})
+    assert [r.state for r in co.rows(grid, laggard_ranks=())] == ["waiting", "ok"]
+    assert [r.state for r in co.rows(grid, laggard_ranks=(1,))] == ["waiting", "behind"]
+
+
+# ---- the judge -------------------------------------------------------------------------------------------------
+def test_coll_reports_make_one_collective_progress_per_turn_with_the_changed_ranks_and_the_laggards():
+    j = make()
+    for r in (0, 1):
+        hello(j, r)
+    say(j, 0, 2.0, coll(0, _0=pg(5, 5)))
+    say(j, 1, 2.0, coll(1, _0=pg(5, 5)))
+    outs = j.lines(0, "out", [coll(0, _0=pg(6, 5))], W0 + 2.1, T0 + 2.1)
+    assert of(outs, ev.LogLines) == [] and of(outs, ev.CollectiveProgress) == []  # coalesced until the turn ends
+    cp = of(j.progress(), ev.CollectiveProgress)
+    assert len(cp) == 1 and set(cp[0].by_rank) == {0, 1} and cp[0].laggards == () and cp[0].wall == W0 + 2.1
+    assert cp[0].by_rank[0]["0"]["enqueued"] == 6 and cp[0].by_rank[1]["0"]["completed"] == 5
+    assert of(j.progress(), ev.CollectiveProgress) == []  # nothing new: nothing sent
+    FR6 = dict(FR, seq=6)  # rank 0 waits in #6 across two of its looks; rank 1 never enqueued it
+    say(j, 0, 4.1, coll(0, _0=pg(6, 5, FR6)))
+    cp = of(j.progress(), ev.CollectiveProgress)
+    assert len(cp) == 1 and set(cp[0].by_rank) == {0} and cp[0].laggards == (1,)
+    assert cp[0].by_rank[0]["0"]["frontier"] == FR6
+    back = ev.from_json(json.loads(json.dumps(cp[0].to_json())))  # the record's round trip (events.jsonl, replay)
+    assert back == cp[0] and problem(back) is None
+    say(j, 1, 5.0, coll(1, _0=pg(6, 6)))
+    say(j, 0, 5.0, coll(0, _0=pg(6, 6)))
+    assert of(j.progress(), ev.CollectiveProgress)[0].laggards == ()
+
+
+def test_a_hung_rank_whose_threads_still_send_coll_reports_stalls_on_time():
+    """The ranks' collectives thread and debug server keep talking while the main thread hangs: neither is output."""
+    j = make("stall_after=10", "startup_grace=1")
+    for r in (0, 1):
+        hello(j, r, 0.0)
+        say(j, r, 1.0, "epoch 1 step 1 loss 0.9")
+    for dt in (3.0, 5.0, 7.0, 9.0, 10.5):
+        say(j, 1, dt, coll(1, _0=pg(int(dt), int(dt) - 1)),
+            "@ddptui " + json.dumps({"k": "debug_server", "r": 1, "path": "/tmp/ddptui-0/ab/r1.sock"}))
+    say(j, 0, 10.5, "epoch 1 step 2 loss 0.8")
+    at(j, 11.5)
+    stall = of(j.check(), ev.StallDetected)
+    assert stall and stall[0].stalled == (1,) and stall[0].since == W0 + 1.0
+
+
+def test_a_coll_report_beside_a_real_line_still_counts_the_line():
+    j = make("stall_after=10", "startup_grace=1")
+    for r in (0, 1):
+        hello(j, r, 0.0)
+    say(j, 1, 8.0, coll(1, _0=pg(1, 1)), "loading shard 3")
+    assert j.tracks[1].last_progress == T0 + 8.0
