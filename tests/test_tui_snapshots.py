@@ -97,6 +97,23 @@ def test_snapshot_eight_nodes(snap_compare):
     assert snap_compare(held_app(multinode_scenario(nodes=8, per=2)), terminal_size=SIZE, run_before=held)
 
 
+@pytest.mark.timeout(60)
+def test_snapshot_collectives_laggard(snap_compare):
+    """2 nodes x 2 ranks, a subgroup of the even ranks; rank 3 has not entered the all_reduce #57 the others wait in."""
+    from tests.test_tui_collectives import behind_batch, collectives_scenario
+
+    async def collectives_tab(pilot) -> None:
+        from tests.test_tui_app import until
+        from ddptui.tui.widgets.collectives_view import CollRow
+        await held(pilot)
+        await pilot.press("o")
+        await until(pilot, lambda: any(w.has_class("-behind") for w in pilot.app.screen.query(CollRow)), 10,
+                    "the laggard's row")
+
+    app = held_app(collectives_scenario() + [behind_batch()])
+    assert snap_compare(app, terminal_size=SIZE, run_before=collectives_tab)
+
+
 async def _export(app: DdpApp, path: Path, keys: tuple[str, ...] = ()) -> None:
     async with app.run_test(size=SIZE) as pilot:
         if app.source is not None:

@@ -23,19 +23,21 @@ class Changes:
     lines: bool = False  # new log lines (the timeline)
     loss: bool = False  # new loss points (the chart)
     run: bool = False  # anything outside the panes: head, banner, tabs, verdicts, hints, stacks, new ranks
+    coll: set = field(default_factory=set)  # ranks whose Collectives rows changed (numbers, or lagging or not)
 
     def __bool__(self) -> bool:
-        return bool(self.ranks) or self.lines or self.loss or self.run
+        return bool(self.ranks) or self.lines or self.loss or self.run or bool(self.coll)
 
     def merge(self, other: "Changes") -> "Changes":
         self.ranks |= other.ranks
         self.lines = self.lines or other.lines
         self.loss = self.loss or other.loss
         self.run = self.run or other.run
+        self.coll |= other.coll
         return self
 
     def copy(self) -> "Changes":
-        return Changes(set(self.ranks), self.lines, self.loss, self.run)
+        return Changes(set(self.ranks), self.lines, self.loss, self.run, set(self.coll))
 
 
 @dataclass
@@ -99,6 +101,9 @@ class RunModel:
         self.finished: ev.RunFinished | None = None
         self.job: ev.JobState | None = None  # the batch job's latest state (Slurm), None when the run is no job
         self.lost: list[ev.NodeLost] = []  # nodes that stopped taking part, in the order they were lost
+        # rank -> pg name -> its Flight Recorder numbers, merged from CollectiveProgress (each names changed ranks)
+        self.collectives: dict[int, dict[str, dict]] = {}
+        self.laggards: tuple[int, ...] = ()  # the engine's latest word on who lags behind in collectives
         self.changes = Changes()  # since take_changes(); every write below says what it touched
         self.loss_version = 0  # bumps with every new loss point: the chart redraws when it moves
         self.events_seen = 0
@@ -302,6 +307,14 @@ class RunModel:
         elif isinstance(e, ev.NodeLost):
             self.lost.append(e)
             self.changes.run = True
+        elif isinstance(e, ev.CollectiveProgress):
+            for r, groups in e.by_rank.items():
+                self.collectives[r] = groups  # a rank's groups come whole; its old dict is not shared with the event
+                self.changes.coll.add(r)
+            laggards = tuple(e.laggards)
+            if laggards != self.laggards:  # rows that turn behind or back
+                self.changes.coll.update(set(laggards) ^ set(self.laggards))
+                self.laggards = laggards
         elif isinstance(e, ev.RunFinished):
             self.finished = e
             self.changes.run = True

@@ -26,6 +26,7 @@ class Pace:
             return Changes(), self.view_at + VIEW_PERIOD - now
         out = changes.copy()
         changes.ranks.clear()
+        changes.coll.clear()
         changes.lines = changes.run = False
         self.view_at = now
         if changes.loss and not final and now - self.chart_at < CHART_PERIOD:

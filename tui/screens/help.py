@@ -17,7 +17,7 @@ KEYS = (
     ("0-9", "focus that rank's pane"),
     ("tab", "next pane"),
     ("z", "zoom the focused rank full screen (z / escape back)"),
-    ("k c h v", "stacks, crash, hints, verdict tabs"),
+    ("k o c h v", "stacks, collectives, crash, hints, verdict tabs"),
     ("escape", "back: clear filter, back to the grid, back to the profile picker"),
     ("?", "this help"),
 )

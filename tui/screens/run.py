@@ -12,6 +12,7 @@ from textual.widgets import Input, Static, TabbedContent, TabPane
 from ddptui.tui.fit import chart_rows, fit
 from ddptui.tui.model import Changes, RunModel
 from ddptui.tui.widgets.banner import Banner, banner_text
+from ddptui.tui.widgets.collectives_view import CollectivesView
 from ddptui.tui.widgets.crash_view import CrashView
 from ddptui.tui.widgets.hints_view import HintsView
 from ddptui.tui.widgets.keybar import KeyBar
@@ -22,7 +23,7 @@ from ddptui.tui.widgets.timeline import TimelineView
 from ddptui.tui.widgets.verdict_view import VerdictView, verdict_shown
 
 TAB_FOCUS = {"timeline": "#timeline-log", "stacks": "#stacks-view", "crash": "#crash-view", "hints": "#hints-view",
-             "verdict": "#summary-table"}
+             "verdict": "#summary-table", "collectives": "#coll-view"}
 
 
 class RanksBox(Vertical):
@@ -68,6 +69,7 @@ class RunScreen(Screen):
         Binding("slash", "search", "search"),
         Binding("z", "zoom", "zoom"),
         Binding("k", "tab('stacks')", "stacks", show=False),
+        Binding("o", "tab('collectives')", "collectives", show=False),
         Binding("c", "tab('crash')", "crash", show=False),
         Binding("h", "tab('hints')", "hints", show=False),
         Binding("v", "tab('verdict')", "verdict", show=False),
@@ -101,6 +103,8 @@ class RunScreen(Screen):
                 yield TimelineView(id="timeline-log")
             with TabPane("Stacks", id="stacks"):
                 yield StacksView(id="stacks-view")
+            with TabPane("Collectives", id="collectives"):
+                yield CollectivesView(id="coll-view")
             with TabPane("Crash", id="crash"):
                 yield CrashView(id="crash-view")
             with TabPane("Hints", id="hints"):
@@ -144,6 +148,9 @@ class RunScreen(Screen):
                 self.query_one(TimelineView).show(m, self.needle)
         elif tab == "stacks":
             self.query_one(StacksView).shown = (m.stacks, m.stacks_verdict())
+        elif tab == "collectives":
+            if c is None or c.coll or c.run:
+                self.query_one(CollectivesView).show(m)
         elif tab == "crash":
             self.query_one(CrashView).crash = m.crash
         elif tab == "hints":

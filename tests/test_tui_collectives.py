@@ -1,0 +1,117 @@
+"""The dashboard's Collectives tab fed the engine's CollectiveProgress events: one row per (rank, group), the laggard's
+rows marked with a class and the word BEHIND, and a new event redraws only the rows it changed."""
+from __future__ import annotations
+
+import pytest
+from textual.widgets import TabbedContent
+
+from ddptui.runners import collectives as co
+from ddptui.runners import events as ev
+from ddptui.tui.app import DdpApp, EventsArrived
+from ddptui.tui.model import RunModel
+from ddptui.tui.screens.run import RunScreen
+from ddptui.tui.widgets.collectives_view import CollectivesView, CollRow
+
+from tests.test_tui_app import ScriptSource, aio, settle, until
+
+T0 = 1_764_682_000.0
+SIZE = (160, 40)
+ALL = "[0, 1, 2, 3]"
+
+
+def g(enq: int, comp: int, frontier=None, ranks=ALL, desc="") -> dict:
+    """A group as the engine sends it (runners/collectives.entry: ints, members as a list)."""
+    return co.entry({"desc": desc, "ranks": ranks, "enqueued": enq, "completed": comp, "frontier": frontier})
+
+
+AR57 = {"seq": 57, "op": "all_reduce", "sizes": [[1024]], "dtypes": ["Float"]}
+
+
+def healthy() -> dict:
+    return {r: {"0": g(56, 56), **({"1": g(9, 9, ranks="[0, 2]", desc="evens")} if r % 2 == 0 else {})}
+            for r in range(4)}
+
+
+def rank3_behind() -> dict:
+    """Ranks 0-2 wait in all_reduce #57 (pending across two looks: a frontier), rank 3 has not enqueued it."""
+    return {r: {"0": g(57, 56, AR57)} for r in (0, 1, 2)}
+
+
+def collectives_scenario() -> list[list[ev.Event]]:
+    """2 nodes x 2 ranks training; their collectives healthy, then rank 3 (node1) falls behind in the default group."""
+    b = [[ev.RunStarted("/runs/x-coll", "cpu-ddp", "torchrun", 4, 100, T0)]
+         + [ev.RankHello(r, 7000 + r, f"node{r // 2}", 4, T0 + 1, node=f"node{r // 2}") for r in range(4)]
+         + [ev.RankState(r, "running", "", T0 + 1) for r in range(4)]]
+    b.append([ev.Progress(r, 5, None, T0 + 2, "hook") for r in range(4)]
+             + [ev.CollectiveProgress(healthy(), co.laggards(healthy()), T0 + 2)])
+    return b
+
+
+def behind_batch() -> list[ev.Event]:
+    grid = healthy()
+    for r, groups in rank3_behind().items():
+        grid[r] = {**grid[r], **groups}
+    changed = {r: grid[r] for r in (0, 1, 2)}
+    assert co.laggards(grid) == (3,)  # what the engine decides from the same numbers
+    return [ev.CollectiveProgress(changed, (3,), T0 + 6)]
+
+
+def test_model_merges_the_changed_ranks_and_marks_the_rows_to_redraw():
+    m = RunModel()
+    for b in collectives_scenario():
+        m.apply(b)
+    assert set(m.collectives) == {0, 1, 2, 3} and m.laggards == ()
+    assert m.take_changes().coll == {0, 1, 2, 3}
+    m.apply(behind_batch())
+    assert m.laggards == (3,) and m.collectives[3]["0"]["enqueued"] == 56 and m.collectives[0]["1"]["enqueued"] == 9
+    assert m.take_changes().coll == {0, 1, 2, 3}  # 0-2 changed numbers, 3 turned laggard
+    m.apply([ev.CollectiveProgress({1: {"0": g(57, 57)}}, (3,), T0 + 7)])
+    assert m.take_changes().coll == {1}
+
+
+def rows_of(view: CollectivesView) -> dict[tuple[int, str], CollRow]:
+    return {w.key: w for w in view.query(CollRow)}
+
+
+@pytest.mark.timeout(30)
+@aio
+async def test_collectives_tab_shows_every_rank_and_group_and_the_laggard_then_redraws_only_changed_rows(monkeypatch):
+    updates: list = []
+    real = CollRow.update
+    monkeypatch.setattr(CollRow, "update", lambda self, *a, **kw: (updates.append(self.key), real(self, *a, **kw))[1])
+    app = DdpApp(source=ScriptSource(collectives_scenario(), kind="live", hold=True))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        await pilot.press("o")
+        assert screen.query_one(TabbedContent).active == "collectives"
+        view = screen.query_one(CollectivesView)
+        await until(pilot, lambda: len(rows_of(view)) == 6, 10, "the rows")
+        rows = rows_of(view)
+        assert list(rows) == [(0, "0"), (0, "1"), (1, "0"), (2, "0"), (2, "1"), (3, "0")]
+        text = {k: str(w.render()) for k, w in rows.items()}
+        assert "node1" in text[(3, "0")] and "default_pg (4 ranks)" in text[(3, "0")]
+        assert "evens (2 ranks)" in text[(2, "1")] and " 56 " in text[(1, "0")]
+        assert not any(w.has_class("-behind") for w in rows.values())
+        assert "no laggard" in str(view.query_one(".coll-head").render())
+
+        updates.clear()
+        app.post_message(EventsArrived(app.source, behind_batch()))
+        await until(pilot, lambda: rows_of(view)[(3, "0")].has_class("-behind"), 10, "rank 3 marked behind")
+        rows = rows_of(view)
+        r3 = str(rows[(3, "0")].render())
+        assert "BEHIND" in r3 and "others wait in #57" in r3  # a word, not colour alone
+        assert [k for k, w in rows.items() if w.has_class("-behind")] == [(3, "0")]
+        assert all(rows[(r, "0")].has_class("-waiting") for r in (0, 1, 2))
+        assert "#57 all_reduce [1024] Float" in str(rows[(0, "0")].render())
+        head = str(view.query_one(".coll-head").render())
+        assert "laggard: rank 3" in head and "default_pg (4 ranks): the others wait in #57" in head
+        # only the default group's rows changed: the subgroup's rows of ranks 0 and 2 were not redrawn
+        assert sorted(set(updates)) == [(0, "0"), (1, "0"), (2, "0"), (3, "0")]
+
+        updates.clear()  # rank 1 completes #57 on its own: its row alone is redrawn
+        app.post_message(EventsArrived(app.source, [ev.CollectiveProgress({1: {"0": g(57, 57)}}, (3,), T0 + 7)]))
+        await until(pilot, lambda: "ok" in str(rows_of(view)[(1, "0")].render()), 10, "rank 1's row")
+        assert set(updates) == {(1, "0")}
+        app.source.request_stop()
