@@ -15,6 +15,9 @@ VICTIM_MARKERS = PEER_GONE + ("Broken pipe", "Socket Timeout", "DistBackendError
 # Failures this close together (seconds) happened at the same moment: neither was caused by the other.
 SIMULTANEOUS = 0.5
 _FATAL = "Fatal Python error"
+# std::terminate's words before an abort (gloo's enforce failures in its own threads: no Python exception exists)
+_TERMINATE = "terminate called after throwing an instance of"
+_WHAT = re.compile(r"^\s*what\(\):\s*(?:\[enforce fail at [^\]]*\]\s*)?(.*\S)")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+) in (\S+)')
 _SIGNAL_WORDS = {"SIGSEGV": "segmentation fault", "SIGABRT": "abort", "SIGBUS": "bus error",
                  "SIGFPE": "floating-point exception", "SIGILL": "illegal instruction"}
@@ -151,7 +154,7 @@ def excerpt(e: RankEvidence) -> list[str]:
             return lines[i:i + 20]
     for i in range(len(lines) - 1, -1, -1):
         if _FATAL in lines[i]:
-            return _fatal_dump(lines[i:])
+            return _terminate_lines(lines[:i]) + _fatal_dump(lines[i:])
     if e.exc and e.exc.get("tb"):
         return list(e.exc["tb"])[-15:]
     return (lines or list(e.out_lines))[-10:]
@@ -160,7 +163,7 @@ def excerpt(e: RankEvidence) -> list[str]:
 def _fatal_dump(lines: list[str]) -> list[str]:
     """faulthandler's dump: the fatal line and the crashing thread's frames (other threads and modules left out)."""
     starts = [i for i, ln in enumerate(lines) if ln.startswith("Current thread")] or \
-             [i for i, ln in enumerate(lines) if ln.startswith("Thread 0x")]
+             _user_first([i for i, ln in enumerate(lines) if ln.startswith("Thread 0x")], lines)
     out = [lines[0]]
     if starts:
         for fr in lines[starts[0]:]:
@@ -170,12 +173,48 @@ def _fatal_dump(lines: list[str]) -> list[str]:
     return out[:20]
 
 
+def _user_first(starts: list[int], lines: list[str]) -> list[int]:
+    """Thread blocks with a frame of the user's own code first: an abort raised in a C++ thread has no "Current
+    thread", and faulthandler lists the newest threads (ddptui's helpers, idle in threading.wait) before main."""
+    def has_user_frame(i: int) -> bool:
+        for fr in lines[i + 1:]:
+            m = _FRAME.match(fr)
+            if not m:
+                return False
+            if is_user_frame(Frame(m.group(3), m.group(1), int(m.group(2)))):
+                return True
+        return False
+    return sorted(starts, key=lambda i: not has_user_frame(i))
+
+
+def _terminate_lines(lines: list[str]) -> list[str]:
+    """std::terminate's two lines ('terminate called after throwing...', '  what():  ...') just before a fatal dump."""
+    for i in range(len(lines) - 1, max(-1, len(lines) - 4), -1):
+        if _TERMINATE in lines[i]:
+            return lines[i:i + 2]
+    return []
+
+
+def terminate_what(lines: list[str]) -> str:
+    """'gloo::EnforceNotMet: op.preamble.length <= op.nbytes. 1024 vs 1000. Received data size ...': the C++ exception
+    that aborted the process, from std::terminate's lines before its fatal dump; "" when there are none."""
+    got = _terminate_lines(lines)
+    m = _WHAT.match(got[1]) if len(got) == 2 else None
+    if not m:
+        return ""
+    cls = got[0].split(_TERMINATE, 1)[1].strip().strip("'")
+    return f"{cls}: {m.group(1)}"
+
+
 def _fatal_where(lines: list[str]) -> str:
     """'Fatal Python error: Segmentation fault in die at script.py:22' from a faulthandler dump: the innermost
     frame of the thread that crashed ("Current thread"), not of the other threads listed before it."""
     for i, ln in enumerate(lines):
         if _FATAL in ln:
             head = ln[ln.index(_FATAL):].strip()
+            what = terminate_what(lines[:i])
+            if what:  # "Aborted" says nothing: the C++ exception that called abort() does
+                head = what
             frames = [m for m in (_FRAME.match(fr) for fr in _fatal_dump(lines[i:])[1:]) if m]
             # the innermost frame of the program itself, not of the library call that faulted for it
             mine = [m for m in frames if is_user_frame(Frame(m.group(3), m.group(1), int(m.group(2))))] or frames

@@ -108,6 +108,42 @@ def test_segfault_names_the_crashing_thread_frame_and_keeps_its_dump_only():
     assert not any("_flush_quiet" in x for x in v.excerpt)
 
 
+GLOO_SIZE_ABORT = [
+    "terminate called after throwing an instance of 'gloo::EnforceNotMet'",
+    "  what():  [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] "
+    "op.preamble.length <= op.nbytes. 1024 vs 1000. Received data size doesn't match expected size. "
+    "Is there a distributed collective mismatch in your code?",
+    "Fatal Python error: Aborted",
+    "",
+    "Thread 0x00007fe24d1376c0 (most recent call first):",
+    '  File "/usr/lib/python3.11/threading.py", line 331 in wait',
+    '  File "/work/main/runners/inject/ddptui_report.py", line 156 in _loop',
+    "",
+    "Thread 0x00007f57eec5ab80 (most recent call first):",
+    '  File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce',
+    '  File "/v/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 83 in wrapper',
+    '  File "/work/allreduce_size_differs.py", line 12 in <module>',
+    "",
+]
+
+
+def test_an_abort_from_a_cpp_exception_names_the_exception_not_aborted():
+    """gloo's size check fails in its own thread: std::terminate, then faulthandler's 'Aborted' dump; the verdict
+    quotes the exception (what gloo found) and keeps the user's frame."""
+    v = decide([RankEvidence(1, -6, died_at=T0, err_lines=tuple(GLOO_SIZE_ABORT), step=4),
+                RankEvidence(0, 1, died_at=T0 + 0.03, err_lines=("RuntimeError: ... Connection reset by peer. ...",))])
+    assert v.root == 1 and v.victims == (0,)
+    assert ("rank 1 failed first: SIGABRT (abort) at step 4: gloo::EnforceNotMet: op.preamble.length <= op.nbytes. "
+            "1024 vs 1000. Received data size doesn't match expected size. Is there a distributed collective mismatch "
+            "in your code? in <module> at allreduce_size_differs.py:12") in v.text, v.text
+    # no "Current thread" (gloo's thread aborted): the thread with the user's frame, not ddptui's idle helper
+    assert v.excerpt[:4] == tuple(GLOO_SIZE_ABORT[:3]) + (GLOO_SIZE_ABORT[8],), v.excerpt
+    assert not any("_loop" in x for x in v.excerpt)
+    # a plain abort (no C++ exception before it) still says what faulthandler said
+    plain = decide([RankEvidence(1, -6, died_at=T0, err_lines=tuple(GLOO_SIZE_ABORT[2:]))])
+    assert "SIGABRT (abort): Fatal Python error: Aborted in <module> at allreduce_size_differs.py:12" in plain.text
+
+
 def test_os_exit_says_no_python_exception_and_quotes_the_last_output():
     v = decide([RankEvidence(1, 3, died_at=T0, out_lines=("[rank 1] step 5", "[rank 1] saving", "")),
                 RankEvidence(0, -15, died_at=T0 + 0.1, stopped_by="launcher")])
