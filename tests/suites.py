@@ -50,6 +50,7 @@ RANKS_ONLY = {
     "test_remote_stacks": "the processes it dumps run on the test's own interpreter",
     "test_remote_stacks_slurm": "a real Slurm cluster on namespaced hosts whose gloo job runs the test's own interpreter",
     "test_node_lost": _LONG,
+    "test_collectives_run": _LONG,
     "test_rank_learned": "its c10d torchrun agents run on the test's own interpreter",
     "test_installed": "pip-installs the checkout with the test's interpreter (test-pythons installs it on each Python)",
 }
