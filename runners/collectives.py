@@ -109,9 +109,10 @@ def laggards(by_rank: ByRank) -> tuple[int, ...]:
 
 
 def group_label(name: str, e: dict) -> str:
-    """How a group is named in the grid: its description (else its name; the default group's is default_pg), with its
-    member count."""
-    label = e.get("desc") or ("default_pg" if name == "0" else name)
+    """How a group is named in the grid: its description (torch's group_desc; new_group's default "undefined" is none),
+    else "group NAME" (the default group's: default_pg), with its member count."""
+    desc = e.get("desc")
+    label = desc if desc and desc != "undefined" else "default_pg" if name == "0" else f"group {name}"
     n = len(e.get("ranks") or ())
     return f"{label} ({n} ranks)" if n else label
 

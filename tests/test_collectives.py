@@ -70,7 +70,8 @@ def test_a_rank_behind_in_a_subgroup_only_is_a_laggard_there_and_a_rank_without_
     assert co.lagging(grid) == {"1": {2}} and co.laggards(grid) == (2,)
     rows = {(r.rank, r.pg): r for r in co.rows(grid)}
     assert rows[(2, "1")].state == "behind" and rows[(2, "0")].state == "ok" and rows[(1, "0")].state == "ok"
-    assert rows[(0, "1")].group == "1 (2 ranks)" and rows[(0, "1")].state == "waiting"
+    assert rows[(0, "1")].group == "group 1 (2 ranks)" and rows[(0, "1")].state == "waiting"
+    assert co.group_label("2", co.entry(pg(0, 0, ranks="[1, 3]", desc="undefined"))) == "group 2 (2 ranks)"
     # rank 2 has not made the subgroup's collectives at all yet: behind in it as well
     del grid[2]["1"]
     assert co.lagging(grid) == {"1": {2}}
