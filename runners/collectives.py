@@ -87,12 +87,13 @@ def lagging(by_rank: ByRank) -> dict[str, set[int]]:
     """
     out: dict[str, set[int]] = {}
     for pg, seq in waits_at(by_rank).items():
-        members = set()
+        members = set()  # as the group's members list says; only when none does, whoever reports the group
         for groups in by_rank.values():
             e = groups.get(pg)
             if e is not None:
                 members.update(e.get("ranks") or ())
-        members.update(r for r, groups in by_rank.items() if pg in groups)
+        if not members:
+            members = {r for r, groups in by_rank.items() if pg in groups}
         behind = set()
         for r in members:
             e = by_rank.get(r, {}).get(pg)

@@ -75,6 +75,11 @@ def test_a_rank_behind_in_a_subgroup_only_is_a_laggard_there_and_a_rank_without_
     # rank 2 has not made the subgroup's collectives at all yet: behind in it as well
     del grid[2]["1"]
     assert co.lagging(grid) == {"1": {2}}
+    # a rank outside the group that files numbers under its name (Flight Recorder keys pg_status by the rank's own
+    # group id: on ranks 2, 3 of new_group([0, 1]) and new_group([2, 3]), their pair's numbers come as '1') is no member
+    grid[1]["1"] = co.entry(pg(0, 0, ranks="[]", desc=""))
+    grid[2]["1"] = co.entry(pg(4, 3, sub, ranks="[0, 2]", desc=""))
+    assert co.lagging(grid) == {} and co.laggards(grid) == ()
 
 
 def test_a_mismatch_both_ranks_waiting_at_the_same_seq_is_no_laggard():
