@@ -158,6 +158,9 @@ class StacksCollected(Event):
     # rank -> its worker processes (DataLoader): [{"pid", "worker_id", "method", "threads": [...as above]}]
     workers: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     why: str = "stall"  # "stall" | "slow" | "on request": on request with no stall, no verdict follows
+    # rank -> its Flight Recorder dump taken with the stacks: "recorded" (in fr/rank_<R> of the folder) or
+    # "unavailable: why"; {} in records from before issue 14
+    fr: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -263,7 +266,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
 _TUPLE_FIELDS = {"ranks", "lines", "stalled", "progressing", "culprits", "waiting", "victims", "excerpt", "params",
                  "losses", "together", "stopped", "never_started",
                  "nodes", "laggards"}
-_INT_KEY_FIELDS = {"cpu", "rss", "method", "threads", "where", "table", "workers", "outcomes", "by_rank"}
+_INT_KEY_FIELDS = {"cpu", "rss", "method", "threads", "where", "table", "workers", "outcomes", "by_rank", "fr"}
 
 
 def from_json(d: dict[str, Any]) -> Event:

@@ -151,7 +151,8 @@ class Judge:
                          fr: dict | None = None) -> list:
         """The stacks `req` asked for, taken and recorded in `folder` (results: rank -> stacks.StackResult; None: no
         live rank to take them from; fr: rank -> its Flight Recorder dump taken with them, as torch's
-        fr_trace_json gives it). Returns the verdict read from them, and what the request was for."""
+        fr_trace_json gives it normalised by runners/fr_client.normalise_all: pg_config keyed by the groups' real
+        names, pg_status numbers as ints). Returns the verdict read from them, and what the request was for."""
         self.watch.stacks_collected(req, results, folder, fr)
         return self.state.take()
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 from datetime import datetime
 from pathlib import Path
@@ -40,6 +41,17 @@ class RunRecord:
         path = self.dir / name
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+    def write_fr(self, folder: str, rank: int, dump: dict) -> Path:
+        """A rank's Flight Recorder dump next to its stacks: `folder`/fr/rank_<R>, one pickled dict per rank, the
+        files PyTorch's analyzer reads (`torchfrtrace FOLDER/fr --prefix rank_`)."""
+        path = self.dir / folder / "fr" / f"rank_{rank}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            pickle.dump(dump, f, protocol=4)
         os.replace(tmp, path)
         return path
 

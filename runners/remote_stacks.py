@@ -35,6 +35,7 @@ class RemoteTarget:
     pid: int  # the rank's pid on its node (its hello's)
     node: str  # the node's name as Slurm knows it (srun -w)
     stderr_path: str | None = None  # the rank's stderr file in the run record, on the shared filesystem
+    debug_sock: str | None = None  # torch's debug server socket in the rank, on its node
 
 
 def short_host(host: str) -> str:
@@ -58,7 +59,7 @@ def split(targets: list[stacks.Target], hosts: dict[int, tuple[str, str]], here:
         if is_local(host, here):
             local.append(t)
         else:
-            remote.append(RemoteTarget(t.rank, t.pid, node or host, t.stderr_path))
+            remote.append(RemoteTarget(t.rank, t.pid, node or host, t.stderr_path, t.debug_sock))
     return local, remote
 
 
@@ -130,7 +131,7 @@ def outcome(node: str, rc: int | None, out: str, err: str, timeout: float, what:
     return Outcome(out, f"srun on {node} failed: {words}")
 
 
-def _run_all(argvs: dict, env: dict[str, str], timeout: float) -> dict:
+def run_all(argvs: dict, env: dict[str, str], timeout: float) -> dict:
     """key -> (rc or None if timed out, stdout, stderr), every argv run at the same time, all within `timeout`."""
     procs, done = {}, {}
     for key, argv in argvs.items():
@@ -163,7 +164,8 @@ def _run_all(argvs: dict, env: dict[str, str], timeout: float) -> dict:
 def collect(targets: list[RemoteTarget], job_id: str | None, method: str = "auto", pyspy: str | None = None,
             timeout: float = REMOTE_TIMEOUT, srun: str = "srun") -> dict[int, stacks.StackResult]:
     """Stacks of ranks on other nodes, by rank, each taken on its node inside job `job_id`. method as
-    stacks.collect: "auto" (py-spy, then faulthandler), "py-spy" or "faulthandler".
+    stacks.collect: "auto" (py-spy, then torch's debug server, then faulthandler), "py-spy", "debug-server" or
+    "faulthandler".
 
     py-spy runs by the absolute path it has here (the venv is on the filesystem the nodes share); the faulthandler
     fallback signals through srun in the job and reads the rank's stderr file, also on the shared filesystem.
@@ -190,7 +192,7 @@ def collect(targets: list[RemoteTarget], job_id: str | None, method: str = "auto
         if spy is None:
             errors = {t.rank: "py-spy not found" for t in targets}
         else:
-            ran = _run_all({t.rank: srun_argv(exe, job_id, t.node, pyspy_argv(spy, t.pid)) for t in targets},
+            ran = run_all({t.rank: srun_argv(exe, job_id, t.node, pyspy_argv(spy, t.pid)) for t in targets},
                            env, timeout)
             for rank, (rc, out, err) in ran.items():
                 t = by_rank[rank]
@@ -206,6 +208,9 @@ def collect(targets: list[RemoteTarget], job_id: str | None, method: str = "auto
                 if o.unreachable:
                     unreachable.add(rank)
     todo = [t for t in targets if t.rank not in res and t.rank not in unreachable]
+    if method in ("auto", "debug-server") and todo:
+        res.update(_debug_server(todo, job_id, timeout, errors))
+        todo = [t for t in todo if t.rank not in res]
     if method in ("auto", "faulthandler") and todo:
         res.update(_faulthandler(todo, job_id, exe, env, timeout, errors, unreachable))
     for t in targets:
@@ -219,6 +224,30 @@ def collect(targets: list[RemoteTarget], job_id: str | None, method: str = "auto
 def _gone(t: RemoteTarget, method: str) -> stacks.StackResult:
     why = method.removeprefix("unavailable: ")
     return stacks.StackResult(t.rank, t.pid, method, error=why, node=t.node)
+
+
+def _debug_server(todo: list[RemoteTarget], job_id: str, timeout: float, errors: dict[int, str]
+                  ) -> dict[int, stacks.StackResult]:
+    """dump_traceback from torch's debug server of every rank that has one, asked on its node by the relay
+    (runners/fr_client.py) through srun in the job."""
+    from . import fr_client
+    socks = {t.rank: t.debug_sock for t in todo if t.debug_sock}
+    if not socks:
+        return {}
+    by_rank = {t.rank: t for t in todo}
+    got = fr_client.ask_remote({t.node: {r: socks[r] for r in socks if by_rank[r].node == t.node} for t in todo
+                                if t.rank in socks}, job_id, "dump_traceback", min(timeout, fr_client.DUMP_TIMEOUT))
+    res: dict[int, stacks.StackResult] = {}
+    for rank, body in got.items():
+        t = by_rank[rank]
+        threads = [] if isinstance(body, str) else stacks.ordered(stacks.parse_debug_traceback(body.decode("utf-8", "replace")))
+        if threads:
+            res[rank] = stacks.StackResult(rank, t.pid, stacks.DEBUG_SERVER, threads, errors.get(rank),
+                                           body.decode("utf-8", "replace"), node=t.node)
+        else:
+            said = body if isinstance(body, str) else "no thread in its answer"
+            errors[rank] = "; ".join(x for x in (errors.get(rank), f"{stacks.DEBUG_SERVER}: {said}") if x)
+    return res
 
 
 def _faulthandler(todo: list[RemoteTarget], job_id: str, exe: str, env: dict[str, str], timeout: float,
@@ -236,7 +265,7 @@ def _faulthandler(todo: list[RemoteTarget], job_id: str, exe: str, env: dict[str
             offsets[t.rank] = (stacks.Target(t.rank, t.pid, t.stderr_path), t.stderr_path,
                                os.path.getsize(t.stderr_path))
     by_rank = {t.rank: t for t in todo}
-    ran = _run_all({r: srun_argv(exe, job_id, by_rank[r].node, signal_argv(by_rank[r].pid)) for r in offsets},
+    ran = run_all({r: srun_argv(exe, job_id, by_rank[r].node, signal_argv(by_rank[r].pid)) for r in offsets},
                    env, timeout)
     pending = {}
     for rank, (rc, out, err) in ran.items():

@@ -1,4 +1,5 @@
-"""Stacks of running rank processes: py-spy dumps in parallel, faulthandler (SIGUSR1) where py-spy fails."""
+"""Stacks of running rank processes: py-spy dumps in parallel; where py-spy fails, torch's debug server, then
+faulthandler (SIGUSR1)."""
 from __future__ import annotations
 
 import json
@@ -28,6 +29,10 @@ class Target:
     rank: int
     pid: int
     stderr_path: str | None = None
+    debug_sock: str | None = None  # the unix socket of torch's debug server in the rank, when it started one
+
+
+DEBUG_SERVER = "torch debug server"  # the method name of stacks read from it
 
 
 @dataclass
@@ -50,7 +55,7 @@ class ThreadStack:
 class StackResult:
     rank: int
     pid: int
-    method: str  # "py-spy" | "faulthandler" | "unavailable: why"
+    method: str  # "py-spy" | "torch debug server" | "faulthandler" | "unavailable: why"
     threads: list[ThreadStack] = field(default_factory=list)
     error: str | None = None  # why py-spy (and the fallback) failed, even when a fallback worked
     text: str = ""  # the raw dump as collected
@@ -281,6 +286,38 @@ def parse_faulthandler(text: str) -> list[ThreadStack]:
     return threads
 
 
+_SERVER_THREAD = re.compile(r"^Current thread 0x[0-9a-fA-F]+ \(most recent call first\):\n  <no Python frame>\n*", re.M)
+
+
+def parse_debug_traceback(text: str) -> list[ThreadStack]:
+    """Threads of the debug server's dump_traceback answer: faulthandler's format, with the server's own C++ thread
+    (the "current" one, no Python frame) left out so that the main thread is told from the others."""
+    return parse_faulthandler(_SERVER_THREAD.sub("", text))
+
+
+def _debug_server(targets: list[Target], errors: dict[int, str], timeout: float) -> dict[int, StackResult]:
+    """Stacks of every target with a debug socket from torch's debug server in the rank (no ptrace, no signal:
+    a C++ thread of the rank answers, also while its main thread is blocked in a collective)."""
+    from .fr_relay import post_all
+    socks = {t.pid: t.debug_sock for t in targets if t.debug_sock}
+    got = post_all(list(dict.fromkeys(socks.values())), "dump_traceback", timeout)
+    results: dict[int, StackResult] = {}
+    for t in targets:
+        if not t.debug_sock:
+            continue
+        body = got[t.debug_sock]
+        if isinstance(body, Exception):
+            errors[t.pid] = "; ".join(x for x in (errors.get(t.pid), f"{DEBUG_SERVER}: {body}") if x)
+            continue
+        text = body.decode("utf-8", "replace")
+        threads = ordered(parse_debug_traceback(text))
+        if threads:
+            results[t.pid] = StackResult(t.rank, t.pid, DEBUG_SERVER, threads, errors.get(t.pid), text)
+        else:
+            errors[t.pid] = "; ".join(x for x in (errors.get(t.pid), f"{DEBUG_SERVER}: no thread in its answer") if x)
+    return results
+
+
 def _dump_complete(text: str) -> bool:
     return re.search(r"\(most recent call first\):\n  ", text) is not None
 
@@ -342,7 +379,8 @@ def await_dumps(pending: dict, errors: dict, wait: float = FAULTHANDLER_WAIT) ->
 
 def collect(targets: list[Target], method: str = "auto", pyspy: str | None = None, timeout: float = 5.0,
             workers: bool = True) -> dict[int, StackResult]:
-    """Stacks of every target, by rank. method: "auto" (py-spy, then faulthandler), "py-spy" or "faulthandler".
+    """Stacks of every target, by rank. method: "auto" (py-spy, then torch's debug server where the rank has one,
+    then faulthandler), "py-spy", "debug-server" or "faulthandler".
 
     Targets sharing a pid (thread replicas) are dumped once. py-spy runs for all pids at the same time, the
     ranks' worker processes (``workers``) included; a worker's stack is py-spy's or none (its stderr is the
@@ -357,7 +395,7 @@ def collect(targets: list[Target], method: str = "auto", pyspy: str | None = Non
         if pid is None:
             results[t.pid] = StackResult(t.rank, t.pid, f"unavailable: pid {t.pid} is not a Python process")
             continue
-        by_pid.setdefault(pid, Target(t.rank, pid, t.stderr_path))
+        by_pid.setdefault(pid, Target(t.rank, pid, t.stderr_path, t.debug_sock))
     errors: dict[int, str] = {}
     kids: dict[int, list[int]] = {}  # rank pid -> its worker pids
     if method in ("auto", "py-spy"):
@@ -400,6 +438,11 @@ def collect(targets: list[Target], method: str = "auto", pyspy: str | None = Non
                     continue
             errors[pid] = _pyspy_error(err.decode("utf-8", "replace"), p.returncode)
     todo = [t for pid, t in by_pid.items() if pid not in results]
+    if method in ("auto", "debug-server") and todo:
+        if method == "debug-server":
+            errors.update({t.pid: f"{DEBUG_SERVER}: the rank has no debug socket" for t in todo if not t.debug_sock})
+        results.update(_debug_server(todo, errors, timeout))
+        todo = [t for t in todo if t.pid not in results]
     if method in ("auto", "faulthandler") and todo:
         for pid, r in _faulthandler(todo, errors).items():
             r.threads = ordered(r.threads)

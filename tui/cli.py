@@ -38,8 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-dir", default=os.environ.get("DDPTUI_RUNS", "runs"), help="where run records go")
     p.add_argument("--summary", metavar="FILE", help="also write the machine-readable summary here")
     p.add_argument("--py-spy", dest="pyspy", metavar="PATH", help="py-spy executable to use for stacks")
-    p.add_argument("--stacks", choices=("auto", "py-spy", "faulthandler"), default="auto",
-                   help="how to collect stacks (auto: py-spy, falling back to faulthandler)")
+    p.add_argument("--stacks", choices=("auto", "py-spy", "debug-server", "faulthandler"), default="auto",
+                   help="how to collect stacks (auto: py-spy, falling back to torch's debug server in the rank, "
+                        "then faulthandler)")
     return p
 
 
