@@ -110,13 +110,16 @@ class ReplaySource:
 
 
 class SyntheticSource:
-    """Load generator for the latency benchmark: N ranks × R lines/s as real events, batched every period."""
+    """Load generator for the latency benchmark: N ranks × R lines/s as real events, batched every period; with
+    `collectives`, each rank's Flight Recorder numbers as the engine sends them (every rank every 2 s, a quarter of
+    the ranks each 0.5 s, and rank 1 falling behind now and then)."""
 
     kind = "synthetic"
 
     def __init__(self, ranks: int = 16, lines_per_s: int = 1000, seconds: float = 10.0, period: float = 0.02,
-                 steps: int = 10_000) -> None:
+                 steps: int = 10_000, collectives: bool = True) -> None:
         self.ranks, self.rate, self.seconds, self.period, self.steps = ranks, lines_per_s, seconds, period, steps
+        self.collectives = collectives
         self._stop = threading.Event()
         self.emit: Callable[[list], None] = lambda batch: None
         self.lines_sent = 0
@@ -134,7 +137,8 @@ class SyntheticSource:
         pool2 = pool + pool
         owed = 0.0
         k = step = 0
-        last_progress = last_res = last = t0
+        last_progress = last_res = last_coll = last = t0
+        quarter = 0
         while not self._stop.wait(self.period):
             now = time.time()
             if now - t0 > self.seconds:
@@ -158,10 +162,25 @@ class SyntheticSource:
             if now - last_res >= 1.0:
                 last_res = now
                 batch.append(ev.Resources({r: 99.0 for r in range(self.ranks)}, {r: 300 << 20 for r in range(self.ranks)}, now))
+            if self.collectives and now - last_coll >= 0.5:
+                last_coll, quarter = now, quarter + 1
+                batch.append(self._collectives(quarter, now))
             self.emit(batch)
             self.thread_cpu = time.thread_time()
         self.emit([ev.RunFinished("stopped" if self._stop.is_set() else "ok", 0, "", time.time())])
         return 0
+
+    def _collectives(self, quarter: int, now: float) -> ev.CollectiveProgress:
+        seq = 10 * quarter
+        stuck = quarter % 8 >= 4  # for 2 s of every 4 s the others wait in #seq for rank 1
+        members = list(range(self.ranks))
+        by_rank = {}
+        for r in range(quarter % 4, self.ranks, 4):
+            behind = stuck and r == 1
+            fr = {"seq": seq, "op": "all_reduce", "sizes": [[1024]], "dtypes": ["Float"]} if stuck and not behind else None
+            by_rank[r] = {"0": {"desc": "default_pg", "ranks": members, "enqueued": seq - 1 if behind else seq,
+                                "completed": seq - 1, "frontier": fr}}
+        return ev.CollectiveProgress(by_rank, (1,) if stuck and self.ranks > 1 else (), now)
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -170,7 +189,7 @@ class SyntheticSource:
         return False
 
     def again(self) -> "SyntheticSource":
-        return SyntheticSource(self.ranks, self.rate, self.seconds, self.period, self.steps)
+        return SyntheticSource(self.ranks, self.rate, self.seconds, self.period, self.steps, self.collectives)
 
 
 # -- the app --------------------------------------------------------------------------------------
@@ -471,11 +490,12 @@ def run_replay(run_dir: str | Path) -> int:
 
 # -- benchmark: keypress → repaint latency under load ---------------------------------------------
 
-async def _measure(ranks: int, rate: int, seconds: float, presses: int, size: tuple[int, int]) -> dict:
+async def _measure(ranks: int, rate: int, seconds: float, presses: int, size: tuple[int, int],
+                   collectives: bool = True, other: str = "ranks") -> dict:
     import asyncio
 
     from textual import events as tev
-    source = SyntheticSource(ranks=ranks, lines_per_s=rate, seconds=seconds + 30)
+    source = SyntheticSource(ranks=ranks, lines_per_s=rate, seconds=seconds + 30, collectives=collectives)
     app = DdpApp(source=source)
     lat: list[float] = []
     async with app.run_test(size=size) as pilot:
@@ -486,10 +506,11 @@ async def _measure(ranks: int, rate: int, seconds: float, presses: int, size: tu
         for i in range(presses):
             screen = app.screen
             tabs = screen.query_one("#tabs")
-            want = "ranks" if tabs.active == "timeline" else "timeline"
+            want = other if tabs.active == "timeline" else "timeline"
+            key = "o" if want == "collectives" else "t"  # t toggles the timeline and the grid, o shows collectives
             done = asyncio.Event()
             t0 = time.perf_counter()
-            app._driver.send_message(tev.Key("t", "t"))
+            app._driver.send_message(tev.Key(key, key))
             while tabs.active != want:
                 await asyncio.sleep(0.0005)
             screen.call_after_refresh(done.set)
@@ -503,7 +524,7 @@ async def _measure(ranks: int, rate: int, seconds: float, presses: int, size: tu
     app.shutdown(10)
     lat.sort()
     return {
-        "ranks": ranks, "lines_per_s_per_rank": rate, "presses": presses,
+        "ranks": ranks, "lines_per_s_per_rank": rate, "presses": presses, "collectives": collectives, "tabs": other,
         "p50_ms": round(lat[len(lat) // 2] * 1000, 1), "p95_ms": round(lat[int(len(lat) * 0.95) - 1] * 1000, 1),
         "max_ms": round(lat[-1] * 1000, 1),
         "lines_per_s_absorbed": round(lines / elapsed), "lines_per_s_offered": ranks * rate,
@@ -512,10 +533,12 @@ async def _measure(ranks: int, rate: int, seconds: float, presses: int, size: tu
 
 
 def measure_latency(ranks: int = 16, rate: int = 1000, seconds: float = 6.0, presses: int = 30,
-                    size: tuple[int, int] = (160, 50)) -> dict:
-    """Keypress (t: toggle timeline) → next repaint, in ms, while ranks × rate log lines/s stream in."""
+                    size: tuple[int, int] = (160, 50), collectives: bool = True, other: str = "ranks") -> dict:
+    """Keypress (t: toggle timeline) → next repaint, in ms, while ranks × rate log lines/s stream in (and, with
+    `collectives`, every rank's Flight Recorder numbers every 2 s, as with flight_recorder on). `other`: the tab
+    the timeline alternates with ("collectives": its live rows are drawn half the time)."""
     import asyncio
-    return asyncio.run(_measure(ranks, rate, seconds, presses, size))
+    return asyncio.run(_measure(ranks, rate, seconds, presses, size, collectives, other))
 
 
 if __name__ == "__main__":
