@@ -177,7 +177,9 @@ class SyntheticSource:
         by_rank = {}
         for r in range(quarter % 4, self.ranks, 4):
             behind = stuck and r == 1
-            fr = {"seq": seq, "op": "all_reduce", "sizes": [[1024]], "dtypes": ["Float"]} if stuck and not behind else None
+            fr = None
+            if stuck and not behind:
+                fr = {"seq": seq, "op": "all_reduce", "sizes": [[1024]], "dtypes": ["Float"]}
             by_rank[r] = {"0": {"desc": "default_pg", "ranks": members, "enqueued": seq - 1 if behind else seq,
                                 "completed": seq - 1, "frontier": fr}}
         return ev.CollectiveProgress(by_rank, (1,) if stuck and self.ranks > 1 else (), now)

@@ -1,4 +1,4 @@
-"""The run screen: rank grid + loss chart, timeline, stacks, crash, hints and verdict tabs, redrawn from what changed."""
+"""The run screen: rank grid + loss chart, timeline, stacks, collectives, crash, hints and verdict tabs, redrawn from what changed."""
 from __future__ import annotations
 
 from rich.text import Text
