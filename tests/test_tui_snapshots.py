@@ -126,6 +126,13 @@ async def _export(app: DdpApp, path: Path, keys: tuple[str, ...] = ()) -> None:
         app.save_screenshot(path.name, str(path.parent))
 
 
+def collectives_app() -> DdpApp:
+    """The Collectives tab's scene (tests/test_tui_collectives.py) as a run that ended: rank 3 behind at #57."""
+    from tests.test_tui_app import ScriptSource
+    from tests.test_tui_collectives import behind_batch, collectives_scenario
+    return DdpApp(source=ScriptSource(collectives_scenario() + [behind_batch()]))
+
+
 def export_screenshots(out: Path) -> None:
     """The docs' SVGs of every main screen, from the same records: `python -m tests.test_tui_snapshots`."""
     import asyncio
@@ -143,6 +150,7 @@ def export_screenshots(out: Path) -> None:
         "timeline.svg": (replay_app("crash"), ("escape", "t")),
         "zoom.svg": (replay_app("crash"), ("escape", "1", "z")),
         "help.svg": (replay_app("cpu-ddp"), ("question_mark",)),
+        "collectives.svg": (collectives_app(), ("o",)),
     }
     for name, (app, keys) in shots.items():
         asyncio.run(_export(app, out / name, keys))
