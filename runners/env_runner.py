@@ -25,7 +25,7 @@ def rank_env(rank: int, profile: Profile, port: int) -> dict[str, str]:
 
 
 def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
-    common = base_env(profile, dashboard_pid)
+    common = base_env(profile, dashboard_pid, run_dir=run_dir)
     argv = tuple(workload_argv(profile))
     procs = []
     for rank in range(profile.world_size):

@@ -58,6 +58,16 @@ class RankHello(Event):
 
 
 @dataclass(frozen=True)
+class DebugServer(Event):
+    """A rank's torch debug server is up (runners/inject/ddptui_fr.py): its unix socket, on the rank's node."""
+
+    kind: ClassVar[str] = "debug_server"
+    rank: int
+    path: str
+    wall: float
+
+
+@dataclass(frozen=True)
 class LogLines(Event):
     """Complete lines read in one go from one source. rank None: the launcher's own output."""
 
@@ -257,7 +267,7 @@ class RunFinished(Event):
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
-        RunStarted, ProcessStarted, RankHello, LogLines, Progress, RankState, ProcessExited, Resources,
+        RunStarted, ProcessStarted, RankHello, DebugServer, LogLines, Progress, RankState, ProcessExited, Resources,
         HintRaised, StallDetected, StallCleared, StacksCollected, HangVerdict, CrashVerdict, ReplicaVerdict,
         JobState, NodeLost, CollectiveProgress, RunFinished,
     )

@@ -145,6 +145,11 @@ class Ingest:
                 t.digests = rep.get("params") or []
         elif kind == "verdict":
             t.verdict = {"ok": bool(rep.get("ok")), "text": str(rep.get("text", ""))}
+        elif kind == "debug_server":
+            path = rep.get("path")
+            if isinstance(path, str) and path and path != t.debug_sock:
+                t.debug_sock = path
+                self.s.emit(ev.DebugServer(rank, path, wall))
         elif kind == "coll":
             if collectives.merge(t.collectives, rep.get("pgs")):
                 self._coll_changed[rank] = wall

@@ -112,7 +112,7 @@ def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None =
     if opts.num_nodes != profile.nnodes:
         notes.append(f"mirage.num_nodes={opts.num_nodes} overrides nnodes={profile.nnodes}")
 
-    env = base_env(profile, dashboard_pid)
+    env = base_env(profile, dashboard_pid, run_dir=run_dir)
     venv = venv_of(profile)
     if venv:
         # As `source $VENV/bin/activate`: mirage finds rocjitsu through `rocm-sdk path --root` on PATH.

@@ -33,7 +33,7 @@ SLURM_SUBMIT = ("auto", "sbatch", "step")
 TOP_KEYS = ("name", "description", "runner", "nproc", "nnodes", "workload", "env", "backend", "device",
             "steps", "seed", "stall_after", "startup_grace", "agent_exit_grace", "on_stall", "timeout", "master_addr",
             "master_port", "replica_check", "fault", "mirage", "xla", "max_world_size", "rdzv_backend",
-            "rdzv_endpoint", "rdzv_id", "local_addr", "slurm")
+            "rdzv_endpoint", "rdzv_id", "local_addr", "slurm", "flight_recorder")
 WORKLOAD_KEYS = WORKLOAD_KINDS + ("args", "python", "venv")
 FAULT_KEYS = ("kind", "rank", "step", "seconds")
 MIRAGE_KEYS = ("command", "workspace", "profile", "gpus_per_node", "num_nodes", "in_process", "env", "inner",
@@ -177,6 +177,8 @@ class Profile:
     rdzv_id: str | None = None
     local_addr: str | None = None  # torchrun --local-addr: the address the agents give of their own node
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
+    # PyTorch's Flight Recorder in the ranks (not XLA) and a debug server per rank on a unix socket (runners/fr_env.py)
+    flight_recorder: bool = True
 
     @property
     def world_size(self) -> int:
@@ -1124,6 +1126,7 @@ def _build(root: _Node, source: str, base: Path, default_name: str) -> Profile:
         rdzv_id=f.get("rdzv_id", None, _rdzv_id),
         local_addr=f.typed("local_addr", _str(nullable=True)),
         slurm=_slurm(f.node("slurm"), root.loc),
+        flight_recorder=f.typed("flight_recorder", _bool),
     )
     _check_rendezvous(f, profile)
     _check_rdzv(f, profile)

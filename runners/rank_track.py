@@ -37,6 +37,7 @@ class RankTrack:
     verdict: dict | None = None
     exc: dict | None = None
     collectives: dict = field(default_factory=dict)  # pg name -> its Flight Recorder numbers (runners/collectives.py)
+    debug_sock: str | None = None  # its torch debug server's unix socket (a `debug_server` report), on its node
     first_failure_wall: float | None = None
     stalled: bool = False
     outcome: str = ""  # why it ended, in words

@@ -9,6 +9,7 @@ from typing import Mapping
 # PLUMBING: set only so the injected code reaches the rank; the rank puts the user's values back (USER_ENV) before
 # its program runs, so what the rank starts inherits the user's environment. The rank side's names are the only copy.
 from .inject.ddptui_scope import PLUMBING, USER_ENV
+from . import fr_env
 from .profile import Profile
 
 INJECT_DIR = Path(__file__).resolve().parent / "inject"
@@ -27,17 +28,21 @@ def activation(wanted: Mapping[str, str], dashboard_pid: int | None = None) -> d
     }
 
 
-def base_env(profile: Profile, dashboard_pid: int | None = None, runner_env: Mapping[str, str] | None = None) -> dict[str, str]:
+def base_env(profile: Profile, dashboard_pid: int | None = None, runner_env: Mapping[str, str] | None = None,
+             run_dir: Path | str | None = None) -> dict[str, str]:
     """What ddptui adds to the inherited environment of every process it starts for a profile.
 
     runner_env: the runner's own variables; the profile's env wins over them. A wrapped torchrun command gets
     no OMP_NUM_THREADS from us: torchrun sets it for its ranks itself, as it does without ddptui.
+    run_dir: the run's record, for Flight Recorder's variables (fr_env.rank_env: none when the profile opts out).
     """
     env: dict[str, str] = {}
     if not (profile.workload.command and profile.runner == "torchrun"):
         # torchrun sets this to 1 itself for its ranks; direct spawns get the same so timings compare.
         env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
     env.update(runner_env or {})
+    if run_dir is not None:
+        env.update(fr_env.rank_env(profile, run_dir))
     env.update(profile.rank_env())
     env.update(activation(env, dashboard_pid))
     return env

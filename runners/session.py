@@ -11,7 +11,7 @@ from typing import Callable
 import psutil
 
 from . import events as ev
-from . import oom, procs, slurm_state
+from . import fr_env, oom, procs, slurm_state
 from .deathwatch import DeathWatch
 from .job_follow import Agent, node_of_agent
 from .judge import (CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED, EXIT_USAGE,  # noqa: F401
@@ -88,6 +88,7 @@ class Session:
         self._tailer: Tailer | None = None
         self._job_waited = False  # teardown scancelled the job and waited for its end already
         self._job_end: TearDown | None = None  # what Slurm's answer about the job asked for (NODE_FAIL: a teardown)
+        self._sockets: str | None = None  # the folder of the ranks' debug sockets (runners/fr_env.py), removed at the end
 
     # what the front ends and tests read: the judge's
     @property
@@ -209,6 +210,7 @@ class Session:
                 if self._subreaper:
                     procs.stop_subreaping()
                 self._deaths.close()
+                fr_env.remove(self._sockets)
                 self.record.close()
 
     def _teardown(self, why: str | None = None) -> dict:
@@ -284,6 +286,9 @@ class Session:
         self._tick()
         self._carry_out(self.judge.begin(self.plan.world_size, len(self.plan.procs)))
         self._emit(ev.RunStarted(str(self.run_dir), p.name, p.runner, self.world, p.steps, time.time()))
+        self._sockets, problem = fr_env.prepare(p, self.run_dir)  # before any rank starts: they bind in it
+        if problem:
+            self._launcher_line(f"ddptui: {problem}")
         problems = self._preflight()
         if problems:
             return self._finish("preflight failed", EXIT_USAGE)

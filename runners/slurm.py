@@ -141,7 +141,7 @@ def plan(profile: Profile, run_dir: Path, port: int = 0, dashboard_pid: int | No
     if profile.workload.command and srun_argv.is_srun(profile.workload.command):
         return _adhoc_plan(profile, run_dir, dashboard_pid, environ)
     s, name = profile.slurm, job_name(run_dir)
-    env = base_env(profile, dashboard_pid)
+    env = base_env(profile, dashboard_pid, run_dir=run_dir)
     mode, job_id = submit_mode(s.submit, environ)
     raw, cwd, ranks = run_dir / "raw", os.getcwd(), tuple(range(profile.world_size))
     notes = [f"{profile.nnodes} node(s) x {profile.nproc} rank(s) under Slurm, launch {s.launch}; every rank's"
@@ -199,7 +199,7 @@ def _adhoc_plan(profile: Profile, run_dir: Path, dashboard_pid: int | None,
     job_id = environ.get("SLURM_JOB_ID") or None
     notes.append(f"a step of allocation {job_id}" if job_id else
                  f"outside an allocation srun makes its own job: found by its name {name}")
-    proc = ProcSpec("srun", tuple(wrapped), base_env(profile, dashboard_pid), os.getcwd(),
+    proc = ProcSpec("srun", tuple(wrapped), base_env(profile, dashboard_pid, run_dir=run_dir), os.getcwd(),
                     tuple(range(profile.world_size)), str(run_dir / "raw" / "srun.out"),
                     str(run_dir / "raw" / "srun.err"))
     return LaunchPlan("slurm", profile.world_size, (proc,), tuple(sources), tuple(notes),

@@ -56,7 +56,7 @@ def rendezvous_args(profile: Profile, node: int, port: int, run_id: str = "ddptu
 def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
     if profile.workload.command:
         return _adhoc_plan(profile, run_dir, dashboard_pid)
-    env = base_env(profile, dashboard_pid)
+    env = base_env(profile, dashboard_pid, run_dir=run_dir)
     python = profile.workload.python
     procs, sources, notes = [], [], []
     c10d = profile.rdzv_backend == "c10d"
@@ -100,7 +100,7 @@ def _adhoc_plan(profile: Profile, run_dir: Path, dashboard_pid: int | None) -> L
     else:
         notes.append("the command chose its own output flags: ranks are attributed by torchrun's "
                      "[rankN]:/[defaultN]: prefixes where present")
-    env = base_env(profile, dashboard_pid)
+    env = base_env(profile, dashboard_pid, run_dir=run_dir)
     proc = ProcSpec("torchrun", tuple(argv), env, os.getcwd(), tuple(range(nproc)),
                     str(run_dir / "raw" / "torchrun.out"), str(run_dir / "raw" / "torchrun.err"))
     return LaunchPlan("torchrun", nproc, (proc,), tuple(sources), tuple(notes))

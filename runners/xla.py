@@ -80,7 +80,7 @@ def _notes(profile: Profile, env: dict[str, str]) -> list[str]:
 def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
     run_dir = Path(run_dir)
     xenv = xla_env(profile, run_dir)
-    env = base_env(profile, dashboard_pid, runner_env=xenv)
+    env = base_env(profile, dashboard_pid, runner_env=xenv, run_dir=run_dir)
     n = profile.xla.num_devices
     raw = run_dir / "raw"
     proc = ProcSpec("xla", tuple(workload_argv(profile)), env, os.getcwd(), tuple(range(n)),

@@ -6,8 +6,9 @@ import os
 from typing import Mapping, MutableMapping, Sequence
 
 # The variables that switch the injected code on. A process that is not a launcher takes them out of its
-# environment before the user's code runs, so nothing it starts is instrumented.
-ACTIVATION = ("DDPTUI", "DDPTUI_PID", "DDPTUI_XLA", "DDPTUI_USER_ENV")
+# environment before the user's code runs, so nothing it starts is instrumented. DDPTUI_SOCKETS: the folder of the
+# ranks' debug sockets (ddptui_fr), set when Flight Recorder is on.
+ACTIVATION = ("DDPTUI", "DDPTUI_PID", "DDPTUI_XLA", "DDPTUI_USER_ENV", "DDPTUI_SOCKETS")
 # JSON {name: the user's value or null} of every variable ddptui set only to reach the rank (PLUMBING).
 USER_ENV = "DDPTUI_USER_ENV"
 PLUMBING = ("PYTHONPATH", "PYTHONUNBUFFERED")

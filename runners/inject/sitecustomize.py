@@ -129,6 +129,12 @@ def _patch_ddp(mod) -> None:
     _undo.append(undo)
 
 
+def _patch_c10d(mod) -> None:
+    import ddptui_fr
+
+    _undo.append(ddptui_fr.patch(mod))  # after init_process_group: the debug server and the collectives thread
+
+
 _PATCHES = {"torch.optim.optimizer": _patch_optimizer, "torch.nn.parallel.distributed": _patch_ddp}
 
 
@@ -232,6 +238,8 @@ def _install() -> None:
         patches = dict(_PATCHES)
         if "DDPTUI_XLA" in _given:
             patches["torch_xla._internal.pjrt"] = _patch_xla_launch
+        elif _given.get("DDPTUI_SOCKETS"):  # Flight Recorder on (never for XLA: it has none)
+            patches["torch.distributed.distributed_c10d"] = _patch_c10d
         for name, patch in patches.items():
             _undo.append(ddptui_postimport.when_imported(name, patch))  # undo: no patch in a non-rank fork child
     except Exception:

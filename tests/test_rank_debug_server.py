@@ -1,0 +1,149 @@
+"""Real gloo ranks under ddptui: each rank's torch debug server answers on its unix socket while the run is alive,
+its collective progress is reported, the run ends 0 and leaves no socket folder; with flight_recorder: false, none."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ddptui.runners import events as ev
+from ddptui.runners import fr_env
+from ddptui.runners.profile import load_profile
+from ddptui.runners.session import Session
+from tests.engine_helpers import Recorder, strict_reports
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "ddp_subgroup_until_file.py"
+WAIT_S = 90  # bounds for what must happen, not guesses at how long it takes
+
+
+def post(path: str, handler: str) -> tuple[int, bytes]:
+    """POST /handler/NAME over a unix socket (HTTP/1.1, Connection: close): (status, body)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(20)
+        s.connect(path)
+        s.sendall(f"POST /handler/{handler} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n"
+                  "Connection: close\r\n\r\n".encode())
+        data = b""
+        while True:
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+    if "content-length" in headers:
+        body = body[:int(headers["content-length"])]
+    return int(lines[0].split()[1]), body
+
+
+def wait_for(what, deadline: float, run: threading.Thread):
+    while time.monotonic() < deadline:
+        got = what()
+        if got:
+            return got
+        if not run.is_alive():
+            break
+        time.sleep(0.1)
+    return what()
+
+
+def raw_reports(run_dir: Path) -> dict[int, list[dict]]:
+    """The @ddptui lines each rank wrote on its stdout, from the files torchrun wrote (the record's raw copy)."""
+    out: dict[int, list[dict]] = {}
+    for f in run_dir.glob("torchrun/node0/*/attempt_*/*/stdout.log"):
+        text = "\n".join(ln[ln.index("@ddptui "):] for ln in f.read_text().splitlines() if "@ddptui " in ln)
+        out[int(f.parent.name)] = strict_reports(text)
+    return out
+
+
+def start(tmp_path: Path, extra: str = "", **env) -> tuple[Session, Recorder, threading.Thread]:
+    path = tmp_path / "p.yaml"
+    env_yaml = ", ".join(f"{k}: {json.dumps(str(v))}" for k, v in env.items())
+    path.write_text(f"workload: {{script: {FIXTURE}}}\nnproc: 2\nstall_after: 60\ntimeout: 150\n"
+                    f"env: {{{env_yaml}}}\n{extra}")
+    rec = Recorder()
+    session = Session(load_profile(path), tmp_path / "runs", emit=rec)
+    result = {}
+    run = threading.Thread(target=lambda: result.setdefault("code", session.run()), name="test-session")
+    run.result = result  # type: ignore[attr-defined]
+    run.start()
+    return session, rec, run
+
+
+@pytest.mark.timeout(240)
+def test_every_rank_serves_its_debug_socket_and_reports_its_groups_then_the_run_ends_clean(tmp_path):
+    stop = tmp_path / "stop"
+    session, rec, run = start(tmp_path, STOP_FILE=stop)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        servers = wait_for(lambda: {e.rank: e.path for e in list(rec.events) if isinstance(e, ev.DebugServer)}
+                           if len([e for e in list(rec.events) if isinstance(e, ev.DebugServer)]) >= 2 else None,
+                           deadline, run)
+        assert servers and set(servers) == {0, 1}, [e for e in rec.events if not isinstance(e, ev.LogLines)][-5:]
+        folder = fr_env.socket_dir(session.run_dir)
+        assert servers == {r: f"{folder}/r{r}.sock" for r in (0, 1)}
+        assert session.tracks[0].debug_sock == servers[0] and session.tracks[1].debug_sock == servers[1]
+        assert os.lstat(folder).st_mode & 0o777 == 0o700
+        for r, path in servers.items():
+            assert post(path, "ping") == (200, b"pong")
+
+            def dump():  # while the rank trains: once it ran a collective in the default group and the subgroup
+                status, body = post(path, "fr_trace_json")
+                assert status == 200
+                d = json.loads(body)
+                return d if {"0", "1"} <= set(d["pg_status"]) else None
+            d = wait_for(dump, deadline, run)
+            assert d, "no collective in both groups"
+            assert any(e["profiling_name"] == "gloo:all_reduce" and e["process_group"][0] == "1" for e in d["entries"])
+
+        def both_groups_moved():  # each rank's `coll` reports name both groups, with collectives enqueued
+            reps = raw_reports(session.run_dir)
+            seen = {r: {} for r in (0, 1)}
+            for r, lines in reps.items():
+                for x in lines:
+                    if x["k"] == "coll":
+                        assert x["r"] == r
+                        seen[r].update(x["pgs"])
+            ok = all(set(s) >= {"0", "1"} and all(g["enqueued"] > 0 for g in s.values()) for s in seen.values())
+            return seen if ok else None
+        seen = wait_for(both_groups_moved, deadline, run)
+        assert seen, raw_reports(session.run_dir)
+        for r in (0, 1):
+            assert seen[r]["0"]["desc"] == "default_pg" and seen[r]["0"]["ranks"] == [0, 1]
+            assert seen[r]["1"]["ranks"] == [0, 1]
+            assert all(isinstance(g["enqueued"], int) and isinstance(g["completed"], int) for g in seen[r].values())
+        assert not session.tracks[0].stalled and not session.tracks[1].stalled
+    finally:
+        stop.touch()
+        run.join(WAIT_S)
+    assert not run.is_alive()
+    assert run.result["code"] == 0, rec.lines(0)[-20:]  # type: ignore[attr-defined]
+    assert not os.path.exists(fr_env.socket_dir(session.run_dir))
+    recorded = [json.loads(ln) for ln in (session.run_dir / "events.jsonl").read_text().splitlines()]
+    assert sorted(e["rank"] for e in recorded if e["kind"] == "debug_server") == [0, 1]
+    shown = "\n".join(rec.lines(0) + rec.lines(1))
+    assert "@ddptui" not in shown and "rank 0 stopped after" in shown  # reports are taken out of the shown log
+
+
+@pytest.mark.timeout(240)
+def test_a_profile_that_opts_out_gets_no_server_no_reports_and_no_folder(tmp_path):
+    stop = tmp_path / "stop"
+    stop.touch()
+    session, rec, run = start(tmp_path, "flight_recorder: false\n", STOP_FILE=stop, MIN_SECONDS=5)
+    run.join(WAIT_S + 60)
+    assert not run.is_alive()
+    assert run.result["code"] == 0, rec.lines(0)[-20:]  # type: ignore[attr-defined]
+    assert not rec.of(ev.DebugServer) and not rec.of(ev.CollectiveProgress)
+    reps = raw_reports(session.run_dir)
+    assert set(reps) == {0, 1} and all(x["k"] == "hello" for x in reps[0] if x["k"] in ("hello", "coll"))
+    assert not [x for r in reps.values() for x in r if x["k"] in ("coll", "debug_server")]
+    assert not os.path.exists(fr_env.socket_dir(session.run_dir))
+    env = json.loads((session.run_dir / "plan.json").read_text())["procs"][0]["env"]
+    assert not [k for k in env if k.startswith("TORCH_FR") or k == "DDPTUI_SOCKETS"]
+    assert "Server listening" not in "\n".join(rec.lines(0) + rec.lines(1))
