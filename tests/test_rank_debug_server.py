@@ -147,3 +147,44 @@ def test_a_profile_that_opts_out_gets_no_server_no_reports_and_no_folder(tmp_pat
     env = json.loads((session.run_dir / "plan.json").read_text())["procs"][0]["env"]
     assert not [k for k in env if k.startswith("TORCH_FR") or k == "DDPTUI_SOCKETS"]
     assert "Server listening" not in "\n".join(rec.lines(0) + rec.lines(1))
+
+
+@pytest.mark.timeout(240)
+def test_a_program_that_initialises_twice_gets_one_server_per_rank(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text(f"workload: {{script: {FIXTURE.parent / 'gloo_init_twice.py'}}}\nnproc: 2\nstall_after: 60\n"
+                    "timeout: 150\nreplica_check: false\n")
+    rec = Recorder()
+    session = Session(load_profile(path), tmp_path / "runs", emit=rec)
+    assert session.run() == 0, rec.lines(0)[-20:]
+    for r in (0, 1):
+        assert f"round 2 rank {r} sum 4" in "\n".join(rec.lines(r))
+    reps = raw_reports(session.run_dir)
+    assert sorted(x["r"] for rs in reps.values() for x in rs if x["k"] == "debug_server") == [0, 1]
+    assert sorted(e.rank for e in rec.of(ev.DebugServer)) == [0, 1]
+    assert not os.path.exists(fr_env.socket_dir(session.run_dir))
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_whose_node_has_no_socket_folder_makes_it_and_leaves_none_behind(tmp_path):
+    """As on another node of a Slurm job: nobody made the folder there, and ddptui cannot remove it from here."""
+    import subprocess
+    import sys
+
+    from ddptui.runners.rankenv import activation
+    home = tmp_path / "ddptui-me"
+    home.mkdir(mode=0o700)
+    folder = home / "abcd0123"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DDPTUI")}
+    env.update(activation({}, os.getpid()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port), TORCH_FR_BUFFER_SIZE="2000", DDPTUI_SOCKETS=str(folder))
+    p = subprocess.run([sys.executable, str(FIXTURE.parent / "gloo_init_twice.py")], env=env, capture_output=True,
+                       text=True, timeout=100, start_new_session=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    reps = strict_reports("\n".join(ln for ln in p.stdout.splitlines() if ln.startswith("@ddptui ")))
+    assert [x["path"] for x in reps if x["k"] == "debug_server"] == [str(folder / "r0.sock")]
+    assert f"Server listening to UNIX {folder / 'r0.sock'}" in p.stderr
+    assert not folder.exists() and home.is_dir()  # its socket and the folder it made are gone at its exit

@@ -1,6 +1,7 @@
 """In a rank, once its process group exists: PyTorch's debug server on a unix socket, and live collective progress."""
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
@@ -103,7 +104,19 @@ def start_server(folder: str, rank: int) -> str | None:
         _server = _WorkerServer(path)
     except Exception:
         return None
+    atexit.register(_remove_socket, path, os.getpid())
     return path
+
+
+def _remove_socket(path: str, pid: int) -> None:
+    """At exit: the socket file (torch leaves it), and its folder once empty (on another node nobody else would)."""
+    if os.getpid() != pid:  # a fork child exiting normally: the socket is its parent's
+        return
+    for remove in (lambda: os.unlink(path), lambda: os.rmdir(os.path.dirname(path))):
+        try:
+            remove()
+        except OSError:
+            pass
 
 
 # ---- the collectives thread ---------------------------------------------------------------------------------
