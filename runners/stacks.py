@@ -20,6 +20,9 @@ FAULTHANDLER_WAIT = 1.5  # seconds to wait for a SIGUSR1 dump to land in the ran
 _SIGUSR1_BIT = 1 << (signal.SIGUSR1 - 1)
 MAX_WORKERS = 16  # worker processes dumped per rank (a DataLoader rarely has more; py-spy runs for each)
 HELPER_THREAD = "ddptui-report"  # the thread runners/inject/ddptui_report.py starts in every rank
+# ddptui's own threads in a rank by name, and by their loop's (file, function) when faulthandler gave no names:
+# the report flusher, and runners/inject/ddptui_fr.py's Flight Recorder look every 2 s
+HELPER_THREADS = {HELPER_THREAD: ("ddptui_report.py", "_flush_quiet"), "ddptui-collectives": ("ddptui_fr.py", "_loop")}
 # Frames that are not the user's own code: the standard library, installed packages, ddptui's injected code.
 _LIB_PATH = re.compile(r"(site-packages|dist-packages)/|/lib/python3\.\d+/|^<|runners/inject/")
 
@@ -94,9 +97,9 @@ def qualified(f: Frame) -> str:
 
 
 def is_helper(t: ThreadStack) -> bool:
-    """ddptui's own report thread (by name, or by its loop's frame when faulthandler gave no names)."""
-    return t.name == HELPER_THREAD or any(f.func.endswith("_flush_quiet") and f.file.endswith("ddptui_report.py")
-                                          for f in t.frames)
+    """One of ddptui's own threads (by name, or by its loop's frame when faulthandler gave no names)."""
+    return t.name in HELPER_THREADS or any(f.func.endswith(func) and f.file.endswith(file)
+                                           for f in t.frames for file, func in HELPER_THREADS.values())
 
 
 def ordered(threads: list[ThreadStack]) -> list[ThreadStack]:

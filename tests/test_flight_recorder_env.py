@@ -284,3 +284,16 @@ def test_a_folder_someone_else_can_write_to_is_not_used(tmp_path):
     open_dir.mkdir()
     open_dir.chmod(0o777)
     assert not ddptui_fr.own_folder(str(open_dir / "run1"))
+
+
+def test_the_collectives_thread_never_speaks_for_the_rank_in_its_stacks():
+    from ddptui.runners.hang_verdict import classify
+    from ddptui.runners.stacks import Frame, ThreadStack, is_helper
+
+    loop = [Frame("Event.wait", "/usr/lib/python3.11/threading.py", 629, "signaled = self._cond.wait(timeout)"),
+            Frame("_loop", "/x/runners/inject/ddptui_fr.py", 150, "if _exiting.wait(PERIOD):")]
+    named = ThreadStack("ddptui-collectives", 0x7F01, None, loop)
+    unnamed = ThreadStack("Thread 0x7f01", 0x7F01, None, loop)  # faulthandler or the debug server: no names
+    user = ThreadStack("Thread 0x7f02", 0x7F02, None, [Frame("loop", "/w/x.py", 1, "")])
+    assert is_helper(named) and is_helper(unnamed) and not is_helper(user)
+    assert classify([unnamed, user]).thread == "Thread 0x7f02"
