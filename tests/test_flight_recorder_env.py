@@ -248,6 +248,8 @@ def test_a_report_only_when_numbers_change_and_one_dump_for_a_collective_left_pe
     assert w.look()["0"]["frontier"] is None  # went on
     r.named["2"] = ("solo", [1])
     assert list(w.look()) == ["2"]  # a group made later
+    r.named = {}  # destroy_process_group(): torch forgets the names, Flight Recorder keeps the numbers
+    assert w.look() == {}
 
 
 def test_a_full_dump_that_fails_is_no_report_and_is_not_retried_every_look():

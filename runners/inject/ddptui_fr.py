@@ -238,9 +238,11 @@ class Watch:
         self._named, self._summary, self._full = named, summary, full
         self._prev: dict[str, tuple] = {}  # group -> (desc, ranks, enqueued, completed) as last reported
         self._dumped: dict[str, tuple[int, int]] = {}  # group -> (enqueued, completed) a full dump was taken at
+        self._names: dict[str, tuple] = {}  # every group seen: a destroyed group keeps its name in the reports
 
     def look(self) -> dict[str, dict]:
-        now = progress(self._summary(), self._named())
+        self._names.update(self._named())
+        now = progress(self._summary(), self._names)
         out: dict[str, dict] = {}
         stuck = []
         for name, g in now.items():
