@@ -120,9 +120,21 @@ def _int(v):
     return v
 
 
+def status_names(dump: dict) -> dict[str, str]:
+    """pg_status key -> the group's name. Flight Recorder keys pg_status by the rank's own group id (`pg_id`, counted
+    per process: a rank outside a subgroup skips it), the entries and the other ranks by the group's name; the
+    entries carry both. The default group is id 0, name "0"."""
+    out = {"0": "0"}
+    for e in dump.get("entries") or []:
+        pg = e.get("process_group") if isinstance(e, dict) else None
+        if isinstance(pg, (list, tuple)) and len(pg) == 2 and e.get("pg_id") is not None:
+            out[str(e["pg_id"])] = str(pg[0])
+    return out
+
+
 def groups_of(dump: dict) -> dict[str, str]:
-    """Process group name -> description, from the entries (gloo's pg_config is keyed '' whatever the group), the
-    pg_status and a pg_config keyed by real names (NCCL's)."""
+    """Process group name -> description, from the entries (gloo's pg_config is keyed '' whatever the group), a
+    pg_config keyed by real names (NCCL's) and the pg_status keys the entries name."""
     names: dict[str, str] = {}
     for e in dump.get("entries") or []:
         pg = e.get("process_group") if isinstance(e, dict) else None
@@ -131,8 +143,10 @@ def groups_of(dump: dict) -> dict[str, str]:
     for key, cfg in (dump.get("pg_config") or {}).items():
         if key != "" and isinstance(cfg, dict):
             names.setdefault(str(key), str(cfg.get("desc", "undefined")))
+    ids = status_names(dump)
     for key in dump.get("pg_status") or {}:
-        names.setdefault(str(key), "default_pg" if str(key) == "0" else "undefined")
+        if str(key) in ids:
+            names.setdefault(ids[str(key)], "default_pg" if ids[str(key)] == "0" else "undefined")
     return names
 
 
@@ -187,9 +201,10 @@ def memberships(dumps: dict[int, dict], world: int | None = None, known: dict[st
 
 
 def normalise(dump: dict, members: dict[str, list[int]] | None = None) -> dict:
-    """The dump as torchfrtrace's loader and builder take it: pg_config keyed by the groups' real names (as the
-    entries name them) with their description and ranks (`members`: name -> ranks, see `memberships`), pg_status
-    numbers as ints; everything else kept as it was."""
+    """A dump as torch gave it, in the form torchfrtrace's loader and builder take: pg_config keyed by the groups'
+    real names (as the entries name them) with their description and ranks (`members`: name -> ranks, see
+    `memberships`); pg_status keyed by the same names (`status_names`; a group id no entry names goes under
+    "pg_id <id>"), its numbers as ints; everything else kept as it was."""
     out = dict(dump)
     raw = dump.get("pg_config") or {}
     cfg = {}
@@ -199,7 +214,8 @@ def normalise(dump: dict, members: dict[str, list[int]] | None = None) -> dict:
             ranks = _ranks(raw.get(name, {}).get("ranks")) if isinstance(raw.get(name), dict) else None
         cfg[name] = {"name": name, "desc": desc, "ranks": str(list(ranks or []))}
     out["pg_config"] = cfg
-    out["pg_status"] = {str(k): ({kk: _int(vv) for kk, vv in v.items()} if isinstance(v, dict) else v)
+    ids = status_names(dump)
+    out["pg_status"] = {ids.get(str(k), f"pg_id {k}"): ({kk: _int(vv) for kk, vv in v.items()} if isinstance(v, dict) else v)
                         for k, v in (dump.get("pg_status") or {}).items()}
     return out
 

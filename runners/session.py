@@ -497,17 +497,28 @@ class Session:
     def _collect_stacks(self, req: CollectStacks) -> list:
         """Record every live rank's stacks (and its workers') as the judge asked; the judge reads its verdict from
         them (stalled or slowed ranks only: stacks of a healthy run taken at slightly different moments are no
-        evidence of anything), and it is recorded next to them."""
-        from . import remote_stacks, stacks
-        targets = [stacks.Target(rank, pid, self._stderr_path(rank)) for rank, pid in self.judge.stack_targets()]
+        evidence of anything), and it is recorded next to them, with every rank's Flight Recorder dump taken at the
+        same time through its debug server (runners/fr_client.py)."""
+        import concurrent.futures
+
+        from . import fr_client, fr_env, remote_stacks, stacks
+        targets = [stacks.Target(rank, pid, self._stderr_path(rank), self.tracks[rank].debug_sock)
+                   for rank, pid in self.judge.stack_targets()]
         if not targets:
             self._tick()
             return self.judge.stacks_collected(req, None, None)
         t0 = time.monotonic()
-        # ranks on other nodes are dumped there, through srun in their job (runners/remote_stacks.py)
-        results = remote_stacks.collect_everywhere(
-            targets, {r: (t.host, t.node) for r, t in self.tracks.items()}, socket.gethostname(),
-            self.slurm.job_id if self.slurm is not None else None, method=self.stack_method, pyspy=self.pyspy)
+        hosts, here = {r: (t.host, t.node) for r, t in self.tracks.items()}, socket.gethostname()
+        job_id = self.slurm.job_id if self.slurm is not None else None
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            fr_job = pool.submit(fr_client.take, [t.rank for t in targets], {t.rank: t.debug_sock for t in targets},
+                                 hosts, here, job_id, len(self.tracks),
+                                 fr_client.why_no_socket(self.profile.flight_recorder, fr_env.enabled(self.profile)),
+                                 fr_client.known_groups({r: t.collectives for r, t in self.tracks.items()}))
+            # ranks on other nodes are dumped there, through srun in their job (runners/remote_stacks.py)
+            results = remote_stacks.collect_everywhere(targets, hosts, here, job_id, method=self.stack_method,
+                                                       pyspy=self.pyspy)
+            fr_dumps, fr_said = fr_job.result()
         secs = time.monotonic() - t0
         n = len(self.stack_collections) + 1
         folder = self.run_dir / "stacks" / f"{n:02d}-{req.why.replace(' ', '-')}"
@@ -519,13 +530,15 @@ class Session:
             method[rank] = res.method if res.threads else f"unavailable: {res.error}"
             if res.workers:
                 workers[rank] = stacks.workers_json(res)
+        for rank, dump in fr_dumps.items():
+            self.record.write_fr(str(folder.relative_to(self.run_dir)), rank, dump)
         self.record.write_json(str(folder.relative_to(self.run_dir) / "stacks.json"),
                                {"why": req.why, "seconds": secs, "method": method, "threads": threads,
-                                "workers": workers})
+                                "workers": workers, "fr": fr_said})
         self.stack_collections.append(str(folder))
-        self._emit(ev.StacksCollected(method, threads, secs, str(folder), time.time(), workers, req.judged))
+        self._emit(ev.StacksCollected(method, threads, secs, str(folder), time.time(), workers, req.judged, fr_said))
         self._tick()
-        out = self.judge.stacks_collected(req, results, str(folder))
+        out = self.judge.stacks_collected(req, results, str(folder), fr_dumps)
         for e in out:
             if isinstance(e, ev.HangVerdict) and e.path == str(folder):
                 (folder / "verdict.txt").write_text(e.text + "\n", encoding="utf-8")

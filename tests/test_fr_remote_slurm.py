@@ -1,0 +1,93 @@
+"""Flight Recorder dump and stacks of a rank on another host through its torch debug server, asked on that host by
+the stdlib relay under srun --overlap in the job: a real Slurm cluster on two namespaced hosts, a plain gloo job
+blocked in a collective on node1."""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from ddptui.runners import rankenv
+from tests.test_remote_stacks_slurm import FIXTURE, WAITS_LINE, _hello, _wait
+
+# run on node0 (where ddptui runs): the rank's dump and stacks through its debug server on node1, as JSON
+PROBE = """
+import json, socket, sys
+from ddptui.runners import fr_client, remote_stacks as rs, stacks
+rank, pid, node, sock, job = sys.argv[1:]
+rank, pid = int(rank), int(pid)
+here = socket.gethostname()
+dump = fr_client.dump_everywhere({rank: sock}, {rank: (node, node)}, here, job)[rank]
+res = rs.collect([rs.RemoteTarget(rank, pid, node, None, sock)], job, method="debug-server", timeout=20)[rank]
+main = next(t for t in res.threads if t.name == "MainThread") if res.threads else None
+user = next((f for f in main.frames if stacks.is_user_frame(f)), None) if main else None
+print(json.dumps({"here": here, "dump": dump if isinstance(dump, str) else fr_client.normalise_all({rank: dump}, 2)[rank],
+                  "method": res.method, "error": res.error, "node": res.node,
+                  "user": [user.file, user.line] if user else None}))
+"""
+
+
+def _debug_sock(path: Path) -> str | None:
+    if not path.exists():
+        return None
+    for ln in path.read_text(errors="replace").splitlines():
+        if ln.startswith("@ddptui ") and '"debug_server"' in ln:
+            return json.loads(ln.split(" ", 1)[1])["path"]
+    return None
+
+
+@pytest.mark.timeout(240)
+def test_dump_and_stacks_of_a_rank_on_node1_through_its_debug_server(slurm_hosts_clean, tmp_path):
+    cluster = slurm_hosts_clean
+    logs = tmp_path / "slurm"
+    logs.mkdir()
+    sockets = Path(tempfile.mkdtemp(prefix="frs", dir="/tmp")) / "s"  # short (< 108 bytes), in a 0700 folder
+    port = random.randint(20000, 29999)
+    env = {**rankenv.activation({}), "MASTER_ADDR": cluster.hostnames[0], "MASTER_PORT": str(port),
+           "OMP_NUM_THREADS": "1", "TORCH_FR_BUFFER_SIZE": "2000", "DDPTUI_SOCKETS": str(sockets)}
+    job = cluster.on_node(0, ["srun", "-N2", "--ntasks-per-node=1", "--job-name=h2-fr-remote",
+                              f"--output={logs}/rank%t.out", f"--error={logs}/rank%t.err",
+                              "/bin/sh", "-c", 'export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS; exec "$@"', "sh",
+                              sys.executable, "-u", str(FIXTURE)], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        hello = _wait(lambda: _hello(logs / "rank1.out"), 120, "rank 1's hello", job, logs)
+        assert hello["host"] == "node1" and hello["host"] != socket.gethostname()
+        sock = _wait(lambda: _debug_sock(logs / "rank1.out"), 120, "rank 1's debug server", job, logs)
+        assert sock == str(sockets / "r1.sock")
+        _wait(lambda: "met every rank" in (logs / "rank1.out").read_text(), 120, "rank 1 past its first all_reduce",
+              job, logs)
+        job_id = _wait(lambda: next((j[0] for j in cluster.jobs() if j[1] == "RUNNING"), None), 30, "the job id",
+                       job, logs)
+        r = cluster.run([sys.executable, "-c", PROBE, "1", str(hello["pid"]), "node1", sock, job_id], node=0,
+                        timeout=120)
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        assert got["here"] != "node1"  # asked from node0: through srun
+        dump = got["dump"]
+        assert isinstance(dump, dict), dump
+        last = dump["entries"][-1]
+        # rank 1 waits in its second all_reduce (#2), the first one completed
+        assert (last["collective_seq_id"], last["profiling_name"], last["retired"]) == (2, "gloo:all_reduce", False)
+        assert dump["pg_status"]["0"] == {"last_completed_collective": 1, "last_enqueued_collective": 2,
+                                          "last_started_collective": -1}
+        assert got["method"] == "torch debug server" and got["node"] == "node1", got
+        assert got["user"] == [str(FIXTURE), WAITS_LINE], got
+        assert job.poll() is None  # nothing was signalled
+    finally:
+        cluster.cancel_all()
+        try:
+            job.wait(timeout=60)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+            job.stderr.close()
+            shutil.rmtree(sockets.parent, ignore_errors=True)
