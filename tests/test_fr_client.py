@@ -247,3 +247,15 @@ def test_pg_status_is_keyed_by_group_id_and_normalised_to_the_groups_name():
     # a group id that no entry names (its entries left the ring buffer) is kept, under a name that says so
     lone = dict(raw[2], entries=[e for e in raw[2]["entries"] if e["pg_id"] == 0])
     assert set(fr_client.normalise(lone)["pg_status"]) == {"0", "pg_id 1"}
+
+
+def test_stacks_collected_fr_survives_the_record():
+    """The per-rank Flight Recorder words go through events.jsonl and back (replay) with int ranks, type-checked."""
+    from ddptui.runners import eventcheck
+    from ddptui.runners import events as ev
+    e = ev.StacksCollected({0: "py-spy"}, {0: []}, 0.1, "/r/stacks/01-stall", 1.0, {}, "stall",
+                           {0: "recorded", 1: "unavailable: flight_recorder: false in the profile"})
+    back = ev.from_json(json.loads(json.dumps(e.to_json())))
+    assert back == e and eventcheck.problem(back) is None
+    old = ev.from_json({k: v for k, v in json.loads(json.dumps(e.to_json())).items() if k != "fr"})
+    assert old.fr == {}  # a record from before issue 14
