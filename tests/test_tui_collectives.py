@@ -2,12 +2,15 @@
 rows marked with a class and the word BEHIND, and a new event redraws only the rows it changed."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from textual.widgets import TabbedContent
 
 from ddptui.runners import collectives as co
 from ddptui.runners import events as ev
-from ddptui.tui.app import DdpApp, EventsArrived
+from ddptui.tui.app import DdpApp, EventsArrived, ReplaySource
 from ddptui.tui.model import RunModel
 from ddptui.tui.screens.run import RunScreen
 from ddptui.tui.widgets.collectives_view import CollectivesView, CollRow
@@ -115,3 +118,34 @@ async def test_collectives_tab_shows_every_rank_and_group_and_the_laggard_then_r
         await until(pilot, lambda: "ok" in str(rows_of(view)[(1, "0")].render()), 10, "rank 1's row")
         assert set(updates) == {(1, "0")}
         app.source.request_stop()
+
+
+RECORD = Path(__file__).resolve().parent / "fixtures" / "records" / "slow-collectives"  # make_records.py made it
+
+
+def first_laggard_at() -> tuple[float, dict]:
+    """Seconds from the record's start to its first CollectiveProgress naming a laggard, and that event."""
+    events = [json.loads(ln) for ln in (RECORD / "events.jsonl").read_text().splitlines()]
+    start = next(e["wall"] for e in events if e["kind"] == "run_started")
+    lag = next(e for e in events if e["kind"] == "collectives" and e["laggards"])
+    return lag["wall"] - start, lag
+
+
+@pytest.mark.timeout(30)
+@aio
+async def test_a_real_records_collectives_replayed_show_the_slow_rank_behind():
+    """A real run (the slow profile, rank 1 5 s a step from step 3): replayed up to the first event that names a
+    laggard, the Collectives tab shows rank 1 BEHIND and rank 0 waiting in DDP's all_reduce."""
+    at, lag = first_laggard_at()
+    assert lag["laggards"] == [1]
+    app = DdpApp(source=ReplaySource(RECORD, until=at + 0.001))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("o")
+        view = app.screen.query_one(CollectivesView)
+        await until(pilot, lambda: len(rows_of(view)) == 2, 10, "both ranks' rows")
+        rows = rows_of(view)
+        assert rows[(1, "0")].has_class("-behind") and "BEHIND" in str(rows[(1, "0")].render())
+        r0 = str(rows[(0, "0")].render())
+        assert rows[(0, "0")].has_class("-waiting") and "all_reduce" in r0 and "default_pg (2 ranks)" in r0
+        assert "laggard: rank 1" in str(view.query_one(".coll-head").render())
