@@ -12,7 +12,7 @@ ANY_PYTHON = frozenset({
     "test_xla_plan", "test_judge", "test_judge_parts", "test_rankenv", "test_torchrun_argv", "test_tui_pace",
     "test_profile_cli", "test_slurm_decisions",
     "test_console_nodes", "test_tui_nodes", "test_profile_multinode",
-    "test_collectives", "test_tui_collectives", "test_fr_client", "test_flight_recorder_env",
+    "test_collectives", "test_tui_collectives", "test_fr_client", "test_flight_recorder_env", "test_fr_analysis",
 })
 
 # Long end-to-end rank runs (20-40 s a test; 5 of these modules took 9 min on 3.10 on a loaded 2-core machine), while
@@ -53,6 +53,7 @@ RANKS_ONLY = {
     "test_fr_remote_slurm": "a real Slurm cluster on namespaced hosts whose gloo job runs the test's own interpreter",
     "test_node_lost": _LONG,
     "test_collectives_run": _LONG,
+    "test_fr_verdicts": _LONG,
     "test_rank_debug_server": "real gloo ranks under ddptui; its AF_UNIX client and plain torchrun run beside the test's own interpreter",
     "test_rank_learned": "its c10d torchrun agents run on the test's own interpreter",
     "test_installed": "pip-installs the checkout with the test's interpreter (test-pythons installs it on each Python)",
