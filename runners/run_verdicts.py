@@ -5,6 +5,7 @@ import dataclasses
 import time
 
 from . import events as ev
+from . import fr_analysis
 from . import hang_verdict as verdict
 from . import xla_evidence
 from .crash import RankEvidence
@@ -31,13 +32,21 @@ def xla_calls(profile, results: dict) -> dict:
     return calls
 
 
-def hang_without_stacks(stalled, steps: dict, since: float, rdv, wall: float) -> ev.HangVerdict:
-    """The stall said in words when there are no stacks to read (on_stall: wait, or none could be taken)."""
+def hang_without_stacks(stalled, steps: dict, since: float, rdv, wall: float, finding=None,
+                        xla: bool = False) -> ev.HangVerdict:
+    """The stall said in words when there are no stacks to read (on_stall: wait, or none could be taken); led by the
+    Flight Recorder finding when there is one (`finding`: fr_analysis.Finding)."""
     at = ", ".join(f"rank {r} at step {steps.get(r)}" for r in stalled)
     text = (f"{verdict.ranks_text(stalled)} made no progress since "
             f"{time.strftime('%H:%M:%S', time.localtime(since))} ({at}); press d / send SIGUSR1 for stacks")
     text = with_xla(rdv, text, (), tuple(stalled), {}, {}, {})[0]
-    return ev.HangVerdict(text, (), tuple(stalled), {}, wall)
+    if xla:
+        text = xla_without_fr(text, False, rdv)
+    if finding is not None and finding.kind != "none" and not finding.completed:
+        return ev.HangVerdict(f"{finding.sentence()}; {text}", finding.culprits, finding.waiting, {}, wall,
+                              collective=finding.to_dict())
+    return ev.HangVerdict(text, (), tuple(stalled), {}, wall,
+                          collective=finding.to_dict() if finding is not None else {})
 
 
 def stack_sentence(where: dict, steps: dict, stalled, since: float, slowed=None):
@@ -55,10 +64,39 @@ def with_xla(rdv, text: str, culprits, waiting, where: dict, calls: dict, steps:
     return xla_evidence.stall_sentence(rdv, text, tuple(culprits), tuple(waiting), where, calls, steps)
 
 
+def collective_finding(fr: dict | None, collectives: dict, world: int | None):
+    """What Flight Recorder says: from the dumps taken with the stacks (rank -> dump), else from the ranks' live
+    `coll` reports (rank -> RankTrack.collectives); None when there is neither."""
+    if fr:
+        return fr_analysis.analyse(fr, world)
+    return fr_analysis.from_collectives(collectives or {}, world)
+
+
+def with_collective(finding, text: str, culprits, waiting, where: dict, steps: dict, since: float):
+    """The hang sentence led by the Flight Recorder finding, ending with the culprits' own frames from the stacks and
+    since when nothing moved; the stack sentence as it was when the finding says nothing (no dump, or every
+    collective completed)."""
+    if finding is None or finding.kind == "none":
+        return text, tuple(culprits), tuple(waiting)
+    if finding.completed:  # a mismatch every rank went through: worth saying, but not what holds the ranks now
+        return f"{text}; Flight Recorder: {finding.sentence()}", tuple(culprits), tuple(waiting)
+    phrases = {r: f"{verdict.where_phrase(where[r])}, {verdict._step(steps, r)}" for r in finding.culprits
+               if r in where}
+    ats = {r: where[r].at for r in finding.entered if r in where}
+    return (f"{finding.sentence(phrases, ats)}; no progress since {time.strftime('%H:%M:%S', time.localtime(since))}",
+            finding.culprits, finding.waiting)
+
+
+def xla_without_fr(text: str, stacks: bool, rdv) -> str:
+    """An XLA hang verdict says where it comes from: XLA has no Flight Recorder to name the collective and the rank."""
+    said = [w for w, got in (("the stacks", stacks), ("XLA's warnings", rdv is not None and rdv.stalled)) if got]
+    return f"{text} ({xla_evidence.NO_FLIGHT_RECORDER}" + (f": read from {' and '.join(said)} alone)" if said else ")")
+
+
 def hang_event(text: str, culprits, waiting, where: dict, steps: dict, wall: float, folder: str,
-               slow: bool) -> ev.HangVerdict:
+               slow: bool, collective: dict | None = None) -> ev.HangVerdict:
     return ev.HangVerdict(text, tuple(culprits), tuple(waiting), {r: w.to_dict(steps.get(r)) for r, w in where.items()},
-                          wall, folder, "slow" if slow else "stall")
+                          wall, folder, "slow" if slow else "stall", collective or {})
 
 
 def rank_evidence(t, stopped_by: str | None, exc: dict | None, oom: str) -> RankEvidence:

@@ -30,8 +30,9 @@ class StackVerdicts:
                   "(no rank is stalled: no verdict)")
             return None
         where = run_verdicts.wheres(s.profile, results)
+        finding = None if slow else self.finding(fr)
         if not where and not slow:
-            self.without_stacks(req.stalled or (), req.since or s.wall)
+            self.without_stacks(req.stalled or (), req.since or s.wall, finding)
             return s.hang
         steps = s.steps()
         since = req.since or s.wall
@@ -40,20 +41,31 @@ class StackVerdicts:
             calls = run_verdicts.xla_calls(s.profile, results)
             self.xla_fix_hint(calls, culprits)
             text, culprits, waiting = run_verdicts.with_xla(s.xla_rdv, text, culprits, waiting, where, calls, steps)
-        hv = run_verdicts.hang_event(text, culprits, waiting, where, steps, s.wall, folder, slow)
+        if not slow and s.profile.runner == "xla":
+            text = run_verdicts.xla_without_fr(text, True, s.xla_rdv)
+        text, culprits, waiting = run_verdicts.with_collective(finding, text, culprits, waiting, where, steps, since)
+        hv = run_verdicts.hang_event(text, culprits, waiting, where, steps, s.wall, folder, slow,
+                                     finding.to_dict() if finding is not None else None)
         if not slow:
             s.hang = hv  # the run's hang verdict comes from stalls only
         s.emit(hv)
         s.say(f"ddptui: {hv.text}")
         return hv
 
-    def without_stacks(self, stalled, since: float) -> None:
+    def finding(self, fr: dict | None):
+        """What Flight Recorder says of the collectives (fr_analysis.Finding): from the dumps taken with the stacks,
+        else from the ranks' live reports; None with neither (XLA has none)."""
+        s = self.s
+        return run_verdicts.collective_finding(fr, {r: t.collectives for r, t in s.tracks.items()}, s.world)
+
+    def without_stacks(self, stalled, since: float, finding=None) -> None:
         """The run's hang verdict in words, when there are no stacks to read (on_stall: wait, or none could be taken)."""
         s = self.s
+        finding = finding if finding is not None else self.finding(None)
         if s.xla_rdv is not None:
             self.xla_fix_hint({}, ())
         s.hang = run_verdicts.hang_without_stacks(stalled, {r: s.tracks[r].step for r in stalled}, since,
-                                                  s.xla_rdv, s.wall)
+                                                  s.xla_rdv, s.wall, finding, s.profile.runner == "xla")
         s.emit(s.hang)
         s.say(f"ddptui: {s.hang.text}")
 

@@ -224,6 +224,9 @@ def library_call(frames) -> tuple[str, str] | None:
     return None
 
 
+NO_FLIGHT_RECORDER = "PyTorch/XLA has no Flight Recorder"  # said in every XLA hang verdict (run_verdicts)
+
+
 def stall_sentence(rdv: Rendezvous, base: str, culprits: tuple[int, ...], waiting: tuple[int, ...],
                    wheres: Mapping[int, object], calls: Mapping[int, tuple[str, str] | None], steps: Mapping[int, int | None],
                    ) -> tuple[str, tuple[int, ...], tuple[int, ...]]:

@@ -214,7 +214,11 @@ def test_on_stall_wait_gives_a_verdict_without_touching_ranks(runs_dir):
     code, rec, session, kept = run_until_verdict(runs_dir, ["on_stall=wait", "stall_after=3"])
     assert kept and code == EXIT_FAILED and not rec.of(ev.StacksCollected)
     verdict = rec.one(ev.HangVerdict)
-    assert "made no progress since" in verdict.text and set(verdict.waiting) == {0, 1}
+    assert "made no progress since" in verdict.text
+    if verdict.collective:  # the ranks' live Flight Recorder reports came in before the stall: rank 1 never entered
+        assert verdict.collective["kind"] == "missing" and verdict.culprits == (1,) and verdict.waiting == (0,), verdict
+    else:
+        assert set(verdict.waiting) == {0, 1}, verdict
 
 
 @pytest.mark.timeout(120)

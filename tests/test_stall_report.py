@@ -51,14 +51,16 @@ def test_stall_names_the_user_function_and_the_console_prints_its_stack(tmp_path
     (run,) = runs_dir.iterdir()
     (hv,) = [e for e in _events(run) if e["kind"] == "hang_verdict"]
     assert hv["culprits"] == [1] and hv["waiting"] == [0], hv
-    assert hv["text"].startswith(f"rank 1 is stuck in wait_for_lock() at lock_wait_ddp.py:{lock} "
-                                 "(calls threading.Event.wait), step 10; "
-                                 f"rank 0 waits in all_reduce at lock_wait_ddp.py:{allreduce} since "), hv["text"]
+    # Flight Recorder's finding leads (issue 14), the culprit's own frame from its stack ends it
+    assert re.match(r"collective #\d+ \(all_reduce, 1 tensor \[1, 8\] float32, default group\): "
+                    rf"rank 0 entered it at lock_wait_ddp.py:{allreduce}, rank 1 never did \(its last was #\d+\); "
+                    rf"rank 1 is stuck in wait_for_lock\(\) at lock_wait_ddp.py:{lock} "
+                    r"\(calls threading.Event.wait\), step 10; no progress since ", hv["text"]), hv["text"]
     w1 = hv["where"]["1"]
     assert (w1["func"], w1["line"], w1["calls"], w1["thread"], w1["step"]) == ("wait_for_lock", lock, "threading.Event.wait",
                                                                               "MainThread", 10)
     out = p.stdout.splitlines()
-    i = next(k for k, ln in enumerate(out) if "[stall] rank 1 is stuck in wait_for_lock()" in ln)
+    i = next(k for k, ln in enumerate(out) if "[stall] collective #" in ln and "rank 1 is stuck in wait_for_lock()" in ln)
     # the culprit's stack follows the verdict: its own frame first, the library frames it calls folded into one line
     assert out[i + 1] == "    rank 1, thread MainThread, innermost user frame first:"
     assert out[i + 2] == f"      wait_for_lock() at lock_wait_ddp.py:{lock}    threading.Event().wait()  # LOCK_LINE"
@@ -124,8 +126,10 @@ def test_dataloader_worker_hang_names_the_worker_and_its_function(tmp_path, runs
     assert hv.culprits == (0,) and hv.waiting == (1,), hv.text
     wk = hv.where[0]["worker"]
     assert wk["worker_id"] == 1 and wk["func"] == "slow_load" and wk["line"] == slow, wk
-    assert hv.text.startswith(f"rank 0 waits for its DataLoader worker 1 (pid {wk['pid']}), which is in slow_load() at "
-                              f"dataloader_worker_hang.py:{slow} (calls time.sleep), step "), hv.text
+    # Flight Recorder's finding leads (issue 14): rank 0 never entered the all_reduce; its stack says why
+    assert hv.text.startswith("collective #") and "rank 0 never did" in hv.text, hv.text
+    assert (f"; rank 0 waits for its DataLoader worker 1 (pid {wk['pid']}), which is in slow_load() at "
+            f"dataloader_worker_hang.py:{slow} (calls time.sleep), step ") in hv.text, hv.text
     stacks = rec.of(ev.StacksCollected)[0]
     assert {w["worker_id"] for w in stacks.workers[0]} == {0, 1} and {w["pid"] for w in stacks.workers[0]} >= {wk["pid"]}
     text = out.getvalue()
