@@ -1,7 +1,7 @@
 """`make bench`: ddptui's overhead, ingest throughput, stall latency, memory, start-up and UI latency,
 measured side by side with what users would run instead (bare torchrun, torchrun --tee, a plain pipe).
 
-  .venv/bin/python bench/run.py [--quick] [--repeats N] [--only overhead,ingest,engine,stall,memory,startup,ui,multinode]
+  .venv/bin/python bench/run.py [--quick] [--repeats N] [--only overhead,ingest,engine,stall,memory,startup,ui,multinode,fr]
 
 Writes bench/results.md (the README's performance section is made from it) and bench/results.json; with --only, the
 sections not run keep their figures from the results.json already there (each section says when it was measured).
@@ -25,7 +25,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import multinode  # bench/ is this script's folder, first on sys.path
+import fr_overhead  # bench/ is this script's folder, first on sys.path
+import multinode
 from ingest_engine import count_lines
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -767,6 +768,8 @@ def write_report(res: dict, cfg) -> str:
             L.append(f"Live dashboard run: not measured ({live.get('not_measured') or live.get('runs')}).\n")
     if "multinode" in res:
         L += multinode.report(res["multinode"], fmt3)
+    if "fr" in res:
+        L += fr_overhead.report(res["fr"], fmt3)
     return "\n".join(L) + "\n"
 
 
@@ -801,7 +804,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 repeat, smaller sizes (smoke run)")
     ap.add_argument("--repeats", type=int, default=None)
-    ap.add_argument("--only", default="overhead,ingest,engine,stall,memory,startup,ui,multinode")
+    ap.add_argument("--only", default="overhead,ingest,engine,stall,memory,startup,ui,multinode,fr")
     ap.add_argument("--out", default=str(BENCH / "results.md"))
     ap.add_argument("--report-only", action="store_true", help="re-render results.md from the JSON next to it")
     cfg = ap.parse_args()
@@ -817,6 +820,9 @@ def main() -> int:
     cfg.stall_repeats = {2: 1, 4: 1, 8: 1} if q else {2: cfg.repeats, 4: 2, 8: 2}
     cfg.ui_seconds, cfg.ui_presses = (3.0, 10) if q else (6.0, 30)
     cfg.multinode_repeats = 1 if q else cfg.repeats
+    cfg.fr_steps = 300 if q else 1500  # ~7 ms a step here: ~10 s of steps a run, ~5 looks of the live view
+    cfg.fr_repeats = 1 if q else max(cfg.repeats, 5)
+    cfg.fr_loop_n, cfg.fr_loop_pairs = (500, 1) if q else (3000, 7)
     only = set(cfg.only.split(","))
     if cfg.report_only:
         out = Path(cfg.out)
@@ -840,7 +846,8 @@ def main() -> int:
     t0 = time.monotonic()
     steps = [("startup", bench_startup), ("overhead", bench_overhead), ("ingest", bench_ingest),
              ("engine", bench_engine), ("memory", bench_memory), ("stall", bench_stall), ("ui", bench_ui),
-             ("multinode", lambda c, w, r: multinode.bench(c, w, r, log, mmm))]
+             ("multinode", lambda c, w, r: multinode.bench(c, w, r, log, mmm)),
+             ("fr", lambda c, w, r: fr_overhead.bench(c, w, r, log, mmm))]
     try:
         for name, fn in steps:
             if name in only:
