@@ -80,11 +80,17 @@ def with_collective(finding, text: str, culprits, waiting, where: dict, steps: d
         return text, tuple(culprits), tuple(waiting)
     if finding.completed:  # a mismatch every rank went through: worth saying, but not what holds the ranks now
         return f"{text}; Flight Recorder: {finding.sentence()}", tuple(culprits), tuple(waiting)
-    phrases = {r: f"{verdict.where_phrase(where[r])}, {verdict._step(steps, r)}" for r in finding.culprits
-               if r in where}
+    phrases = {r: f"{_phrase(where[r])}, {verdict._step(steps, r)}" for r in finding.culprits if r in where}
     ats = {r: where[r].at for r in finding.entered if r in where}
     return (f"{finding.sentence(phrases, ats)}; no progress since {time.strftime('%H:%M:%S', time.localtime(since))}",
             finding.culprits, finding.waiting)
+
+
+def _phrase(w) -> str:
+    """Where a culprit is: its own frame, or the collective it waits in (a side of a mismatch is in one)."""
+    if w.category in verdict.WAITING and w.file:
+        return f"waits in {w.detail} at {w.at}"
+    return verdict.where_phrase(w)
 
 
 def xla_without_fr(text: str, stacks: bool, rdv) -> str:

@@ -209,7 +209,8 @@ def test_a_mismatch_verdict_names_both_sides_with_their_frames():
                                dumps("rank_conditional_barrier"))
     assert hv.culprits == (0, 1) and hv.waiting == ()
     assert hv.text.startswith("ranks disagree at collective #11 in the default group: rank 0 called barrier, rank 1 "
-                              "all_reduce [161] (a rank-conditional collective); rank 0 is stuck in ")
+                              "all_reduce [161] (a rank-conditional collective); rank 0 waits in all_reduce inside "
+                              "backward (DDP bucket all-reduce) at hang_ddp.py:47, step 3"), hv.text
     assert "; rank 1 is stuck in culprit_wait() at hang_ddp.py:30 (calls time.sleep), step 3" in hv.text
 
 
