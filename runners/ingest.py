@@ -66,7 +66,7 @@ class Ingest:
         """Reports are taken out of the shown log; steps, losses and hints are read from the rest."""
         t = self.s.tracks.get(rank) if rank is not None else None
         shown = lines
-        heard = True  # output for the stall clock: anything but reports that are no sign of life (QUIET_REPORTS)
+        heard = True  # output for the stall clock: anything but reports and lines that are no sign of life
         if blob is None:
             blob = "\n".join(lines)  # one C-speed pass answers "is there anything to look at?" for the batch
         if parse.has_marker(blob) and parse.REPORT in blob:
@@ -84,6 +84,8 @@ class Ingest:
                     self._report(rep, rank, wall, mono)
             blob = "\n".join(shown)
             heard = bool(shown) or not quiet
+        if heard and "WorkerServer" in blob:  # the debug server ddptui started is no sign of the rank's life
+            heard = not all(parse.is_own_server_line(ln) for ln in shown)
         if t is not None and heard:
             t.saw_output(mono, wall)
             t.tail.extend(shown[-40:])

@@ -44,6 +44,16 @@ def untag(line: str) -> tuple[int | None, str]:
     return None, line
 
 
+# torch's line when the debug server ddptui starts in a rank listens (runners/inject/ddptui_fr.py): shown in the log,
+# but ddptui's own doing, not a sign of the rank's life ("[rank0]:[W1203 ...] WorkerServer.cpp:113] [c10d] Server
+# listening to UNIX /tmp/ddptui-0/1a2b3c4d/r0.sock")
+OWN_SERVER_LINE = re.compile(r"WorkerServer\.cpp:\d+\] \[c10d\] Server listening to UNIX /tmp/ddptui-\d+/")
+
+
+def is_own_server_line(line: str) -> bool:
+    return "WorkerServer" in line and OWN_SERVER_LINE.search(line) is not None
+
+
 def report(line: str) -> dict | None:
     """The JSON body of an `@ddptui {...}` line, or None (a torn or foreign line is just a log line)."""
     if not line.startswith(REPORT):

@@ -135,6 +135,23 @@ def test_a_hung_rank_whose_threads_still_send_coll_reports_stalls_on_time():
     assert stall and stall[0].stalled == (1,) and stall[0].since == W0 + 1.0
 
 
+def test_the_debug_servers_listening_line_is_shown_but_is_no_sign_of_life():
+    """torch prints a line when the debug server ddptui started listens: a rank that hangs before its first step
+    must keep its stall clock at its own last line (a rank's `startup_grace` was lost to stall_after without this)."""
+    j = make("stall_after=10", "startup_grace=1")
+    for r in (0, 1):
+        hello(j, r, 0.0)
+    say(j, 0, 2.0, "loading data")
+    own = ("[rank0]:[W1203 17:12:06.188601986 WorkerServer.cpp:113] [c10d] Server listening to UNIX "
+           "/tmp/ddptui-0/1a2b3c4d/r0.sock")
+    out = say(j, 0, 4.0, own)
+    assert j.tracks[0].last_progress == T0 + 2.0
+    assert any(own in e.lines for e in of(out, ev.LogLines))  # still in the rank's log
+    users = own.replace("/tmp/ddptui-0/1a2b3c4d", "/home/me/debug")  # the user's own server: their output
+    say(j, 0, 5.0, users)
+    assert j.tracks[0].last_progress == T0 + 5.0
+
+
 def test_a_coll_report_beside_a_real_line_still_counts_the_line():
     j = make("stall_after=10", "startup_grace=1")
     for r in (0, 1):

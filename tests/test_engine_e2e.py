@@ -222,14 +222,17 @@ def test_on_stall_wait_gives_a_verdict_without_touching_ranks(runs_dir):
 
 
 @pytest.mark.timeout(120)
-def test_hang_stacks_fall_back_to_faulthandler_when_pyspy_fails(runs_dir):
-    code, rec, session = run_profile("hang", runs_dir, pyspy="/nonexistent/py-spy")
+@pytest.mark.parametrize("flight_recorder, method", [(True, "torch debug server"), (False, "faulthandler")])
+def test_hang_stacks_fall_back_when_pyspy_fails(runs_dir, flight_recorder, method):
+    # without py-spy: torch's debug server in the rank answers (issue 14), and without it SIGUSR1's faulthandler
+    code, rec, session = run_profile("hang", runs_dir, pyspy="/nonexistent/py-spy",
+                                     overrides=[f"flight_recorder={str(flight_recorder).lower()}"])
     assert code == EXIT_STALLED
     stacks = rec.of(ev.StacksCollected)[0]
-    assert set(stacks.method.values()) == {"faulthandler"}, stacks.method
+    assert set(stacks.method.values()) == {method}, stacks.method
     verdict = rec.of(ev.HangVerdict)[0]
-    assert verdict.culprits == (1,) and verdict.where[1]["category"] == "sleep"
-    assert "faulthandler" in (session.run_dir / "stacks" / "01-stall" / "rank1.txt").read_text()
+    assert verdict.culprits == (1,) and verdict.where[1]["category"] == "sleep", verdict.text
+    assert method in (session.run_dir / "stacks" / "01-stall" / "rank1.txt").read_text()
 
 
 BATCHED = """
