@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import events as ev
-from . import replica, run_verdicts
+from . import nccl_finding, replica, run_verdicts
 from .crash import signal_of
 from .rank_lifecycle import RankLifecycle
 from .run_state import EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, RunState
@@ -35,12 +35,14 @@ class Conclusion:
         self.life.end_the_rest()
 
     def conclude(self, status: str | None, exit_code: int | None, launchers: list[Launcher] = (),
-                 oom: dict[int, str] | None = None, recorded: dict[int, dict] | None = None) -> tuple[str, int]:
+                 oom: dict[int, str] | None = None, recorded: dict[int, dict] | None = None,
+                 nccl: tuple[dict, dict] | None = None) -> tuple[str, int]:
         """The replica verdict, the crash verdict (to the outbox), the status and exit code, after `settle`.
 
         status/exit_code: what ended the run (a TearDown's), or None when every process exited on its own;
         launchers: the plan's non-rank processes; oom: pid -> the OOM evidence of `oom_suspects()`; recorded: rank
-        -> the error it recorded in torchrun's error file (torch's @record), for ranks with no exception report."""
+        -> the error it recorded in torchrun's error file (torch's @record), for ranks with no exception report;
+        nccl: (rank -> dump, rank -> why unreadable) of the Flight Recorder dumps NCCL wrote itself at a timeout."""
         s = self.s
         oom, recorded = oom or {}, recorded or {}
         rep = None
@@ -62,6 +64,8 @@ class Conclusion:
         if s.crash and rep is not None and rep.status == "differ" and not any(
                 t.signal or t.exc for t in s.tracks.values()):
             s.crash = None  # the ranks only exited non-zero because their own replica check failed
+        if nccl:
+            s.crash = nccl_finding.with_dumps(s.crash, nccl[0], nccl[1], s.world)
         if s.crash:
             s.emit(s.crash)
         all_done = all(t.completed for t in s.tracks.values())  # a launcher failing over exit-time aborts only
@@ -141,7 +145,8 @@ class Conclusion:
                                                  "excerpt": list(crash.excerpt), "together": list(crash.together),
                                                  "stopped": list(crash.stopped),
                                                  "never_started": list(crash.never_started),
-                                                 "outcomes": dict(crash.outcomes)},
+                                                 "outcomes": dict(crash.outcomes),
+                                                 "collective": crash.collective or None},
             "hints": s.hints,
             "stacks": stacks,
             "survivors": survivors,

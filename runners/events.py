@@ -203,6 +203,9 @@ class CrashVerdict(Event):
     # rank -> how the engine decided it ended, in words: "failed first (exit 1)", "stopped by the launcher after
     # rank 1 failed", "torn down by ddptui after rank 1 failed", "never started"... (empty in older records)
     outcomes: dict[int, str] = field(default_factory=dict)
+    # the Flight Recorder finding of the dumps NCCL wrote itself at a timeout (fr_analysis.Finding.to_dict(), as
+    # HangVerdict.collective; runners/nccl_dumps.py), {} without any
+    collective: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -199,17 +199,27 @@ def decide(groups: Mapping[str, Group], dumped: set[int], world: int | None = No
 
 def _pending(g: Group, dumped: set[int]) -> Finding | None:
     """The group's frontier, when a collective there is unfinished: who entered it, who never did, who disagrees."""
-    unfinished = [g.completed[r] + 1 for r in g.members if r in g.enqueued and g.enqueued[r] > g.completed[r]]
+    # a member with a dump that records nothing of the group never entered its first collective (seqs start at 1;
+    # -1: nothing completed yet)
+    enq = {r: g.enqueued.get(r, 0) for r in g.members if r in g.enqueued or r in dumped}
+    comp = {r: max(g.completed.get(r, 0), 0) for r in enq}
+    unfinished = [comp[r] + 1 for r in enq if enq[r] > comp[r]]
     if not unfinished:
         return None
     seq = min(unfinished)
-    members = [r for r in g.members if r in g.enqueued]
-    done = [r for r in members if g.completed[r] >= seq]
-    entered = [r for r in members if g.enqueued[r] >= seq and g.completed[r] < seq]
-    missing = [r for r in members if g.enqueued[r] < seq]
-    if done and not missing:
-        return None  # a member finished it, every other one is in it: gloo notes completion late, not a hang
-    absent = tuple(r for r in g.members if r not in dumped or r not in g.enqueued) if not done else ()
+    members = list(enq)
+    done = [r for r in members if comp[r] >= seq]
+    if done and not [r for r in members if enq[r] < seq]:
+        # a member finished it, every other one is in it: gloo notes completion late (also well before its frontier:
+        # measured, rank 0 completed 15 of its 20 while rank 1 had completed 19), not a hang there; the frontier is
+        # then after the highest completion, if any member went past it
+        seq = max(comp.values()) + 1
+        if not [r for r in members if enq[r] >= seq]:
+            return None
+        done = []
+    entered = [r for r in members if enq[r] >= seq and comp[r] < seq]
+    missing = [r for r in members if enq[r] < seq]
+    absent = tuple(r for r in g.members if r not in enq) if not done else ()
     calls = {r: g.calls.get(r, {}).get(seq) for r in entered}
     known = {r: c for r, c in calls.items() if c is not None}
     call = known[min(known)] if known else None
@@ -218,7 +228,7 @@ def _pending(g: Group, dumped: set[int]) -> Finding | None:
     if mm is not None:
         return Finding(mm, sides=known, **base)
     if missing or absent:
-        return Finding("missing", missing=tuple(missing), last={r: g.enqueued[r] for r in missing}, absent=absent, **base)
+        return Finding("missing", missing=tuple(missing), last={r: enq[r] for r in missing}, absent=absent, **base)
     return Finding("stuck", **base)
 
 

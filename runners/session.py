@@ -557,8 +557,11 @@ class Session:
         oom_words = {pid: oom.evidence(pid, self._oom_counters.get(pid)) for pid in self.judge.oom_suspects()}
         recorded = {r: self.judge.launcher_log.recorded_error(r) for r, t in self.tracks.items() if t.exc is None}
         launchers = [Launcher(pr.spec.name, pr.returncode) for pr in self.procs if pr.spec.stdout_rank is None]
+        from . import nccl_dumps
+        nccl = nccl_dumps.read(self.run_dir / "fr")  # what NCCL's watchdog wrote at a timeout (runners/fr_env.py)
         out, status, exit_code = self.judge.conclude(end.status if end else None, end.exit_code if end else None,
-                                                     launchers, oom_words, {r: e for r, e in recorded.items() if e})
+                                                     launchers, oom_words, {r: e for r, e in recorded.items() if e},
+                                                     nccl)
         self._carry_out(out)
         return self._finish(status, exit_code)
 

@@ -1,6 +1,9 @@
 """Records the Flight Recorder dumps in this folder (run by hand, not by the tests): one plain gloo fixture per case
 under torchrun with TORCH_FR_BUFFER_SIZE=64, every rank dumping _dump_fr_trace_json() from a helper thread a few
 seconds into the hang (a sitecustomize put on PYTHONPATH for the recording only), then the job is killed.
+The nccl_timeout/ cases stand in for what NCCL's watchdog writes on a timeout (TORCH_NCCL_DUMP_ON_TIMEOUT=1): the same
+Flight Recorder pickle (_dump_fr_trace, collectives and stack traces in), one file per rank named prefix + rank
+(TORCH_FR_DUMP_TEMP_FILE=<dir>/nccl_trace_rank_), written here by the same helper thread over gloo (no GPU).
 
     .venv/bin/python tests/data/fr/record.py [CASE ...]
 """
@@ -24,6 +27,9 @@ CASES = {  # case -> (fixture, nproc, env)
     "shape_differs": ("allreduce_dtype_differs.py", 2, {"DIFFERS": "shape", "FR_AT_DESTROY": "1"}),
     # dumped as each rank calls destroy_process_group: every collective complete
     "healthy": ("pause_then_resume_ddp.py", 2, {"PAUSE_SECONDS": "0", "STEPS": "3", "FR_AT_DESTROY": "1"}),
+    # NCCL's own dump at a timeout, as pickles: rank 1 sleeps before the all_reduce rank 0 waits in; rank 1 skips one
+    "nccl_timeout/gloo_timeout": ("gloo_timeout.py", 2, {"PG_TIMEOUT": "60", "LATE_BY": "60", "FR_NCCL": "1"}),
+    "nccl_timeout/skip_one_allreduce": ("skip_one_allreduce.py", 2, {"FR_NCCL": "1"}),
 }
 DUMPER = '''
 import json, os, threading, time
@@ -46,11 +52,19 @@ def _dump():
     while still < float(os.environ["FR_DUMP_AFTER"]):  # seconds without a new collective anywhere: hung
         time.sleep(0.5)
         st = json.loads(torch._C._distributed_c10d._dump_fr_trace_json(includeCollectives=False)).get("pg_status")
-        still = still + 0.5 if st and st == seen else 0
+        # (NCCL's watchdog makes every rank dump, also one that never entered a collective: FR_NCCL dumps it too)
+        still = still + 0.5 if (st or os.environ.get("FR_NCCL")) and st == seen else 0
         seen = st
     _write()
 def _write():
     import torch
+    if os.environ.get("FR_NCCL"):  # what ProcessGroupNCCL's dumpDebuggingInfo writes: the pickle, prefix + rank
+        out = os.path.join(os.environ["FR_OUT"], "nccl_trace_rank_%s" % os.environ["RANK"])
+        with open(out + ".tmp", "wb") as f:
+            f.write(torch._C._distributed_c10d._dump_fr_trace(includeCollectives=True, includeStackTraces=True,
+                                                              onlyActive=False))
+        os.rename(out + ".tmp", out)
+        return
     d = torch._C._distributed_c10d._dump_fr_trace_json(includeCollectives=True, onlyActive=False)
     out = os.path.join(os.environ["FR_OUT"], "rank_%s.json" % os.environ["RANK"])
     with open(out + ".tmp", "w") as f:
@@ -75,7 +89,7 @@ def record(case: str) -> None:
         p = subprocess.Popen([torchrun, "--standalone", f"--nproc_per_node={nproc}", os.path.join(FIXTURES, fixture)],
                              env=e, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.time() + 60
-        while time.time() < deadline and len([n for n in os.listdir(out) if n.endswith(".json")]) < nproc:
+        while time.time() < deadline and len(_dumps(out)) < nproc:
             if p.poll() is not None:
                 break
             time.sleep(0.2)
@@ -87,11 +101,21 @@ def record(case: str) -> None:
         log = p.communicate()[0]
     with open(os.path.join(out, "run.log"), "w") as f:
         f.write(log)
-    got = sorted(n for n in os.listdir(out) if n.endswith(".json"))
+    got = _dumps(out)
     print(case, got, f"(torchrun exit {p.returncode})")
     for n in got:
-        d = json.load(open(os.path.join(out, n)))
+        if n.startswith("nccl_trace_rank_"):
+            import pickle
+            with open(os.path.join(out, n), "rb") as f:
+                d = pickle.load(f)
+        else:
+            d = json.load(open(os.path.join(out, n)))
         print("  ", n, d.get("pg_status"), len(d.get("entries", [])))
+
+
+def _dumps(out: str) -> list[str]:
+    return sorted(n for n in os.listdir(out) if n.endswith(".json") or
+                  (n.startswith("nccl_trace_rank_") and not n.endswith(".tmp")))
 
 
 if __name__ == "__main__":
