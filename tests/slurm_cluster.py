@@ -244,6 +244,18 @@ class SlurmCluster:
         if ids:
             self.run(["scancel", *ids], timeout=30)
 
+    def end_job(self, job: subprocess.Popen) -> None:
+        """A test's own `sbatch --wait` (or srun) process: cancel every job, wait for it, kill it only if it stays."""
+        self.cancel_all()
+        try:
+            job.wait(timeout=60)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+            if job.stderr is not None:
+                job.stderr.close()
+
     # ---- lifecycle ------------------------------------------------------------------------------------------
     def start(self, timeout: float = 60) -> "SlurmCluster":
         t0 = time.monotonic()

@@ -82,12 +82,7 @@ def test_dump_and_stacks_of_a_rank_on_node1_through_its_debug_server(slurm_hosts
         assert got["user"] == [str(FIXTURE), WAITS_LINE], got
         assert job.poll() is None  # nothing was signalled
     finally:
-        cluster.cancel_all()
         try:
-            job.wait(timeout=60)
+            cluster.end_job(job)
         finally:
-            if job.poll() is None:
-                job.kill()
-                job.wait()
-            job.stderr.close()
             shutil.rmtree(sockets.parent, ignore_errors=True)

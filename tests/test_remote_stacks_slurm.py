@@ -110,11 +110,4 @@ def test_stacks_of_a_rank_on_node1_are_taken_there_through_srun(slurm_hosts_clea
         assert lost["unreachable"], lost
         assert lost["method"].startswith("unavailable: srun could not reach node1"), lost
     finally:
-        cluster.cancel_all()
-        try:
-            job.wait(timeout=60)
-        finally:
-            if job.poll() is None:
-                job.kill()
-                job.wait()
-            job.stderr.close()
+        cluster.end_job(job)

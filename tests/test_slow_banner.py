@@ -39,3 +39,17 @@ def test_a_slow_sample_after_a_stall_keeps_the_stall_verdict_and_the_banner_says
     assert m.stacks_verdict() is m.slow  # the Stacks tab pairs the newest stacks with the verdict read from them
     cls, text = banner_text(m)
     assert cls == "-info" and text.startswith("SLOW: the run slowed down (rank 1's") and "stuck" not in text
+
+
+def test_a_stall_verdict_led_by_flight_recorder_names_the_culprits_first():
+    """The finding's sentence starts with the collective; a banner cut at the screen's edge still says who."""
+    m = RunModel()
+    m.apply([ev.RunStarted("/runs/x", "hang", "torchrun", 2, 40, 1.0),
+             ev.StallDetected((1,), (0,), 3.0, 10.0, 13.0, "no step or output for 10 s")])
+    text = ("collective #16 (all_reduce, 1 tensor [5313] float32, default group): rank 0 entered it at train.py:72, "
+            "rank 1 never did (its last was #15); rank 1 is stuck in at_step() at faults.py:78, step 10")
+    m.apply([ev.HangVerdict(text, (1,), (0,), {}, 13.2, "/runs/x/stacks/01-stall", "stall")])
+    assert banner_text(m) == ("-stall", "STALL: rank 1 · " + text)
+    both = "ranks disagree at collective #11 in the default group: rank 0 called barrier, rank 1 all_reduce [161]"
+    m.apply([ev.HangVerdict(both, (0, 1), (), {}, 13.3, "/runs/x/stacks/01-stall", "stall")])
+    assert banner_text(m) == ("-stall", "STALL: ranks 0,1 · " + both)

@@ -1,6 +1,8 @@
 """The one-line run banner: stall with the hang sentence, crash root cause, or the final status."""
 from __future__ import annotations
 
+import re
+
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
@@ -8,6 +10,7 @@ from textual.widgets import Static
 from ddptui.tui.model import RunModel
 
 KINDS = ("-stall", "-crash", "-ok", "-failed", "-info")
+_NAMES_RANKS = re.compile(r"ranks? \d")  # a verdict that begins with its ranks: "rank 1 is stuck in ..."
 
 
 def banner_text(model: RunModel) -> tuple[str, str]:
@@ -20,7 +23,10 @@ def banner_text(model: RunModel) -> tuple[str, str]:
         return "-crash", f"CRASH {c.exit}: {c.text}"
     if model.stall is not None:
         if model.stall_hang is not None:  # this stall's verdict, never an ended stall's
-            return "-stall", f"STALL: {model.stall_hang.text}"
+            hv = model.stall_hang
+            if hv.culprits and not _NAMES_RANKS.match(hv.text):  # a Flight Recorder finding leads with the collective:
+                return "-stall", f"STALL: {_ranks(hv.culprits)} · {hv.text}"  # who, before a long sentence is cut
+            return "-stall", f"STALL: {hv.text}"
         s = model.stall
         ranks = ",".join(map(str, s.stalled))
         said = s.reason or f"made no progress for {s.threshold:g}s"
