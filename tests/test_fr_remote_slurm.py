@@ -4,18 +4,15 @@ blocked in a collective on node1."""
 from __future__ import annotations
 
 import json
-import random
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from ddptui.runners import rankenv
-from tests.test_remote_stacks_slurm import FIXTURE, WAITS_LINE, _hello, _wait
+from tests.test_remote_stacks_slurm import FIXTURE, WAITS_LINE, _hello, _report, _wait, start_job
 
 # run on node0 (where ddptui runs): the rank's dump and stacks through its debug server on node1, as JSON
 PROBE = """
@@ -35,12 +32,8 @@ print(json.dumps({"here": here, "dump": dump if isinstance(dump, str) else fr_cl
 
 
 def _debug_sock(path: Path) -> str | None:
-    if not path.exists():
-        return None
-    for ln in path.read_text(errors="replace").splitlines():
-        if ln.startswith("@ddptui ") and '"debug_server"' in ln:
-            return json.loads(ln.split(" ", 1)[1])["path"]
-    return None
+    rep = _report(path, "debug_server")
+    return rep["path"] if rep else None
 
 
 @pytest.mark.timeout(240)
@@ -49,14 +42,7 @@ def test_dump_and_stacks_of_a_rank_on_node1_through_its_debug_server(slurm_hosts
     logs = tmp_path / "slurm"
     logs.mkdir()
     sockets = Path(tempfile.mkdtemp(prefix="frs", dir="/tmp")) / "s"  # short (< 108 bytes), in a 0700 folder
-    port = random.randint(20000, 29999)
-    env = {**rankenv.activation({}), "MASTER_ADDR": cluster.hostnames[0], "MASTER_PORT": str(port),
-           "OMP_NUM_THREADS": "1", "TORCH_FR_BUFFER_SIZE": "2000", "DDPTUI_SOCKETS": str(sockets)}
-    job = cluster.on_node(0, ["srun", "-N2", "--ntasks-per-node=1", "--job-name=h2-fr-remote",
-                              f"--output={logs}/rank%t.out", f"--error={logs}/rank%t.err",
-                              "/bin/sh", "-c", 'export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS; exec "$@"', "sh",
-                              sys.executable, "-u", str(FIXTURE)], env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    job = start_job(cluster, logs, "h2-fr-remote", {"TORCH_FR_BUFFER_SIZE": "2000", "DDPTUI_SOCKETS": str(sockets)})
     try:
         hello = _wait(lambda: _hello(logs / "rank1.out"), 120, "rank 1's hello", job, logs)
         assert hello["host"] == "node1" and hello["host"] != socket.gethostname()

@@ -29,13 +29,33 @@ print(json.dumps({"method": r.method, "error": r.error, "node": r.node, "unreach
 """
 
 
-def _hello(path: Path) -> dict | None:
+def _report(path: Path, kind: str) -> dict | None:
+    """The first `@ddptui` report of `kind` in a rank's output file, once it is there."""
     if not path.exists():
         return None
     for ln in path.read_text(errors="replace").splitlines():
-        if ln.startswith("@ddptui ") and '"hello"' in ln:
-            return json.loads(ln.split(" ", 1)[1])
+        if ln.startswith("@ddptui ") and f'"{kind}"' in ln:
+            rep = json.loads(ln.split(" ", 1)[1])
+            if rep.get("k") == kind:
+                return rep
     return None
+
+
+def _hello(path: Path) -> dict | None:
+    return _report(path, "hello")
+
+
+def start_job(cluster, logs: Path, name: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+    """The plain gloo job, one task on each node, submitted from node0 (the login node) as a user's srun would be."""
+    port = random.randint(20000, 29999)  # inside node0's own namespace: only the test cluster's daemons listen there
+    env = {**rankenv.activation({}), "MASTER_ADDR": cluster.hostnames[0], "MASTER_PORT": str(port),
+           "OMP_NUM_THREADS": "1", **(extra_env or {})}
+    return cluster.on_node(0, ["srun", "-N2", "--ntasks-per-node=1", f"--job-name={name}",
+                               f"--output={logs}/rank%t.out", f"--error={logs}/rank%t.err",
+                               # as a batch script does it: RANK for the injected hello, from Slurm's task id
+                               "/bin/sh", "-c", 'export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS; exec "$@"', "sh",
+                               sys.executable, "-u", str(FIXTURE)], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def _wait(cond, timeout: float, what: str, job: subprocess.Popen, logs: Path):
@@ -68,15 +88,7 @@ def test_stacks_of_a_rank_on_node1_are_taken_there_through_srun(slurm_hosts_clea
     cluster = slurm_hosts_clean
     logs = tmp_path / "slurm"
     logs.mkdir()
-    port = random.randint(20000, 29999)  # inside node0's own namespace: only the test cluster's daemons listen there
-    env = {**rankenv.activation({}), "MASTER_ADDR": cluster.hostnames[0], "MASTER_PORT": str(port),
-           "OMP_NUM_THREADS": "1"}
-    job = cluster.on_node(0, ["srun", "-N2", "--ntasks-per-node=1", "--job-name=h4-remote-stacks",
-                              f"--output={logs}/rank%t.out", f"--error={logs}/rank%t.err",
-                              # as a batch script does it: RANK for the injected hello, from Slurm's task id
-                              "/bin/sh", "-c", 'export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS; exec "$@"', "sh",
-                              sys.executable, "-u", str(FIXTURE)], env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    job = start_job(cluster, logs, "h4-remote-stacks")
     try:
         hello = _wait(lambda: _hello(logs / "rank1.out"), 120, "rank 1's hello", job, logs)
         assert hello["node"] == "node1" and hello["host"] == "node1"
