@@ -195,6 +195,15 @@ def test_progress_names_every_group_with_int_counts():
                                                  "completed": 2}}
 
 
+def test_progress_files_a_groups_numbers_under_its_name_not_the_ranks_own_group_id():
+    # measured on world 4 with new_group([0, 1]) then new_group([2, 3]): rank 2's pg_status says '1' for its pair,
+    # whose name (and its entries' process_group) is '2'; torch's pg_names on rank 2: '0', '2' in creation order
+    named = {"0": ("default_pg", [0, 1, 2, 3]), "2": ("undefined", [2, 3])}
+    got = ddptui_fr.progress(summary(**{"0": (4, 4), "1": (5, 4)}), named)
+    assert got == {"0": {"desc": "default_pg", "ranks": [0, 1, 2, 3], "enqueued": 4, "completed": 4},
+                   "2": {"desc": "undefined", "ranks": [2, 3], "enqueued": 5, "completed": 4}}
+
+
 ENTRIES = [
     {"collective_seq_id": 9, "process_group": ["0", "default_pg"], "profiling_name": "gloo:all_reduce",
      "input_sizes": [[72]], "input_dtypes": ["Float"], "is_p2p": False},

@@ -193,10 +193,23 @@ def _config_groups(config: Any) -> dict[str, tuple[str | None, list[int] | None]
     return out
 
 
+def _status_by_name(status: dict, order: list[str]) -> dict:
+    """pg_status is keyed by the rank's own group id (its backends counted in creation order), not the group's name:
+    on a rank outside an earlier subgroup they differ (world 4, new_group([0,1]) then new_group([2,3]): ranks 2, 3 file
+    their pair '2' under '1'). `order`: the names of the rank's groups in creation order (torch's pg_names, kept)."""
+    if not order:
+        return status
+    out = {}
+    for key, v in status.items():
+        i = int(key) if str(key).isdigit() else -1
+        out[order[i] if 0 <= i < len(order) else key] = v
+    return out
+
+
 def progress(summary: dict, named: dict[str, tuple[str | None, list[int] | None]]) -> dict[str, dict]:
-    """Per group: desc, ranks, enqueued, completed, from the summary's pg_status and the groups' names (a group
-    with no collective yet counts 0 and 0)."""
-    status = summary.get("pg_status") or {}
+    """Per group: desc, ranks, enqueued, completed, from the summary's pg_status and the groups' names in creation
+    order (a group with no collective yet counts 0 and 0)."""
+    status = _status_by_name(summary.get("pg_status") or {}, list(named))
     fallback = _config_groups(summary.get("pg_config"))
     out = {}
     for name in sorted(set(status) | set(named), key=lambda n: (len(n), n)):
