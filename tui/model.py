@@ -58,6 +58,8 @@ class RankView:
     returncode: int | None = None
     signal: str | None = None
     last_progress: float | None = None
+    step_time: float | None = None  # seconds per step over the rank's recent steps; None until known
+    phase: str = ""  # what a rank not yet training is doing, in words (spawning, importing torch, rendezvous...)
 
     def badge(self) -> str:
         """The status word shown in the pane title: running, stalled, exited ok, failed (exit 1 / SIGSEGV)."""
