@@ -15,6 +15,7 @@ import weakref
 from typing import Any, Callable
 
 import ddptui_scope
+from ddptui_node import node_name  # noqa: F401 (hello's node; `ddptui attach` reads the same)
 
 _resolver: Callable[[], int | None] | None = None
 # Models whose digests were reported explicitly: the automatic digest at exit skips them.
@@ -76,22 +77,6 @@ def _write(body: dict) -> None:
 
 
 _FROM_ENV: Any = object()
-
-
-def node_name(env: Any = None, host: str | None = None) -> str:
-    """The node this rank runs on as its launcher names it: Slurm's node name, else torchrun's node (group) rank
-    when the job has several nodes, else the host name."""
-    env = os.environ if env is None else env
-    host = socket.gethostname() if host is None else host
-    slurm = (env.get("SLURMD_NODENAME") or "").strip()
-    if slurm:
-        return slurm
-    try:
-        if int(env.get("GROUP_WORLD_SIZE", "")) > 1:
-            return "node%d" % int(env["GROUP_RANK"])
-    except (KeyError, ValueError):
-        pass
-    return host
 
 
 def hello(world: Any = _FROM_ENV, local: Any = _FROM_ENV) -> None:
