@@ -1,7 +1,14 @@
 """Find the ranks of a PyTorch job ddptui did not launch, from any of its processes or a Slurm job id."""
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
 from dataclasses import dataclass, field
+from typing import Mapping
+
+import psutil
 
 
 @dataclass(frozen=True)
@@ -39,15 +46,359 @@ class AttachedJob:
     unreadable: tuple[Unreadable, ...] = ()
     slurm_job: str | None = None
     world_size: int | None = None
+    notes: tuple[str, ...] = ()  # what is uncertain about the ranks found, in words (e.g. spawn ranks by start order)
 
 
 class NotAJob(Exception):
     """str(e) is the one line the CLI prints (exit 2)."""
 
 
+# ---- the snapshot and the decisions over it (pure) ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Proc:
+    """One process as read: environ None when it could not be read, `error` then says why."""
+
+    pid: int
+    ppid: int
+    cmdline: tuple[str, ...]
+    environ: Mapping[str, str] | None
+    create_time: float
+    error: str = ""
+    torch: bool = False  # libtorch is mapped (read only for multiprocessing spawn children)
+
+
+JOB_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "GROUP_RANK")
+_SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "fish", "env", "nohup", "setsid", "stdbuf", "timeout", "numactl",
+           "taskset", "srun"}
+
+
+def name_of(p: Proc) -> str:
+    return os.path.basename(p.cmdline[0]) if p.cmdline else "?"
+
+
+def is_torchrun(cmdline: tuple[str, ...]) -> bool:
+    """torchrun's agent: `torchrun ...`, `python .../torchrun ...`, `python -m torch.distributed.run|launch ...`."""
+    head = cmdline[:4]
+    for i, a in enumerate(head):
+        if a == "-m" and i + 1 < len(cmdline) and cmdline[i + 1] in ("torch.distributed.run",
+                                                                     "torch.distributed.launch"):
+            return True
+    return any(os.path.basename(a) == "torchrun" for a in cmdline[:2])
+
+
+def is_spawn_child(cmdline: tuple[str, ...]) -> bool:
+    """A multiprocessing 'spawn' child (`python -c 'from multiprocessing.spawn import spawn_main; ...'
+    --multiprocessing-fork`); a forked DataLoader worker of one keeps the same command line."""
+    return "--multiprocessing-fork" in cmdline and any("spawn_main" in a for a in cmdline)
+
+
+def _int(env: Mapping[str, str] | None, key: str) -> int | None:
+    try:
+        return int((env or {}).get(key, ""))
+    except ValueError:
+        return None
+
+
+def has_rank(p: Proc) -> bool:
+    return p.environ is not None and _int(p.environ, "RANK") is not None
+
+
+def _children(snap: Mapping[int, Proc]) -> dict[int, list[Proc]]:
+    kids: dict[int, list[Proc]] = {}
+    for p in snap.values():
+        if p.ppid != p.pid:
+            kids.setdefault(p.ppid, []).append(p)
+    for v in kids.values():
+        v.sort(key=lambda p: (p.create_time, p.pid))
+    return kids
+
+
+def _chain(snap: Mapping[int, Proc], pid: int) -> list[Proc]:
+    out, seen = [], set()
+    while pid in snap and pid not in seen:
+        seen.add(pid)
+        out.append(snap[pid])
+        pid = snap[pid].ppid
+    return out
+
+
+def _subtree(kids: Mapping[int, list[Proc]], pid: int) -> list[Proc]:
+    """Descendants of `pid`, breadth first (nearest first)."""
+    out, todo = [], list(kids.get(pid, []))
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        todo += kids.get(p.pid, [])
+    return out
+
+
+def spawn_ranks(kids: Mapping[int, list[Proc]], p: Proc) -> list[Proc]:
+    """The children of `p` that torch.multiprocessing.spawn started: spawn children with torch loaded (its
+    resource_tracker child is no spawn child), in the order they were started."""
+    return [c for c in kids.get(p.pid, []) if is_spawn_child(c.cmdline) and c.torch]
+
+
+def _spawn_parent(snap: Mapping[int, Proc], kids: Mapping[int, list[Proc]], p: Proc) -> bool:
+    # a rank that starts spawn DataLoader workers is no spawn parent: it has RANK itself (torchrun, srun)
+    return not is_spawn_child(p.cmdline) and not has_rank(p) and bool(spawn_ranks(kids, p))
+
+
+@dataclass(frozen=True)
+class Located:
+    """What the snapshot says about the job around a pid: its kind, its root (the launcher), the rank processes
+    (pid -> (rank or None when only the start order tells, local rank, world size)) and what could not be read."""
+
+    kind: str
+    root: int
+    ranks: dict[int, tuple[int | None, int | None, int | None]]
+    unreadable: tuple[Unreadable, ...]
+
+
+def locate(snap: Mapping[int, Proc], pid: int) -> Located:
+    """The job `pid` belongs to, from a snapshot of every process; NotAJob when there is none."""
+    if pid not in snap:
+        raise NotAJob(f"no process {pid}")
+    kids = _children(snap)
+    chain = _chain(snap, pid)
+    for p in chain:
+        if is_torchrun(p.cmdline):
+            return _env_job(snap, kids, "torchrun", p.pid, chain[0])
+    top = None
+    for p in chain:  # the topmost of the consecutive RANK holders from pid up (a DataLoader worker's rank, ...)
+        if has_rank(p):
+            top = p
+        elif top is not None:
+            break
+    if top is not None:
+        parent = snap.get(top.ppid)
+        if is_spawn_child(top.cmdline) and parent is not None and spawn_ranks(kids, parent):
+            return _spawn_job(kids, parent)  # a spawn parent that put RANK in its os.environ before spawn
+        return _env_job(snap, kids, "env", top.ppid, top)
+    up = chain[0]
+    for p in chain:  # a spawn child (or its worker): up to the first process that is no spawn child
+        up = p
+        if not is_spawn_child(p.cmdline):
+            break
+    if _spawn_parent(snap, kids, up):
+        return _spawn_job(kids, up)
+    for q in _subtree(kids, pid):  # pid is above the job: a shell, tmux, the user's launcher
+        if is_torchrun(q.cmdline):
+            return _env_job(snap, kids, "torchrun", q.pid, None)
+        if _spawn_parent(snap, kids, q):
+            return _spawn_job(kids, q)
+        if has_rank(q):
+            return _env_job(snap, kids, "env", q.ppid, q)
+    me = snap[pid]
+    if me.environ is None:
+        raise NotAJob(f"pid {pid} ({name_of(me)}) cannot be read: {me.error}")
+    raise NotAJob(f"pid {pid} ({name_of(me)}) is not part of a PyTorch job: no process in its tree has "
+                  "RANK/WORLD_SIZE in its environment")
+
+
+def _job_key(p: Proc) -> tuple:
+    return tuple((p.environ or {}).get(k) for k in JOB_KEYS if k not in ("GROUP_RANK",))
+
+
+def _is_wrapper(p: Proc) -> bool:
+    return name_of(p) in _SHELLS
+
+
+def _env_job(snap: Mapping[int, Proc], kids: Mapping[int, list[Proc]], kind: str, root: int,
+             seen_rank: Proc | None) -> Located:
+    """Ranks below `root` by their RANK variable. A RANK holder whose parent holds the same RANK is a DataLoader
+    worker or a helper of that rank, not a rank (but a shell wrapper hands the rank on to its one child that holds
+    it). Under an env launcher, only the ranks of the job the seen rank is in (its MASTER_ADDR/PORT, WORLD_SIZE...):
+    orphaned ranks have pid 1 as parent, with everything else."""
+    below = _subtree(kids, root) if root in snap or kids.get(root) else []
+    key = _job_key(seen_rank) if kind == "env" and seen_rank is not None else None
+    ranks: dict[int, tuple[int | None, int | None, int | None]] = {}
+    unread: list[Unreadable] = []
+    by_rank: dict[int, int] = {}
+    for p in below:
+        if p.environ is None:
+            if kind == "torchrun" or snap.get(p.ppid) is not None and p.ppid == root and root != 1:
+                unread.append(Unreadable(p.pid, p.error))
+            continue
+        r = _int(p.environ, "RANK")
+        if r is None or (key is not None and _job_key(p) != key):
+            continue
+        parent = snap.get(p.ppid)
+        if parent is not None and has_rank(parent) and _int(parent.environ, "RANK") == r:
+            if by_rank.get(r) == parent.pid and _is_wrapper(parent):
+                del ranks[parent.pid]  # the wrapper's child is the rank's program
+            else:
+                continue
+        if r in by_rank and by_rank[r] in ranks and by_rank[r] != p.ppid:
+            continue  # the same rank twice (a restart's leftover): the first started keeps it
+        by_rank[r] = p.pid
+        ranks[p.pid] = (r, _int(p.environ, "LOCAL_RANK"), _int(p.environ, "WORLD_SIZE"))
+    return Located(kind, root, ranks, tuple(unread))
+
+
+def _spawn_job(kids: Mapping[int, list[Proc]], parent: Proc) -> Located:
+    """torch.multiprocessing.spawn passes each child its rank as an argument, not in the environment: the rank here
+    is the start order (spawn starts them one by one, rank 0 first); `spawn_index` later reads the real one."""
+    ranks = spawn_ranks(kids, parent)
+    unread = tuple(Unreadable(c.pid, c.error) for c in kids.get(parent.pid, []) if c.environ is None)
+    n = len(ranks)
+    return Located("spawn", parent.pid, {c.pid: (i, i, n) for i, c in enumerate(ranks)}, unread)
+
+
+# ---- torch.multiprocessing.spawn's own numbers, from the processes' stacks (pure) --------------------------------
+
+SPAWN_FILE = "torch/multiprocessing/spawn.py"
+
+
+def _frames_locals(dump: list) -> list[tuple[str, str, dict[str, str]]]:
+    out = []
+    for thread in dump or []:
+        for f in thread.get("frames") or []:
+            out.append((f.get("name", ""), f.get("filename", ""),
+                        {v.get("name"): v.get("repr") for v in f.get("locals") or [] if isinstance(v, dict)}))
+    return out
+
+
+def spawn_index(dump: list) -> int | None:
+    """The rank torch's `_wrap(fn, i, args, error_file)` got, from `py-spy dump --locals --json` of a spawn child."""
+    for name, file, loc in _frames_locals(dump):
+        if name == "_wrap" and file.endswith(SPAWN_FILE):
+            try:
+                return int(loc.get("i", ""))
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def spawn_nprocs(dump: list) -> int | None:
+    """`nprocs` of torch's spawn/start_processes, from `py-spy dump --locals --json` of the spawn parent."""
+    for name, file, loc in _frames_locals(dump):
+        if name in ("start_processes", "spawn") and file.endswith(SPAWN_FILE):
+            try:
+                return int(loc.get("nprocs", ""))
+            except (TypeError, ValueError):
+                continue
+    return None
+
+
+def spawn_numbers(located: Located, indices: Mapping[int, int | None], nprocs: int | None
+                  ) -> tuple[dict[int, tuple[int | None, int | None, int | None]], tuple[str, ...]]:
+    """The spawn ranks renumbered by what their stacks said (`indices`: pid -> i), the start order where they said
+    nothing; the notes say which ranks rest on the start order."""
+    guessed = [pid for pid in located.ranks if indices.get(pid) is None]
+    ranks = {}
+    for pid, (r, _lr, n) in located.ranks.items():
+        i = indices.get(pid)
+        world = nprocs if nprocs is not None else n
+        ranks[pid] = (i, i, world) if i is not None else (r, r, world)
+    notes = ()
+    if guessed:
+        notes = (f"spawn children {', '.join(map(str, guessed))} are numbered by start order (torch.multiprocessing."
+                 "spawn starts rank 0 first): py-spy could not read their rank from their stacks",)
+    return ranks, notes
+
+
+# ---- I/O: the snapshot here, py-spy for spawn ranks, the outputs --------------------------------------------------
+
+def _read(p: psutil.Process) -> Proc | None:
+    try:
+        ppid, ctime = p.ppid(), p.create_time()
+    except psutil.ZombieProcess:
+        return None  # not even its parent is known any more
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.Error as e:
+        return Proc(p.pid, 0, (), None, 0.0, _why(e))
+    try:
+        cmd = tuple(p.cmdline())
+    except psutil.NoSuchProcess as e:  # a zombie has no command line; an ended process is no record
+        if not isinstance(e, psutil.ZombieProcess):
+            return None
+        cmd = ()
+    except psutil.Error:
+        cmd = ()
+    try:
+        env: Mapping[str, str] | None = p.environ()
+        err = ""
+    except psutil.Error as e:
+        if isinstance(e, psutil.NoSuchProcess) and not isinstance(e, psutil.ZombieProcess):
+            return None
+        env, err = None, _why(e)
+    return Proc(p.pid, ppid, cmd, env, ctime, err, is_spawn_child(cmd) and _maps_torch(p.pid))
+
+
+def _why(e: psutil.Error) -> str:
+    if isinstance(e, psutil.ZombieProcess):
+        return "a zombie: it has exited and its parent has not reaped it"
+    if isinstance(e, psutil.AccessDenied):
+        return ("access denied: another user's process (run ddptui as that user or as root to read its "
+                "environment)")
+    return str(e) or type(e).__name__
+
+
+def _maps_torch(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            return any(b"libtorch" in ln for ln in f)
+    except OSError:
+        return False
+
+
+def snapshot() -> dict[int, Proc]:
+    snap = {}
+    for p in psutil.process_iter():
+        rec = _read(p)
+        if rec is not None:
+            snap[rec.pid] = rec
+    return snap
+
+
+def _pyspy_locals(pid: int, timeout: float = 10.0) -> list:
+    from . import stacks
+    exe = stacks.find_pyspy()
+    if exe is None:
+        return []
+    try:
+        r = subprocess.run([exe, "dump", "--pid", str(pid), "--locals", "--json"], capture_output=True, text=True,
+                           timeout=timeout)
+        return json.loads(r.stdout) if r.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return []
+
+
 def find_job(pid: int) -> AttachedJob:
-    raise NotImplementedError  # filled in next commit
+    """The job process `pid` belongs to (torchrun's agent, a rank, the script that called torch.multiprocessing.spawn,
+    a rank's DataLoader worker), its ranks and where their output goes."""
+    from . import attach_output
+    from .inject.ddptui_node import node_name
+
+    if not psutil.pid_exists(pid):
+        raise NotAJob(f"no process {pid}")
+    snap = snapshot()
+    found = locate(snap, pid)
+    ranks, notes = found.ranks, ()
+    if found.kind == "spawn":
+        indices = {p: spawn_index(_pyspy_locals(p)) for p in ranks}
+        ranks, notes = spawn_numbers(found, indices, spawn_nprocs(_pyspy_locals(found.root)))
+    host = socket.gethostname()
+    job_pids = set(ranks) | {found.root}
+    out: dict[int, AttachedRank] = {}
+    worlds = []
+    for rpid, (rank, local, world) in sorted(ranks.items(), key=lambda kv: kv[1][0]):
+        env = snap[rpid].environ or {}
+        out[rank] = AttachedRank(rank, local, world, rpid, host, node_name(env, host),
+                                 attach_output.rank_output(rpid, 1, job_pids),
+                                 attach_output.rank_output(rpid, 2, job_pids))
+        worlds.append(world)
+    root = snap.get(found.root)
+    slurm = next(((snap[p].environ or {}).get("SLURM_JOB_ID") for p in ranks
+                  if (snap[p].environ or {}).get("SLURM_JOB_ID")), None)
+    # an env launcher is whatever started the ranks (a shell, slurmstepd, init for orphans): SIGTERM to it is no
+    # way to stop them; torchrun's agent forwards it, torch's spawn children die with their parent (PDEATHSIG)
+    launcher = found.root if found.kind in ("torchrun", "spawn") and root is not None else None
+    return AttachedJob(str(pid), found.kind, launcher, root.cmdline if root is not None else (), out,
+                       found.unreadable, slurm, max((w for w in worlds if w is not None), default=None), notes)
 
 
 def find_slurm_job(job_id: str) -> AttachedJob:
-    raise NotImplementedError  # filled in next commit
+    raise NotAJob(f"Slurm job {job_id}: not yet")

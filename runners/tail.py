@@ -45,6 +45,7 @@ class FileTail:
     dropped: int = 0  # bytes of the current over-long line not kept
     full: bool = False  # the last read filled a whole chunk: more is waiting
     learn: bool = False  # `rank` is a guess: the folder's hello names the rank (runners/rank_learn.py)
+    start: int = 0  # the offset reading begins at (`ddptui attach`: what was there before is shown once, not followed)
 
     def read(self) -> Lines | list[str]:
         """Complete lines that arrived since the last call (possibly none)."""
@@ -53,6 +54,8 @@ class FileTail:
                 self.fd = os.open(self.path, os.O_RDONLY)
             except FileNotFoundError:
                 return []
+            if self.start:
+                os.lseek(self.fd, self.start, os.SEEK_SET)
         data = os.read(self.fd, CHUNK)
         self.full = len(data) == CHUNK
         if not data:
@@ -174,13 +177,14 @@ class Tailer:
         self.backlog = False  # the last poll left data unread in some file
         self.learner = RankLearner()
 
-    def add(self, path: str, rank: int | None, stream: str, learn: bool = False) -> None:
+    def add(self, path: str, rank: int | None, stream: str, learn: bool = False, start: int = 0) -> None:
         """Follow `path` (a glob: its files once they appear) as `rank`'s; `learn`: the rank is a guess that the
-        hello report read in the file's folder corrects (LogSource.learn_rank)."""
+        hello report read in the file's folder corrects (LogSource.learn_rank); `start`: the byte offset of a plain
+        path to read from (0: the beginning)."""
         if any(ch in path for ch in "*?["):
             self.globs.append(GlobTail(path, rank, stream, learn=learn))
         else:
-            self.files.append(FileTail(path, rank, stream, learn=learn))
+            self.files.append(FileTail(path, rank, stream, learn=learn, start=start))
 
     def learned_file(self, rank: int, stream: str) -> str | None:
         """The newest `stream` file of a folder whose hello named `rank` (learn_rank sources), else None."""
