@@ -1,0 +1,212 @@
+"""ddptui attach, finding the job: real jobs started outside ddptui as a user would (torchrun in the background, a
+script calling torch.multiprocessing.spawn), found from any of their processes, with where each rank writes."""
+from __future__ import annotations
+
+import glob
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ddptui.runners import attach_output
+from ddptui.runners.attach_find import NotAJob, find_job
+from ddptui.runners.tail import Tailer
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+TORCHRUN = str(Path(sys.executable).parent / "torchrun")
+STEP = re.compile(r"step (\d+) loss")
+
+
+def _env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def torchrun(tmp_path: Path, script: str, *opts: str, out: Path | None = None) -> subprocess.Popen:
+    """`torchrun --nproc-per-node 2 [opts] script > out 2>&1 &`, the way a user starts it in a shell."""
+    port = str(random.randint(20000, 29999))
+    f = open(out or os.devnull, "wb")
+    try:
+        return subprocess.Popen([TORCHRUN, "--nproc-per-node", "2", "--master-port", port, *opts,
+                                 str(FIXTURES / script)], stdout=f, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=_env(), cwd=tmp_path)
+    finally:
+        f.close()
+
+
+def stop(job: subprocess.Popen) -> None:
+    """The test's own job: SIGTERM to its launcher (torchrun forwards it; spawn children die with their parent),
+    then SIGKILL to whatever of its tree is left."""
+    try:
+        tree = psutil.Process(job.pid).children(recursive=True)
+    except psutil.Error:
+        tree = []
+    if job.poll() is None:
+        job.send_signal(signal.SIGTERM)
+        try:
+            job.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            job.wait()
+    _gone, alive = psutil.wait_procs(tree, timeout=10)
+    for p in alive:
+        p.kill()
+    psutil.wait_procs(alive, timeout=10)
+
+
+def wait_for(cond, timeout: float, what: str, job: subprocess.Popen):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        if job.poll() is not None:
+            pytest.fail(f"{what}: the job exited {job.returncode}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout} s")
+        time.sleep(0.2)
+
+
+def job_with_ranks(pid: int, n: int = 2):
+    """find_job once every rank has started (a job just launched has its agent before its ranks)."""
+    try:
+        j = find_job(pid)
+    except NotAJob:
+        return None
+    return j if len(j.ranks) == n else None
+
+
+def lines_in(path: str) -> int:
+    try:
+        return sum(1 for ln in open(path, errors="replace") if STEP.search(ln))
+    except OSError:
+        return 0
+
+
+@pytest.mark.timeout(150)
+def test_torchrun_with_shell_redirect_found_from_agent_and_rank_then_followed(tmp_path):
+    out = tmp_path / "train.log"
+    job = torchrun(tmp_path, "healthy_ddp_loop.py", out=out)
+    try:
+        by_agent = wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
+        assert (by_agent.kind, by_agent.launcher_pid, by_agent.world_size) == ("torchrun", job.pid, 2)
+        assert by_agent.launcher_argv[1] == TORCHRUN and by_agent.unreadable == ()
+        assert sorted(by_agent.ranks) == [0, 1]
+        agent_kids = {c.pid for c in psutil.Process(job.pid).children()}
+        for r, ar in by_agent.ranks.items():
+            assert ar.pid in agent_kids and (ar.rank, ar.local_rank, ar.world_size) == (r, r, 2)
+            assert ar.stdout == attach_output.RankOutput("file", str(out), "")  # the agent's fd, inherited
+            assert ar.stderr == ar.stdout and ar.node == ar.host
+        by_rank = find_job(by_agent.ranks[1].pid)
+        assert (by_rank.kind, by_rank.launcher_pid) == ("torchrun", job.pid)
+        assert {r: a.pid for r, a in by_rank.ranks.items()} == {r: a.pid for r, a in by_agent.ranks.items()}
+        assert by_rank.asked == str(by_agent.ranks[1].pid)
+
+        # the last lines before attach, then the tailer from there: nothing twice, nothing missed
+        wait_for(lambda: lines_in(str(out)) >= 4, 60, "training lines", job)
+        before, at = attach_output.last_lines(str(out), 200)
+        shown = [int(m.group(1)) for m in map(STEP.search, before) if m]
+        assert shown
+        tail = Tailer()
+        tail.add(str(out), None, "stdout", start=at)
+        try:
+            followed: list[int] = []
+            wait_for(lambda: followed.extend(int(m.group(1)) for _, _, got in tail.poll() for m in map(STEP.search, got)
+                                             if m) or len(followed) >= 4, 60, "new lines followed", job)
+        finally:
+            tail.close()
+        # two ranks print the same steps: the first line followed is the next step of one rank or the other's same
+        assert followed[0] in (shown[-1], shown[-1] + 10) and followed == sorted(followed), (shown[-4:], followed[:6])
+        assert job.poll() is None  # attach changed nothing
+    finally:
+        stop(job)
+
+
+@pytest.mark.timeout(150)
+def test_torchrun_log_dir_redirects_found_as_files_and_dataloader_workers_are_no_ranks(tmp_path):
+    logs = tmp_path / "logs"
+    job = torchrun(tmp_path, "dataloader_worker_hang.py", "--log-dir", str(logs), "--redirects", "3")
+    try:
+        found = wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
+        workers = wait_for(lambda: [c.pid for c in psutil.Process(found.ranks[0].pid).children()], 60,
+                           "rank 0's DataLoader workers", job)
+        for r, ar in found.ranks.items():
+            want = glob.glob(f"{logs}/*/attempt_0/{r}/stdout.log")
+            assert len(want) == 1 and ar.stdout == attach_output.RankOutput("file", want[0], "")
+            assert ar.stderr.path == want[0].replace("stdout.log", "stderr.log")
+        from_worker = find_job(workers[0])
+        assert (from_worker.kind, from_worker.launcher_pid) == ("torchrun", job.pid)
+        assert {r: a.pid for r, a in from_worker.ranks.items()} == {r: a.pid for r, a in found.ranks.items()}
+        assert not set(workers) & {a.pid for a in from_worker.ranks.values()}
+    finally:
+        stop(job)
+
+
+@pytest.mark.timeout(150)
+def test_mp_spawn_job_found_from_the_parent_a_child_and_its_worker(tmp_path):
+    out = tmp_path / "nb.log"
+    with open(out, "wb") as f:
+        job = subprocess.Popen([sys.executable, "-u", str(FIXTURES / "mp_spawn_ddp_loop.py")], stdout=f,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tmp_path,
+                               env={**_env(), "MASTER_PORT": str(random.randint(20000, 29999))})
+    try:
+        wait_for(lambda: lines_in(str(out)) >= 2, 120, "both spawn ranks training", job)
+        found = find_job(job.pid)
+        assert (found.kind, found.launcher_pid, found.world_size, found.notes) == ("spawn", job.pid, 2, ())
+        kids = sorted(psutil.Process(job.pid).children(), key=lambda p: (p.create_time(), p.pid))
+        ranks = [p.pid for p in kids if "spawn_main" in " ".join(p.cmdline())]
+        assert {r: a.pid for r, a in found.ranks.items()} == {0: ranks[0], 1: ranks[1]}
+        assert all(a.stdout == attach_output.RankOutput("file", str(out), "") for a in found.ranks.values())
+        worker = wait_for(lambda: psutil.Process(ranks[1]).children(), 60, "rank 1's DataLoader worker", job)[0].pid
+        for pid in (ranks[1], worker):
+            again = find_job(pid)
+            assert (again.kind, again.launcher_pid) == ("spawn", job.pid)
+            assert {r: a.pid for r, a in again.ranks.items()} == {0: ranks[0], 1: ranks[1]}
+    finally:
+        stop(job)
+
+
+@pytest.mark.timeout(60)
+def test_a_process_that_is_not_a_job_and_a_vanished_pid():
+    sleeper = subprocess.Popen(["sleep", "60"], stdin=subprocess.DEVNULL)
+    try:
+        with pytest.raises(NotAJob) as e:
+            find_job(sleeper.pid)
+        assert str(e.value) == (f"pid {sleeper.pid} (sleep) is not part of a PyTorch job: no process in its tree "
+                                "has RANK/WORLD_SIZE in its environment")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    with pytest.raises(NotAJob) as e:
+        find_job(sleeper.pid)  # reaped: the pid names nothing now (unless reused at once: then it is no job either)
+    assert str(e.value) in (f"no process {sleeper.pid}",) or "is not part of a PyTorch job" in str(e.value)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root and setpriv to look at root's job as another user")
+def test_a_job_of_another_user_is_named_unreadable(tmp_path):
+    """As `nobody`, root's ranks cannot be read (/proc/PID/environ needs ptrace rights): the agent is still known by
+    its command line (readable by all), its ranks are named with the reason and no rank is made up."""
+    job = torchrun(tmp_path, "healthy_ddp_loop.py")
+    try:
+        found = wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
+        probe = ("import sys; from ddptui.runners.attach_find import find_job\n"
+                 "j = find_job(int(sys.argv[1]))\n"
+                 "print(j.kind, j.launcher_pid, sorted(j.ranks), sorted((u.pid, u.reason) for u in j.unreadable))")
+        r = subprocess.run(["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups", sys.executable,
+                            "-c", probe, str(found.ranks[0].pid)], capture_output=True, text=True, timeout=60,
+                           env={**_env(), "HOME": "/tmp"})
+        assert r.returncode == 0, r.stderr[-2000:]
+        pids = sorted(a.pid for a in found.ranks.values())
+        why = "access denied: another user's process (run ddptui as that user or as root to read its environment)"
+        assert r.stdout.strip() == f"torchrun {job.pid} [] {sorted((p, why) for p in pids)}"
+    finally:
+        stop(job)
