@@ -400,5 +400,143 @@ def find_job(pid: int) -> AttachedJob:
                        found.unreadable, slurm, max((w for w in worlds if w is not None), default=None), notes)
 
 
+# ---- a Slurm job: its nodes asked through srun --overlap -------------------------------------------------------
+
+SLURM_TIMEOUT = 30.0  # seconds for scontrol, and for every node's probe (all at the same time)
+_PROBE_ARGV = ("python3", "-S", "-c")  # the node's own python3, as the debug server relay (runners/fr_client.py)
+
+
+def probe_records(lines: list[dict]) -> tuple[str, dict[int, Proc], dict[int, dict]]:
+    """One node's probe output (runners/attach_probe.py, parsed JSON lines): its host name, its processes as
+    snapshot records, and pid -> {"fd1": [link, mode, error], "fd2": ...}; pure."""
+    host, procs, fds = "", {}, {}
+    for d in lines:
+        if "host" in d:
+            host = str(d["host"])
+            continue
+        try:
+            pid = int(d["pid"])
+            procs[pid] = Proc(pid, int(d["ppid"]), tuple(d.get("cmdline") or ()), dict(d.get("env") or {}),
+                              float(d.get("start") or 0.0), torch=bool(d.get("torch")))
+            fds[pid] = {k: d.get(k) for k in ("fd1", "fd2")}
+        except (KeyError, TypeError, ValueError):
+            continue
+    return host, procs, fds
+
+
+def slurm_ranks(procs: Mapping[int, Proc]) -> dict[int, tuple[int | None, int | None, int | None]]:
+    """The ranks among one node's processes of a Slurm job; pure. By RANK (a torchrun agent per node, or a batch
+    script that exports RANK=$SLURM_PROCID), its DataLoader workers and helpers left out; where no process has RANK,
+    the srun tasks by SLURM_PROCID (a program that reads Slurm's variables itself), a shell wrapper's one child."""
+    snap = {pid: p if p.ppid in procs else Proc(p.pid, 0, p.cmdline, p.environ, p.create_time, p.error, p.torch)
+            for pid, p in procs.items()}  # the job's top processes hang under one root: slurmstepd, not listed
+    snap[0] = Proc(0, -1, ("slurmstepd",), {}, 0.0)
+    kids = _children(snap)
+    found = _env_job(snap, kids, "env", 0, None)
+    if found.ranks:
+        return {pid: (r, lr, w if w is not None else _int(procs[pid].environ, "SLURM_NTASKS"))
+                for pid, (r, lr, w) in found.ranks.items()}
+    out = {}
+    for p in kids.get(0, []):
+        env = p.environ or {}
+        if not env.get("SLURM_STEP_ID", "").isdigit():  # the batch script and the extern step are no task of srun
+            continue
+        r = _int(env, "SLURM_PROCID")
+        if r is None:
+            continue
+        q = p
+        while _is_wrapper(q) and len(kids.get(q.pid, [])) == 1:
+            q = kids[q.pid][0]
+        out[q.pid] = (r, _int(env, "SLURM_LOCALID"), _int(env, "SLURM_NTASKS"))
+    return out
+
+
+def _slurm_output(fd: list | None, pid: int, fdn: int, node: str, local: bool) -> RankOutput:
+    from . import attach_output
+    link, mode, err = (list(fd or []) + ["", 0, "closed"])[:3]
+    got = attach_output.classify(attach_output.FdLink(pid, fdn, str(link), int(mode or 0), str(err)))
+    if got.kind == "file" and not (local if got.path.startswith("/proc/") else os.path.isfile(got.path)):
+        return RankOutput("none", None, f"the rank writes to {link} on {node}: not visible on this machine")
+    return got
+
+
+def _scontrol(job_id: str) -> tuple[dict[str, str], str]:
+    from . import slurm_state
+    try:
+        r = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True,
+                           timeout=SLURM_TIMEOUT)
+    except FileNotFoundError:
+        raise NotAJob(f"Slurm job {job_id}: scontrol not found here (is this a Slurm login node?)")
+    except subprocess.TimeoutExpired:
+        raise NotAJob(f"Slurm job {job_id}: scontrol did not answer within {SLURM_TIMEOUT:g} s")
+    fields = next((dict(slurm_state._FIELD.findall(ln)) for ln in r.stdout.splitlines() if f"JobId={job_id} " in ln
+                   or ln.startswith(f"JobId={job_id}")), None)
+    if r.returncode != 0 or not fields:
+        said = (r.stderr.strip().splitlines() or [""])[-1]
+        raise NotAJob(f"no Slurm job {job_id}" + (f" ({said.removeprefix('slurm_load_jobs error: ')})"
+                                                  if said else ""))
+    return fields, r.stdout
+
+
 def find_slurm_job(job_id: str) -> AttachedJob:
-    raise NotAJob(f"Slurm job {job_id}: not yet")
+    """A Slurm job's ranks on all its nodes: `scontrol show job` for its nodes, then on each node, through
+    `srun --overlap --jobid JOB -w NODE`, the probe (runners/attach_probe.py) that lists the job's processes there."""
+    import shutil
+
+    from . import attach_probe, remote_stacks, slurm_state
+    from .inject.ddptui_node import node_name
+
+    job_id = str(job_id).strip()
+    if not job_id.isdigit():
+        raise NotAJob(f"not a Slurm job id: {job_id!r}")
+    fields, text = _scontrol(job_id)
+    info = slurm_state.parse_scontrol(text, job_id)
+    state = info.state if info else fields.get("JobState", "")
+    if state not in slurm_state.RUNNING:
+        raise NotAJob(f"Slurm job {job_id} is {state or 'in no known state'}: it has no process to attach to")
+    nodes = _hostnames(info.nodelist if info else fields.get("NodeList", ""))
+    exe = shutil.which("srun")
+    if exe is None:
+        raise NotAJob(f"Slurm job {job_id}: srun not found here, needed to reach its nodes")
+    with open(attach_probe.__file__, encoding="utf-8") as f:
+        program = f.read()
+    argvs = {n: remote_stacks.srun_argv(exe, job_id, n, [*_PROBE_ARGV, program, job_id]) for n in nodes}
+    ran = remote_stacks.run_all(argvs, remote_stacks.srun_env(dict(os.environ)), SLURM_TIMEOUT)
+    here = socket.gethostname()
+    ranks: dict[int, AttachedRank] = {}
+    unread: list[Unreadable] = []
+    for n in nodes:
+        rc, out, err = ran[n]
+        o = remote_stacks.outcome(n, rc, out, err, SLURM_TIMEOUT, "the attach probe")
+        if o.error is not None:
+            unread.append(Unreadable(0, f"node {n}: {o.error}"))
+            continue
+        lines = []
+        for ln in o.out.splitlines():
+            try:
+                lines.append(json.loads(ln))
+            except ValueError:
+                continue
+        host, procs, fds = probe_records(lines)
+        local = remote_stacks.is_local(host, here)
+        for pid, (r, lr, w) in slurm_ranks(procs).items():
+            env = procs[pid].environ or {}
+            ranks[r] = AttachedRank(r, lr, w, pid, host, node_name(env, host) or n,
+                                    _slurm_output(fds[pid].get("fd1"), pid, 1, n, local),
+                                    _slurm_output(fds[pid].get("fd2"), pid, 2, n, local))
+    world = max((a.world_size for a in ranks.values() if a.world_size is not None), default=None)
+    command = fields.get("Command", "")
+    return AttachedJob(job_id, "slurm", None, (command,) if command and command != "(null)" else (),
+                       dict(sorted(ranks.items())), tuple(unread), job_id, world)
+
+
+def _hostnames(nodelist: str) -> list[str]:
+    if not nodelist or nodelist == "(null)":
+        return []
+    try:
+        r = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                           timeout=SLURM_TIMEOUT)
+        got = [x.strip() for x in r.stdout.splitlines() if x.strip()]
+        return got or [nodelist]
+    except (OSError, subprocess.TimeoutExpired):
+        return [nodelist]
