@@ -230,3 +230,26 @@ def test_rank_output_of_real_fds(tmp_path):
     finally:
         os.close(main)
         os.close(sub)
+
+
+@pytest.mark.timeout(30)
+def test_a_pipe_names_its_reader_and_a_socket_is_said(tmp_path):
+    """`rank | tee log`: the rank's stdout is a pipe, read by tee; its stderr here a socket (a notebook kernel's)."""
+    import socket
+    import subprocess
+
+    a, b = socket.socketpair()
+    rank = subprocess.Popen(["sleep", "30"], stdout=subprocess.PIPE, stderr=b.fileno(), stdin=subprocess.DEVNULL)
+    tee = subprocess.Popen(["tee", str(tmp_path / "log")], stdin=rank.stdout, stdout=subprocess.DEVNULL)
+    rank.stdout.close()  # tee holds the read end now, not this test
+    try:
+        out = ao.rank_output(rank.pid, 1, {rank.pid})
+        assert out.kind == "pipe" and f"read by tee (pid {tee.pid})" in out.note, out
+        err = ao.rank_output(rank.pid, 2)
+        assert err.kind == "socket" and "socket:[" in err.note
+    finally:
+        rank.kill()
+        rank.wait()
+        tee.wait(timeout=10)
+        a.close()
+        b.close()
