@@ -59,7 +59,7 @@ RANKS_ONLY = {
     "test_rank_debug_server": "real gloo ranks under ddptui; its AF_UNIX client and plain torchrun run beside the test's own interpreter",
     "test_rank_learned": "its c10d torchrun agents run on the test's own interpreter",
     "test_attach_runs": "plain torchrun and torch.multiprocessing.spawn jobs started outside ddptui on the test's own interpreter",
-    "test_attach_slurm": "a real Slurm cluster whose tasks run the test's own interpreter",
+    "test_attach_slurm": "real Slurm clusters (one host; two namespaced hosts) whose tasks run the test's own interpreter",
     "test_installed": "pip-installs the checkout with the test's interpreter (test-pythons installs it on each Python)",
 }
 

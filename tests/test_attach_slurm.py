@@ -100,6 +100,47 @@ def test_slurm_job_ranks_found_on_both_nodes_with_their_output_files(slurm_clean
         cluster.end_job(job)
 
 
+PROBE = """
+import json, sys
+from ddptui.runners.attach_find import find_slurm_job
+j = find_slurm_job(sys.argv[1])
+print(json.dumps({"kind": j.kind, "world": j.world_size, "unreadable": [u.reason for u in j.unreadable],
+                  "ranks": {r: [a.pid, a.host, a.node, a.stdout.kind, a.stdout.path] for r, a in j.ranks.items()}}))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_slurm_job_on_two_hosts_found_from_the_login_node(slurm_hosts_clean, tmp_path):
+    """node0 (the login node, where ddptui runs) and node1 are separate hosts (own names and networks): rank 1 is
+    found on node1 by the probe srun ran there, its output file read through the shared filesystem."""
+    import json
+
+    cluster = slurm_hosts_clean
+    logs = tmp_path / "slurm"
+    logs.mkdir()
+    env = {"MASTER_ADDR": cluster.hostnames[0], "MASTER_PORT": str(cluster.free_port(0)), "OMP_NUM_THREADS": "1"}
+    job = cluster.on_node(0, ["srun", "-N2", "--ntasks-per-node=1", "--job-name=g-attach-hosts",
+                              f"--output={logs}/rank%t.out", f"--error={logs}/rank%t.err",
+                              sys.executable, "-u", str(FIXTURE)], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 200
+        while not all("step 10 " in _text(logs / f"rank{r}.out") for r in (0, 1)):
+            assert job.poll() is None, f"srun exited {job.returncode}: {[_text(p)[-500:] for p in logs.iterdir()]}"
+            assert time.monotonic() < deadline, "both ranks training"
+            time.sleep(0.2)
+        job_id = next(j[0] for j in cluster.jobs() if j[1] == "RUNNING")
+        r = cluster.run([sys.executable, "-c", PROBE, job_id], node=0, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        assert (got["kind"], got["world"], got["unreadable"]) == ("slurm", 2, [])
+        assert {k: v[1:] for k, v in got["ranks"].items()} == {
+            str(t): [cluster.hostnames[t], cluster.nodes[t], "file", str(logs / f"rank{t}.out")] for t in (0, 1)}
+        assert job.poll() is None
+    finally:
+        cluster.end_job(job)
+
+
 def _text(p: Path) -> str:
     try:
         return p.read_text(errors="replace")
