@@ -210,3 +210,37 @@ def test_a_job_of_another_user_is_named_unreadable(tmp_path):
         assert r.stdout.strip() == f"torchrun {job.pid} [] {sorted((p, why) for p in pids)}"
     finally:
         stop(job)
+
+
+@pytest.mark.timeout(150)
+def test_torchrun_in_a_terminal_without_redirects_says_the_pane_cannot_read_it(tmp_path):
+    """torchrun in a tmux pane: without --redirects the ranks inherit the agent's terminal; ddptui says so."""
+    import threading
+
+    main, sub = os.openpty()
+    port = str(random.randint(20000, 29999))
+    job = subprocess.Popen([TORCHRUN, "--nproc-per-node", "2", "--master-port", port,
+                            str(FIXTURES / "healthy_ddp_loop.py")], stdout=sub, stderr=sub, stdin=sub, env=_env(),
+                           cwd=tmp_path, start_new_session=True)
+    os.close(sub)
+
+    def drain() -> None:  # the terminal's reader: a full pty would block the ranks in write()
+        try:
+            while os.read(main, 65536):
+                pass
+        except OSError:
+            pass
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        found = wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
+        tty = os.readlink(f"/proc/{job.pid}/fd/1")
+        assert tty.startswith("/dev/pts/")
+        for a in found.ranks.values():
+            assert a.stdout.kind == a.stderr.kind == "terminal" and a.stdout.path is None
+            assert tty in a.stdout.note and "cannot read a terminal" in a.stdout.note
+    finally:
+        stop(job)
+        os.close(main)
+        reader.join(timeout=10)
