@@ -68,7 +68,7 @@ class Proc:
     torch: bool = False  # libtorch is mapped (read only for multiprocessing spawn children)
 
 
-JOB_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "GROUP_RANK")
+JOB_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")
 _SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "fish", "env", "nohup", "setsid", "stdbuf", "timeout", "numactl",
            "taskset", "srun"}
 
@@ -197,7 +197,7 @@ def locate(snap: Mapping[int, Proc], pid: int) -> Located:
 
 
 def _job_key(p: Proc) -> tuple:
-    return tuple((p.environ or {}).get(k) for k in JOB_KEYS if k not in ("GROUP_RANK",))
+    return tuple((p.environ or {}).get(k) for k in JOB_KEYS)
 
 
 def _is_wrapper(p: Proc) -> bool:
@@ -378,8 +378,12 @@ def find_job(pid: int) -> AttachedJob:
     found = locate(snap, pid)
     ranks, notes = found.ranks, ()
     if found.kind == "spawn":
-        indices = {p: spawn_index(_pyspy_locals(p)) for p in ranks}
-        ranks, notes = spawn_numbers(found, indices, spawn_nprocs(_pyspy_locals(found.root)))
+        import concurrent.futures
+        pids = [*ranks, found.root]
+        with concurrent.futures.ThreadPoolExecutor(min(8, len(pids))) as pool:
+            dumps = dict(zip(pids, pool.map(_pyspy_locals, pids)))
+        indices = {p: spawn_index(dumps[p]) for p in ranks}
+        ranks, notes = spawn_numbers(found, indices, spawn_nprocs(dumps[found.root]))
     host = socket.gethostname()
     job_pids = set(ranks) | {found.root}
     out: dict[int, AttachedRank] = {}

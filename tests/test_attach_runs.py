@@ -150,7 +150,7 @@ def test_torchrun_log_dir_redirects_found_as_files_and_dataloader_workers_are_no
 
 
 @pytest.mark.timeout(150)
-def test_mp_spawn_job_found_from_the_parent_a_child_and_its_worker(tmp_path):
+def test_mp_spawn_job_found_from_the_parent_a_child_and_its_worker(tmp_path, monkeypatch):
     out = tmp_path / "nb.log"
     with open(out, "wb") as f:
         job = subprocess.Popen([sys.executable, "-u", str(FIXTURES / "mp_spawn_ddp_loop.py")], stdout=f,
@@ -169,6 +169,15 @@ def test_mp_spawn_job_found_from_the_parent_a_child_and_its_worker(tmp_path):
             again = find_job(pid)
             assert (again.kind, again.launcher_pid) == ("spawn", job.pid)
             assert {r: a.pid for r, a in again.ranks.items()} == {0: ranks[0], 1: ranks[1]}
+        # ptrace refused (py-spy cannot read the stacks): the start order numbers them, and the notes say so
+        refusing = tmp_path / "py-spy"
+        refusing.write_text("#!/bin/sh\necho 'Error: Permission denied (os error 1)' >&2\nexit 1\n")
+        refusing.chmod(0o755)
+        from ddptui.runners import stacks
+        monkeypatch.setattr(stacks, "find_pyspy", lambda pyspy=None: str(refusing))
+        blind = find_job(job.pid)
+        assert {r: a.pid for r, a in blind.ranks.items()} == {0: ranks[0], 1: ranks[1]}
+        assert blind.world_size == 2 and len(blind.notes) == 1 and "start order" in blind.notes[0], blind.notes
     finally:
         stop(job)
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ddptui.runners import events as ev
+from ddptui.tui.compact import LINE_BUDGET, LOSS_BUDGET, kept_per_rank
 
 LINES_PER_RANK = 2000
 TIMELINE_LINES = 5000
@@ -110,12 +111,14 @@ class RunModel:
         self.loss_version = 0  # bumps with every new loss point: the chart redraws when it moves
         self.events_seen = 0
         self.lines_seen = 0
+        # per-rank history kept: the defaults, shared out of a budget once the world is large (tui/compact.py)
+        self.lines_kept, self.loss_kept = LINES_PER_RANK, LOSS_POINTS
 
     # -- reading ---------------------------------------------------------------------------------
     def rank(self, r: int) -> RankView:
         rv = self.ranks.get(r)
         if rv is None:
-            rv = self.ranks[r] = RankView(r)
+            rv = self.ranks[r] = RankView(r, losses=deque(maxlen=self.loss_kept), lines=deque(maxlen=self.lines_kept))
             self.changes.run = True
         return rv
 
@@ -221,6 +224,8 @@ class RunModel:
         if isinstance(e, ev.RunStarted):
             self.run_dir, self.profile, self.runner = e.run_dir, e.profile, e.runner
             self.world_size, self.steps, self.start_wall = e.world_size, e.steps, e.wall
+            self.lines_kept = kept_per_rank(e.world_size, LINE_BUDGET, LINES_PER_RANK)
+            self.loss_kept = kept_per_rank(e.world_size, LOSS_BUDGET, LOSS_POINTS)
             self.changes.run = True
             for r in range(e.world_size):
                 self.rank(r)
