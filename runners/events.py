@@ -68,6 +68,17 @@ class DebugServer(Event):
 
 
 @dataclass(frozen=True)
+class RankPhase(Event):
+    """A rank not yet training says what it does (runners/inject/ddptui_phase.py): "importing torch", "setting up",
+    "rendezvous" (in init_process_group), "waiting for first step" (runners/ingest.py PHASES)."""
+
+    kind: ClassVar[str] = "rank_phase"
+    rank: int
+    phase: str
+    wall: float
+
+
+@dataclass(frozen=True)
 class LogLines(Event):
     """Complete lines read in one go from one source. rank None: the launcher's own output."""
 
@@ -115,12 +126,15 @@ class ProcessExited(Event):
 
 @dataclass(frozen=True)
 class Resources(Event):
-    """CPU % and RSS (bytes) per rank, sampled with psutil."""
+    """CPU % and RSS (bytes) per rank, sampled with psutil, and the engine host's load."""
 
     kind: ClassVar[str] = "resources"
     cpu: dict[int, float]
     rss: dict[int, int]
     wall: float
+    # the engine host's 1-minute load average (os.getloadavg) and its CPUs (os.cpu_count); None in older records
+    load: float | None = None
+    cpus: int | None = None
 
 
 @dataclass(frozen=True)
@@ -270,8 +284,8 @@ class RunFinished(Event):
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
-        RunStarted, ProcessStarted, RankHello, DebugServer, LogLines, Progress, RankState, ProcessExited, Resources,
-        HintRaised, StallDetected, StallCleared, StacksCollected, HangVerdict, CrashVerdict, ReplicaVerdict,
+        RunStarted, ProcessStarted, RankHello, DebugServer, RankPhase, LogLines, Progress, RankState, ProcessExited,
+        Resources, HintRaised, StallDetected, StallCleared, StacksCollected, HangVerdict, CrashVerdict, ReplicaVerdict,
         JobState, NodeLost, CollectiveProgress, RunFinished,
     )
 }

@@ -9,7 +9,10 @@ from .run_state import RunState
 from .steptime import take_report
 
 # reports that are neither progress nor output: a hung rank's threads still send them, its stall clock must run on
-QUIET_REPORTS = frozenset({"coll", "debug_server"})
+# (a rank's start-up phase is no progress either: a rank stuck in its rendezvous must still stall)
+QUIET_REPORTS = frozenset({"coll", "debug_server", "phase"})
+# the start-up phases a rank reports (runners/inject/ddptui_phase.py), in the order they come
+PHASES = ("importing torch", "setting up", "rendezvous", "waiting for first step")
 
 
 class Ingest:
@@ -20,6 +23,7 @@ class Ingest:
         self.life = lifecycle
         self._pending_progress: dict[int, tuple[float, str]] = {}  # rank -> (wall, source), one event per flush
         self._coll_changed: dict[int, float] = {}  # rank -> wall of its collectives report, one event per flush
+        self._phase: dict[int, str] = {}  # rank -> the start-up phase it reported last
 
     def progress(self) -> None:
         """The Progress events coalesced since the last call: one per rank that moved (the UI samples them)."""
@@ -147,6 +151,12 @@ class Ingest:
                 t.digests = rep.get("params") or []
         elif kind == "verdict":
             t.verdict = {"ok": bool(rep.get("ok")), "text": str(rep.get("text", ""))}
+        elif kind == "phase":
+            phase = rep.get("phase")
+            # only before its first step: a program that initialises again later is training, not starting
+            if phase in PHASES and t.step is None and self._phase.get(rank) != phase:
+                self._phase[rank] = phase
+                self.s.emit(ev.RankPhase(rank, phase, wall))
         elif kind == "debug_server":
             path = rep.get("path")
             if isinstance(path, str) and path and path != t.debug_sock:

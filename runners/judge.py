@@ -121,10 +121,10 @@ class Judge:
         return self.watch.sample_targets()
 
     def resources(self, samples: dict[int, tuple[int, float, float, int]], emit: bool = True,
-                  no_cpu: dict[int, str] | None = None) -> list:
+                  no_cpu: dict[int, str] | None = None, host_load: tuple[float, int | None] | None = None) -> list:
         """samples: rank -> (pid sampled, mono, CPU seconds, RSS bytes); no_cpu: rank -> why it has none (on another
-        node) (watch.Watch.resources)."""
-        self.watch.resources(samples, emit, no_cpu)
+        node); host_load: (1-minute load average, CPUs) of the engine's host (watch.Watch.resources)."""
+        self.watch.resources(samples, emit, no_cpu, host_load)
         return self.state.take()
 
     def busy_test_due(self) -> bool:

@@ -466,7 +466,7 @@ class Session:
             if seen[pid] is not None:
                 samples[rank] = (pid, *seen[pid])
         self._tick()
-        self._carry_out(self.judge.resources(samples, emit, no_cpu))
+        self._carry_out(self.judge.resources(samples, emit, no_cpu, host_load() if emit else None))
 
     def _starter_pid(self, rank: int) -> int | None:
         """The live launcher that is to start `rank`, while the rank has not said its pid."""
@@ -586,6 +586,14 @@ class Session:
         self._emit(ev.RunFinished(status, exit_code, str(path), wall, summary))
         self._flush()
         return exit_code
+
+
+def host_load() -> tuple[float, int | None] | None:
+    """This host's 1-minute load average and CPUs: a loaded machine makes every rank slow, whatever its model."""
+    try:
+        return os.getloadavg()[0], os.cpu_count()
+    except OSError:  # no load average on this system
+        return None
 
 
 _PS_CACHE: dict[int, psutil.Process] = {}

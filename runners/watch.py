@@ -31,10 +31,11 @@ class Watch:
         return {t.rank: t.pid for t in self.s.tracks.values() if t.alive}
 
     def resources(self, samples: dict[int, tuple[int, float, float, int]], emit: bool = True,
-                  no_cpu: dict[int, str] | None = None) -> None:
+                  no_cpu: dict[int, str] | None = None, host_load: tuple[float, int | None] | None = None) -> None:
         """samples: rank -> (pid sampled, mono, CPU seconds, RSS bytes). Each rank's CPU seconds are kept for the
-        stall rule's busy test; with `emit`, CPU % and RSS of the ranks whose own pid is known. no_cpu: rank -> why it
-        cannot be sampled ("runs on node1"): neither busy nor idle to the busy test."""
+        stall rule's busy test; with `emit`, CPU % and RSS of the ranks whose own pid is known, and host_load (the
+        engine host's load average and CPUs: sent even before any rank's pid is known, a start-up's load shows).
+        no_cpu: rank -> why it cannot be sampled ("runs on node1"): neither busy nor idle to the busy test."""
         self._no_cpu = dict(no_cpu or {})
         cpu, rss = {}, {}
         for rank, (pid, mono, used, size) in samples.items():
@@ -47,8 +48,9 @@ class Watch:
             if t.pid:
                 cpu[rank] = 100.0 * (used - prev[1]) / (mono - prev[0]) if prev and mono > prev[0] else 0.0
                 rss[rank] = size
-        if cpu and emit:
-            self.s.emit(ev.Resources(cpu, rss, self.s.wall))
+        if (cpu or host_load is not None) and emit:
+            load, cpus = host_load if host_load is not None else (None, None)
+            self.s.emit(ev.Resources(cpu, rss, self.s.wall, load, cpus))
 
     # ---- the periodic decisions ----------------------------------------------------------------------
     def busy_test_due(self) -> bool:

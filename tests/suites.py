@@ -14,6 +14,7 @@ ANY_PYTHON = frozenset({
     "test_console_nodes", "test_tui_nodes", "test_profile_multinode",
     "test_collectives", "test_tui_collectives", "test_fr_client", "test_flight_recorder_env", "test_fr_analysis",
     "test_fr_nccl_timeout",
+    "test_tui_rate", "test_tui_throughput",
     "test_tui_compact",
     "test_attach_find",
 })
@@ -57,6 +58,7 @@ RANKS_ONLY = {
     "test_node_lost": _LONG,
     "test_collectives_run": _LONG,
     "test_fr_verdicts": _LONG,
+    "test_rank_phases_run": _LONG,
     "test_rank_debug_server": "real gloo ranks under ddptui; its AF_UNIX client and plain torchrun run beside the test's own interpreter",
     "test_rank_learned": "its c10d torchrun agents run on the test's own interpreter",
     "test_attach_runs": "plain torchrun and torch.multiprocessing.spawn jobs started outside ddptui on the test's own interpreter",

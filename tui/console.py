@@ -7,6 +7,7 @@ import time
 
 from ddptui.runners import events as ev
 from ddptui.runners import stacks as stk
+from ddptui.tui.rate import RunTally
 
 _COLOURS = ("36", "33", "35", "32", "34", "31", "96", "93", "95", "92", "94", "91")
 
@@ -26,6 +27,7 @@ class Console:
         self.summary: dict | None = None
         self.replica: ev.ReplicaVerdict | None = None
         self.stacks: ev.StacksCollected | None = None  # the latest collection: a verdict's culprit stack comes from it
+        self.tally = RunTally()  # the ranks' pace and the host's load, for the summary
 
     def _tag(self, rank: int | None) -> str:
         tag = "[launcher]" if rank is None else f"[rank {rank}]"
@@ -46,6 +48,10 @@ class Console:
             if isinstance(e, ev.LogLines):
                 head = f"[{_hms(e.wall)}] {self._tag(e.rank)} "
                 parts.append(head + ("\n" + head).join(e.lines) + "\n")
+            elif isinstance(e, ev.Progress):
+                self.tally.progress(e.rank, e.wall, e.step)
+            elif isinstance(e, ev.Resources):
+                self.tally.resources(e.load, e.cpus)
             elif isinstance(e, ev.RunStarted):
                 self.world, self.steps_total = e.world_size, e.steps
                 parts.append(self._note(e.wall, f"run {e.profile} ({e.runner}, {e.world_size} ranks) -> {e.run_dir}"))
@@ -112,6 +118,9 @@ class Console:
             lost = lost if isinstance(lost, dict) else {}
             rows.append(f"node lost: {node}" + (f" ({_ranks(lost['ranks'])})" if lost.get("ranks") else "")
                         + (f": {lost['why']}" if lost.get("why") else ""))
+        pace = self.tally.line()
+        if pace:
+            rows.append(pace)
         rep = s.get("replica")
         if rep:
             rows.append(f"replicas: {rep['text']}")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ddptui.runners import events as ev
+from ddptui.tui import rate
 from ddptui.tui.compact import LINE_BUDGET, LOSS_BUDGET, kept_per_rank
 
 LINES_PER_RANK = 2000
@@ -61,6 +62,7 @@ class RankView:
     last_progress: float | None = None
     step_time: float | None = None  # seconds per step over the rank's recent steps; None until known
     phase: str = ""  # what a rank not yet training is doing, in words (spawning, importing torch, rendezvous...)
+    phase_since: float | None = None  # wall time it entered `phase`
 
     def badge(self) -> str:
         """The status word shown in the pane title: running, stalled, exited ok, failed (exit 1 / SIGSEGV)."""
@@ -107,6 +109,9 @@ class RunModel:
         # rank -> pg name -> its Flight Recorder numbers, merged from CollectiveProgress (each names changed ranks)
         self.collectives: dict[int, dict[str, dict]] = {}
         self.laggards: tuple[int, ...] = ()  # the engine's latest word on who lags behind in collectives
+        self.load: float | None = None  # the engine host's 1-minute load average, and its CPUs (Resources)
+        self.cpus: int | None = None
+        self._rates: dict[int, rate.StepRate] = {}  # rank -> its progress points (RankView.step_time)
         self.changes = Changes()  # since take_changes(); every write below says what it touched
         self.loss_version = 0  # bumps with every new loss point: the chart redraws when it moves
         self.events_seen = 0
@@ -168,6 +173,19 @@ class RunModel:
         if self.stacks is not None and self.slow is not None and self.slow.path == self.stacks.path:
             return self.slow
         return self.hang
+
+    def pace(self) -> rate.Pace | None:
+        """The run's pace: steps/s and time left of the rank that finishes last (tui/rate.py)."""
+        return rate.run_pace(self.ranks.values(), self.steps)
+
+    def phase_text(self, rv: RankView) -> str:
+        """'rendezvous 12s': the rank's start-up phase and its seconds in it, as of the newest event; "" if none."""
+        return rate.phase_text(rv.phase, rv.phase_since, self.last_wall)
+
+    def _phase(self, rv: RankView, phase: str, wall: float | None) -> None:
+        if rv.phase != phase:
+            rv.phase, rv.phase_since = phase, wall if phase else None
+            self.changes.ranks.add(rv.rank)
 
     @property
     def live(self) -> bool:
@@ -231,6 +249,10 @@ class RunModel:
                 self.rank(r)
         elif isinstance(e, ev.ProcessStarted):
             self.processes[e.name] = {"pid": e.pid, "ranks": e.ranks, "returncode": None, "signal": None}
+            for r in e.ranks:  # its ranks are on their way until each says hello
+                rv = self.rank(r)
+                if rv.step is None and not rv.phase and not (rv.host or rv.node) and rv.status == "starting":
+                    self._phase(rv, "spawning", e.wall)
             if len(e.ranks) == 1:
                 rv = self.rank(e.ranks[0])
                 rv.pid = rv.pid or e.pid
@@ -240,12 +262,24 @@ class RunModel:
             placed = rv.node or rv.host
             rv.pid, rv.host, rv.node = e.pid, e.host, e.node
             self.changes.ranks.add(rv.rank)
+            if rv.step is None and rv.phase in ("", "spawning"):  # its interpreter runs: imports come next
+                self._phase(rv, "starting python", e.wall)
             if (rv.node or rv.host) != placed:  # the grid groups ranks by node
                 self.changes.run = True
+        elif isinstance(e, ev.RankPhase):
+            rv = self.rank(e.rank)
+            if rv.step is None and rv.status not in rate.ENDED:
+                self._phase(rv, e.phase, e.wall)
         elif isinstance(e, ev.Progress):
             rv = self.rank(e.rank)
             if e.step is not None and (rv.step is None or e.step >= rv.step):
                 rv.step = e.step
+            steps = self._rates.get(e.rank)
+            if steps is None:
+                steps = self._rates[e.rank] = rate.StepRate()
+            steps.add(e.wall, e.step)
+            rv.step_time = steps.step_time()
+            self._phase(rv, "", None)
             if e.losses:  # every point since the rank's previous event
                 rv.losses.extend(tuple(p) for p in e.losses)
                 rv.loss = e.loss if e.loss is not None else e.losses[-1][1]
@@ -262,6 +296,8 @@ class RunModel:
             rv = self.rank(e.rank)
             rv.status, rv.detail = e.status, e.detail
             self.changes.ranks.add(rv.rank)
+            if e.status in rate.ENDED:
+                self._phase(rv, "", None)
             self.changes.run = True
         elif isinstance(e, ev.ProcessExited):
             p = self.processes.setdefault(e.name, {"pid": None, "ranks": e.ranks})
@@ -270,8 +306,15 @@ class RunModel:
                 rv = self.rank(e.ranks[0])
                 rv.returncode, rv.signal = e.returncode, e.signal
                 self.changes.ranks.add(rv.rank)
+                self._phase(rv, "", None)
             self.changes.run = True
         elif isinstance(e, ev.Resources):
+            if e.load is not None and (e.load, e.cpus) != (self.load, self.cpus):
+                self.load, self.cpus = e.load, e.cpus
+                self.changes.run = True
+            for rv in self.ranks.values():  # the seconds a rank has spent in its start-up phase moved on
+                if rv.phase:
+                    self.changes.ranks.add(rv.rank)
             for r, c in e.cpu.items():
                 rv = self.rank(r)
                 rv.cpu = c

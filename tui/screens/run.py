@@ -11,6 +11,7 @@ from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from ddptui.tui.fit import chart_rows, fit
 from ddptui.tui.model import Changes, RunModel
+from ddptui.tui.rate import fmt_duration, fmt_rate, load_text, overloaded
 from ddptui.tui.widgets.banner import Banner, banner_text
 from ddptui.tui.widgets.collectives_view import CollectivesView
 from ddptui.tui.widgets.crash_view import CrashView
@@ -42,6 +43,12 @@ def head_text(model: RunModel, source_kind: str) -> Text:
     if model.steps:
         t.append(f" · {model.steps} steps")
     t.append(f" · {model.elapsed():.1f}s")
+    pace = model.pace()
+    if pace is not None:  # the rank that finishes last sets the run's pace and its time left
+        t.append(f" · {fmt_rate(pace.steps_per_s)}" + (f" · ETA {fmt_duration(pace.eta)}" if pace.eta is not None else ""))
+    if model.load is not None:  # a loaded machine slows every rank: not the model's fault
+        t.append(f" · {load_text(model.load, model.cpus)}",
+                 style="bold yellow" if model.cpus and overloaded(model.load, model.cpus) else "")
     state = model.finished.status if model.finished else ("live" if model.start_wall else "starting")
     job = model.job
     if job is not None and job.state == "PENDING" and not model.finished:

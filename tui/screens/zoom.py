@@ -47,7 +47,7 @@ class ZoomScreen(Screen):
         filt = f"   filter: {self.needle!r}" if self.needle else ""
         where = f" · {m.where(self.rank)}" if m.where(self.rank) else ""
         self.query_one("#zoom-head", Static).update(
-            Text(f" rank {self.rank} · {rv.badge()} · pid {rv.pid or '-'}{where} · {status_line(rv, m.steps)}{filt}",
+            Text(f" rank {self.rank} · {rv.badge()} · pid {rv.pid or '-'}{where} · {status_line(rv, m.steps, m.last_wall)}{filt}",
                  no_wrap=True, overflow="ellipsis", style="bold"))
         if m.steps:
             self.query_one(ProgressBar).update(total=m.steps, progress=min(rv.step or 0, m.steps))

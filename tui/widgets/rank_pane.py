@@ -9,6 +9,7 @@ from textual.containers import Vertical
 from textual.widgets import ProgressBar
 
 from ddptui.tui.model import RankView, RunModel, human_bytes
+from ddptui.tui.rate import fmt_step_time, phase_text
 from ddptui.tui.widgets.tail import LineView, TailView
 
 BADGE_CLASSES = ("-running", "-slow", "-stalled", "-ok", "-failed", "-starting", "-killed")
@@ -23,10 +24,15 @@ def badge_class(rv: RankView) -> str:
     return "-" + b.split()[0] if ("-" + b.split()[0]) in BADGE_CLASSES else "-running"
 
 
-def status_line(rv: RankView, steps: int | None) -> str:
+def status_line(rv: RankView, steps: int | None, now: float | None = None) -> str:
+    """'step 120/500 0.31 s/step  loss 0.52  cpu 98%  rss 310M'; before its first step, its start-up phase and its
+    seconds in it as of `now` (the model's newest event)."""
     parts = []
+    if rv.phase:
+        parts.append(phase_text(rv.phase, rv.phase_since, now))
     if rv.step is not None:
-        parts.append(f"step {rv.step}" + (f"/{steps}" if steps else ""))
+        parts.append(f"step {rv.step}" + (f"/{steps}" if steps else "")
+                     + (f" {fmt_step_time(rv.step_time)}" if rv.step_time is not None else ""))
     if rv.loss is not None:
         parts.append(f"loss {rv.loss:.4g}")
     parts.append(f"cpu {rv.cpu:.0f}%" if rv.cpu is not None else "cpu -")
@@ -47,13 +53,13 @@ class PaneShown:
     bar: tuple[int, int] | None  # (total, done) when the run has a step count; None: no bar
 
 
-def pane_shown(rv: RankView, steps: int | None) -> PaneShown:
+def pane_shown(rv: RankView, steps: int | None, now: float | None = None) -> PaneShown:
     where = rv.node or rv.host  # the node as its launcher names it (an old record's: the host)
     title = f"rank {rv.rank}" + (f" · pid {rv.pid}" if rv.pid else "") + (f" · {where}" if where else "")
     bar = None
     if steps:
         bar = (steps, min(rv.step or 0, steps))
-    return PaneShown(title, rv.badge(), badge_class(rv), status_line(rv, steps), bar)
+    return PaneShown(title, rv.badge(), badge_class(rv), status_line(rv, steps, now), bar)
 
 
 def _quantum(bar: tuple[int, int] | None) -> tuple | None:
@@ -93,7 +99,8 @@ class RankPane(Vertical, can_focus=True):
             self._asked = (model, needle)
             return
         rv = model.rank(self.rank)
-        self.shown = pane_shown(rv, model.steps)
+        self.shown = pane_shown(rv, model.steps, model.last_wall)
+        self._tail.idle = model.phase_text(rv)  # instead of "(no output yet)" while it has no line
         self._tail.show(rv.lines, model.start_wall, needle, rv.seq)
 
     def watch_shown(self, old: PaneShown | None, new: PaneShown | None) -> None:

@@ -66,6 +66,7 @@ class TailView(Widget):
     seq: reactive[int] = reactive(-1, init=False)
     needle: reactive[str] = reactive("", init=False)
     start_wall: reactive[float] = reactive(0.0, init=False)
+    idle: reactive[str] = reactive("", init=False)  # what the rank does before its first line ("rendezvous 12s")
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
@@ -85,7 +86,12 @@ class TailView(Widget):
         self._rows = None
         self._base = None
 
-    watch_seq = watch_needle = watch_start_wall = _forget
+    watch_seq = watch_needle = watch_start_wall = watch_idle = _forget
+
+    def empty_text(self) -> str:
+        if self.needle:
+            return f"(no line matches {self.needle!r})"
+        return f"({self.idle})" if self.idle else "(no output yet)"
 
     def rows(self) -> list:
         """The newest matching lines that fit, cut for the height the widget has now.
@@ -107,8 +113,7 @@ class TailView(Widget):
         base = self._base
         rows = self.rows()
         if not rows and y == 0:
-            msg = "(no output yet)" if not self.needle else f"(no line matches {self.needle!r})"
-            return Strip([Segment(msg, base + STAMP)]).crop_extend(0, width, base)
+            return Strip([Segment(self.empty_text(), base + STAMP)]).crop_extend(0, width, base)
         if y >= len(rows):
             return Strip.blank(width, base)
         w, s, t = rows[y]
@@ -119,7 +124,7 @@ class TailView(Widget):
     def render(self) -> Text:  # for tests and exports: the same rows as text
         rows = self.rows()
         if not rows:
-            return Text("(no output yet)" if not self.needle else f"(no line matches {self.needle!r})", style="dim")
+            return Text(self.empty_text(), style="dim")
         return Text("\n", no_wrap=True, overflow="ellipsis", end="").join(
             format_line(w - self.start_wall, s, t, stamp=stamped(self.size.width)) for w, s, t in rows)
 

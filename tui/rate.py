@@ -1,0 +1,174 @@
+"""Step time per rank, the run's pace and time left, and the machine's load, in words: pure, from event values."""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Iterable
+
+WINDOW = 10.0  # seconds of a rank's newest progress points its step time is taken over
+KEEP = 64  # (wall, step) points kept per rank: Progress comes at most once per engine turn (~10 a second)
+ENDED = ("exited", "failed", "killed")
+
+
+class StepRate:
+    """One rank's (wall, newest step) points, one per Progress event.
+
+    A Progress event carries every step since the rank's previous one (a report flushes ~10 steps at once), all
+    read at one wall time: only the newest step of each event is a point, and a step time is the span between two
+    points divided by the steps between them, never the time between two steps of one batch."""
+
+    def __init__(self) -> None:
+        self.points: deque = deque(maxlen=KEEP)
+
+    def add(self, wall: float, step: int | None) -> None:
+        if step is None:
+            return
+        pts = self.points
+        if pts and step < pts[-1][1]:  # the rank counts from 0 again (a restart): its old pace says nothing
+            pts.clear()
+        if pts and step == pts[-1][1]:
+            return
+        if pts and wall <= pts[-1][0]:  # read together with the previous point: the same read
+            pts[-1] = (pts[-1][0], step)
+            return
+        pts.append((wall, step))
+
+    def step_time(self) -> float | None:
+        """Seconds per step from the oldest point within WINDOW of the newest (at least the one before it)."""
+        pts = self.points
+        if len(pts) < 2:
+            return None
+        w1, s1 = pts[-1]
+        w0, s0 = pts[-2]
+        for w, s in reversed(pts):
+            if w1 - w > WINDOW:
+                break
+            w0, s0 = w, s
+        if (w0, s0) == (w1, s1):
+            w0, s0 = pts[-2]
+        return (w1 - w0) / (s1 - s0) if s1 > s0 and w1 > w0 else None
+
+
+@dataclass(frozen=True)
+class Pace:
+    """The run's pace: the rank that finishes last sets it."""
+
+    rank: int  # the rank finishing last (or the slowest, when the run has no step count)
+    step_time: float  # its seconds per step
+    eta: float | None  # seconds until it reaches the run's last step; None without a step count
+
+    @property
+    def steps_per_s(self) -> float:
+        return 1.0 / self.step_time if self.step_time > 0 else float("inf")
+
+
+def run_pace(ranks: Iterable, steps: int | None) -> Pace | None:
+    """From RankView-like objects (rank, status, step, step_time): the live ranks' slowest, by time left when the run
+    has a step count (a rank far behind at the same pace finishes last), else by step time. None before any rank
+    has a step time, or once every rank with one has ended or reached the last step."""
+    best: tuple | None = None
+    for rv in ranks:
+        st = rv.step_time
+        if st is None or rv.status in ENDED:
+            continue
+        if steps:
+            done = rv.step or 0
+            if done >= steps:
+                continue
+            eta = (steps - done) * st
+            key = (eta, st)
+        else:
+            eta, key = None, (st, st)
+        if best is None or key > best[0]:
+            best = (key, Pace(rv.rank, st, eta))
+    return best[1] if best is not None else None
+
+
+def fmt_rate(steps_per_s: float) -> str:
+    """'3.1 steps/s', '0.25 steps/s', '120 steps/s'."""
+    if steps_per_s >= 100:
+        return f"{steps_per_s:.0f} steps/s"
+    if steps_per_s >= 1:
+        return f"{steps_per_s:.1f} steps/s"
+    return f"{steps_per_s:.2g} steps/s"
+
+
+def fmt_step_time(seconds: float) -> str:
+    """'0.31 s/step', '12 s/step', '4.2 ms/step'."""
+    if seconds >= 10:
+        return f"{seconds:.0f} s/step"
+    if seconds >= 0.1:
+        return f"{seconds:.2f} s/step"
+    if seconds >= 0.01:
+        return f"{seconds * 1000:.0f} ms/step"
+    return f"{seconds * 1000:.2g} ms/step"
+
+
+def fmt_duration(seconds: float) -> str:
+    """'45s', '2m10s', '1h02m'."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def overloaded(load: float, cpus: int) -> bool:
+    """More runnable processes than CPUs, on average over the last minute: every process runs slower than alone."""
+    return cpus > 0 and load > cpus
+
+
+def load_text(load: float, cpus: int | None) -> str:
+    """'load 1.2/2 cpus', or, past the machine's CPUs, 'load 29.7 on 2 cpus (overloaded)'."""
+    if not cpus:
+        return f"load {load:.1f}"
+    unit = "cpu" if cpus == 1 else "cpus"
+    if overloaded(load, cpus):
+        return f"load {load:.1f} on {cpus} {unit} (overloaded)"
+    return f"load {load:.1f}/{cpus} {unit}"
+
+
+def phase_text(phase: str, since: float | None, now: float | None) -> str:
+    """'rendezvous 12s': a rank's start-up phase and how long it has been in it."""
+    if not phase:
+        return ""
+    if since is None or now is None:
+        return phase
+    return f"{phase} {fmt_duration(max(0.0, now - since))}"
+
+
+class RunTally:
+    """What the headless console says of a run's pace at its end: each rank's first and newest step, and the
+    highest load the engine's host had."""
+
+    def __init__(self) -> None:
+        self.span: dict[int, list] = {}  # rank -> [(wall, step) of its first progress, of its newest]
+        self.load: float | None = None
+        self.cpus: int | None = None
+
+    def progress(self, rank: int, wall: float, step: int | None) -> None:
+        if step is None:
+            return
+        sp = self.span.get(rank)
+        if sp is None or step < sp[1][1]:  # first, or counting again from the start (a restart)
+            self.span[rank] = [(wall, step), (wall, step)]
+        else:
+            sp[1] = (wall, step)
+
+    def resources(self, load: float | None, cpus: int | None) -> None:
+        if load is not None and (self.load is None or load > self.load):
+            self.load, self.cpus = load, cpus
+
+    def line(self) -> str | None:
+        """'pace: 3.1 steps/s, 0.32 s/step (rank 1, the slowest, first step to last); machine load up to 29.7 on 2
+        cpus (overloaded)', or None when nothing was measured."""
+        rates = {r: (b[1] - a[1]) / (b[0] - a[0]) for r, (a, b) in self.span.items() if b[1] > a[1] and b[0] > a[0]}
+        parts = []
+        if rates:
+            r = min(rates, key=lambda k: (rates[k], k))
+            who = f"rank {r}, the slowest" if len(rates) > 1 else f"rank {r}"
+            parts.append(f"pace: {fmt_rate(rates[r])}, {fmt_step_time(1 / rates[r])} ({who}, first step to last)")
+        if self.load is not None:
+            parts.append(f"machine {load_text(self.load, self.cpus).replace('load ', 'load up to ', 1)}")
+        return "; ".join(parts) or None
