@@ -85,6 +85,19 @@ class Judge:
         self.ingest.progress()
         return self.state.take()
 
+    # ---- ranks of a job ddptui did not launch (`ddptui attach`, runners/attach_session.py) ---------------
+    def rank_found(self, rank: int, pid: int, host: str, node: str, wall: float) -> list:
+        """A rank found by runners/attach_find.py: what its injected hello would have said (pid, host, node)."""
+        self.ingest._report({"k": "hello", "pid": pid, "host": host, "node": node, "world": self.world},
+                            rank, wall, self.state.mono)
+        return self.state.take()
+
+    def stack_moved(self, rank: int, mono: float, wall: float) -> None:
+        """An attached rank's sampled stack moved (runners/attach_liveness.py): a sign of life, as a line is."""
+        t = self.state.tracks.get(rank)
+        if t is not None and t.alive:
+            t.saw_output(mono, wall)
+
     # ---- processes (rank_lifecycle.py) ---------------------------------------------------------------
     def process_started(self, pid: int, stdout_rank: int | None) -> None:
         self.life.process_started(pid, stdout_rank)

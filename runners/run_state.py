@@ -59,6 +59,7 @@ class RunState:
         self.stop_at: float | None = None  # wall time ddptui began signalling the run's processes (its teardown)
         self.stop_why: str | None = None  # the run's status then: "stalled", "timeout", "stopped", "failed"
         self.one_launcher = False  # a single process runs every rank: its local ranks are the global ones
+        self.attached = False  # `ddptui attach`: the job is not ddptui's, it signals none of its processes
         self.job_waiting = False  # the ranks' batch job has not started them yet (Slurm: pending): no stall clock
         # XLA's rendezvous warnings in the worker's log: collective evidence (runners/xla_evidence.py)
         self.xla_rdv = xla_evidence.Rendezvous() if profile.runner == "xla" else None

@@ -555,7 +555,7 @@ class Session:
         self._tick()
         self._carry_out(self.judge.settle())
         oom_words = {pid: oom.evidence(pid, self._oom_counters.get(pid)) for pid in self.judge.oom_suspects()}
-        recorded = {r: self.judge.launcher_log.recorded_error(r) for r, t in self.tracks.items() if t.exc is None}
+        recorded = self._recorded_errors()
         launchers = [Launcher(pr.spec.name, pr.returncode) for pr in self.procs if pr.spec.stdout_rank is None]
         from . import nccl_dumps
         nccl = nccl_dumps.read(self.run_dir / "fr")  # what NCCL's watchdog wrote at a timeout (runners/fr_env.py)
@@ -564,6 +564,11 @@ class Session:
                                                      nccl)
         self._carry_out(out)
         return self._finish(status, exit_code)
+
+    def _recorded_errors(self) -> dict[int, dict]:
+        """rank -> the error it recorded in torchrun's error file (torch's @record), for ranks with no exception report."""
+        found = {r: self.judge.launcher_log.recorded_error(r) for r, t in self.tracks.items() if t.exc is None}
+        return {r: e for r, e in found.items() if e}
 
     def _preflight(self) -> list:
         try:

@@ -76,6 +76,11 @@ class Watch:
             return
         if s.first_failure is not None and mono - s.first_failure > CRASH_GRACE:
             live = [t.rank for t in s.tracks.values() if t.alive]
+            if live and s.attached:  # not ddptui's job: its own launcher ends the survivors, or they run on
+                s.say(f"ddptui: a rank failed {CRASH_GRACE:g} s ago; ranks " + ", ".join(map(str, live))
+                      + " still run; attached, ddptui stops nothing: it concludes and detaches")
+                s.emit(TearDown("failed", EXIT_FAILED))
+                return
             if live:
                 s.say(f"ddptui: a rank failed {CRASH_GRACE:g} s ago; tearing down survivors "
                       + ", ".join(map(str, live)))

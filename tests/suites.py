@@ -16,7 +16,7 @@ ANY_PYTHON = frozenset({
     "test_fr_nccl_timeout",
     "test_tui_rate", "test_tui_throughput",
     "test_tui_compact",
-    "test_attach_find",
+    "test_attach_find", "test_attach_liveness",
 })
 
 # Long end-to-end rank runs (20-40 s a test; 5 of these modules took 9 min on 3.10 on a loaded 2-core machine), while
@@ -63,6 +63,7 @@ RANKS_ONLY = {
     "test_rank_learned": "its c10d torchrun agents run on the test's own interpreter",
     "test_attach_runs": "plain torchrun and torch.multiprocessing.spawn jobs started outside ddptui on the test's own interpreter",
     "test_attach_slurm": "real Slurm clusters (one host; two namespaced hosts) whose tasks run the test's own interpreter",
+    "test_attach_session": _LONG + "; plain torchrun jobs started outside ddptui on the test's own interpreter",
     "test_installed": "pip-installs the checkout with the test's interpreter (test-pythons installs it on each Python)",
 }
 

@@ -54,6 +54,49 @@ class LiveSource:
         return LiveSource(self.profile, self.runs_root)
 
 
+class AttachSource:
+    """A job ddptui did not launch (runners.attach_session.AttachSession, watching until it ends): q detaches, s asks
+    and then stops the job through its own launcher, never its ranks one by one."""
+
+    kind = "attach"
+
+    def __init__(self, job, runs_root: Path, stall_after: float, stack_every: float, pyspy: str | None = None) -> None:
+        self.job, self.runs_root = job, Path(runs_root)
+        self.stall_after, self.stack_every, self.pyspy = stall_after, stack_every, pyspy
+        self.session = None
+
+    def prepare(self, emit: Callable[[list], None]) -> None:
+        from ddptui.runners.attach_session import AttachSession
+        self.session = AttachSession(self.job, self.runs_root, emit, watch=True, stall_after=self.stall_after,
+                                     stack_every=self.stack_every, pyspy=self.pyspy)
+
+    def run(self) -> int:
+        return self.session.run()
+
+    def request_stop(self) -> None:
+        """Detach (quit, unmount): the job runs on."""
+        if self.session is not None:
+            self.session.request_stop()
+
+    def request_dump(self) -> bool:
+        if self.session is not None:
+            self.session.request_dump()
+            return True
+        return False
+
+    def stop_words(self) -> tuple[str, bool]:
+        """What stopping the job would do, and whether ddptui can do it at all."""
+        from ddptui.runners.attach_session import stop_words
+        said, how = stop_words(self.job)
+        return said, how is not None
+
+    def stop_job(self) -> str:
+        return self.session.stop_job() if self.session is not None else "not attached"
+
+    def again(self) -> "AttachSource":
+        return AttachSource(self.job, self.runs_root, self.stall_after, self.stack_every, self.pyspy)
+
+
 class ReplaySource:
     """A finished run's record fed through the same path; ``until`` cuts it N seconds after the start."""
 
@@ -406,15 +449,25 @@ class DdpApp(App):
             return
         self._quitting = True
         self.source.request_stop()
-        self.notify("stopping every rank…", timeout=30)
+        self.notify("detaching; the job runs on…" if getattr(self.source, "kind", "") == "attach"
+                    else "stopping every rank…", timeout=30)
         self.set_timer(JOIN_SECONDS, lambda: self.exit(return_code=1))
 
     def action_stop(self) -> None:
+        if self.running and getattr(self.source, "kind", "") == "attach":  # not ddptui's job: ask, then its launcher
+            from ddptui.tui.screens.confirm_stop_job import ConfirmStopJob
+            what, can = self.source.stop_words()
+            self.push_screen(ConfirmStopJob(what, can), self._confirmed_stop_job)
+            return
         if self.running:
             self.source.request_stop()
             self.notify("stopping every rank…")
         else:
             self.notify("no live run to stop")
+
+    def _confirmed_stop_job(self, yes: bool | None) -> None:
+        if yes:
+            self.notify(self.source.stop_job(), timeout=10, markup=False)
 
     def action_dump(self) -> None:
         if self.running and self.source.request_dump():
@@ -477,6 +530,17 @@ def run_app(profile_path, overrides: Sequence[str] = (), runs_root: Path = Path(
     finally:
         app.shutdown()
     return app.run_code if app.run_code is not None else (app.return_code or 0)
+
+
+def run_attach(job, runs_root, stall_after: float, stack_every: float, pyspy: str | None = None) -> int:
+    """The dashboard on a job ddptui did not launch (`ddptui attach PID`): q detaches, the job runs on."""
+    source = AttachSource(job, Path(runs_root), stall_after, stack_every, pyspy)
+    app = DdpApp(source=source)
+    try:
+        app.run()
+    finally:
+        app.shutdown()
+    return app.run_code or 0
 
 
 def run_replay(run_dir: str | Path) -> int:

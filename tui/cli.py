@@ -15,6 +15,7 @@ ddptui [--no-ui] [--set K=V ...] -- CMD... wrap any launch: torchrun ... (per-ra
                                            program spawned nproc x nnodes times with env:// variables
 ddptui replay RUN_DIR [--no-ui]            reopen a finished run from its record
 ddptui dump RUN_DIR                        ask the live ddptui of that run to collect stacks now
+ddptui attach (PID | --slurm JOB) [--no-ui | --watch]   watch a job ddptui did not launch (attach --help)
 ddptui profiles                            list the profiles found (shipped and ./profiles)"""
 
 EPILOG = """\
@@ -82,6 +83,9 @@ def _main(argv: list[str]) -> int:
     sub = _first_positional(argv)
     if sub is not None and argv[sub] in ("replay", "dump", "profiles"):
         return _subcommand(argv[sub], argv[sub + 1:])
+    if argv[:1] == ["attach"]:
+        from ddptui.tui.attach_cli import main as attach_main
+        return attach_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.profile and command:
         return _fail("give either a PROFILE or a command after '--', not both")

@@ -1,0 +1,92 @@
+"""Whether an attached rank (no ddptui hooks in it) still moves: its innermost user frame sampled every few seconds."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .stacks import StackResult, ThreadStack, is_helper, is_user_frame
+
+STACK_EVERY = 5.0  # seconds between py-spy passes over an attached job's ranks (bench/attach_cost.py measures it)
+
+
+def main_thread(threads: list[ThreadStack]) -> ThreadStack | None:
+    """The thread that speaks for the rank: MainThread, else the first that is not a helper thread."""
+    for t in threads:
+        if t.name == "MainThread":
+            return t
+    return next((t for t in threads if not is_helper(t)), None)
+
+
+def frame_key(res: StackResult | None) -> tuple[str, int, str] | None:
+    """(file, line, function) of the main thread's innermost frame of the user's own code (its innermost frame when
+    none is the user's); None when the stack could not be taken."""
+    if res is None or not res.threads:
+        return None
+    t = main_thread(res.threads)
+    if t is None or not t.frames:
+        return None
+    f = next((f for f in t.frames if is_user_frame(f)), t.frames[0])
+    return (f.file, f.line, f.func)
+
+
+@dataclass
+class _Seen:
+    key: tuple[str, int, str] | None
+    since: float  # monotonic time of the first sample that showed this key
+
+
+class Liveness:
+    """Each rank's frame samples: `observe` says whether the rank moved since the previous one."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, _Seen] = {}
+
+    def observe(self, rank: int, mono: float, key: tuple[str, int, str] | None) -> bool:
+        """A new sample of `rank` taken at `mono`. True when its innermost user frame differs from the last sample's
+        (a frame that could not be read is no evidence either way: False, and the last good one stays)."""
+        if key is None:
+            return False
+        prev = self._seen.get(rank)
+        if prev is not None and prev.key == key:
+            return False
+        self._seen[rank] = _Seen(key, mono)
+        return prev is not None
+
+    def same_for(self, rank: int, mono: float) -> float | None:
+        """Seconds the rank has shown the same innermost user frame (None: never sampled)."""
+        s = self._seen.get(rank)
+        return None if s is None else max(0.0, mono - s.since)
+
+    def frame(self, rank: int) -> tuple[str, int, str] | None:
+        s = self._seen.get(rank)
+        return None if s is None else s.key
+
+
+def decide(quiet: float, same_frame: float | None, cpu: float | None, limit: float, busy: float) -> str:
+    """One attached rank's liveness from the three signals: "moving" (output or a changed frame within the limit),
+    "busy" (quiet, same frame, but burning CPU: computing in one long call), "stalled" (quiet past the limit, the same
+    frame over that window, CPU below `busy`), or "quiet" (past the limit, but the evidence is incomplete: no frame
+    sampled over the whole window)."""
+    if quiet <= limit:
+        return "moving"
+    if same_frame is not None and same_frame < limit:
+        return "moving"
+    if cpu is not None and cpu >= busy:
+        return "busy"
+    if same_frame is None:
+        return "quiet"
+    return "stalled"
+
+
+def liveness_words(rank: int, state: str, quiet: float, cpu_pct: float | None, rss: int | None,
+                   frame: tuple[str, int, str] | None) -> str:
+    """One rank in a --watch liveness line: `rank 1 stalled (quiet 42 s, CPU 0 %, RSS 310 MB, in culprit_wait
+    hang_ddp.py:25)`."""
+    import os
+    parts = [f"quiet {quiet:.0f} s" if quiet >= 1 else "output now"]
+    if cpu_pct is not None:
+        parts.append(f"CPU {cpu_pct:.0f} %")
+    if rss is not None:
+        parts.append(f"RSS {rss / 1e6:.0f} MB")
+    if frame is not None:
+        parts.append(f"in {frame[2]} {os.path.basename(frame[0])}:{frame[1]}")
+    return f"rank {rank} {state} ({', '.join(parts)})"

@@ -1,0 +1,392 @@
+"""`ddptui attach`: a job ddptui did not launch, watched through the same judge, events and record as a launched run.
+
+It never signals the job: it reads the ranks' output files, their CPU time and RSS (psutil), their deaths (pidfd) and
+their stacks (py-spy only: a ptrace read; never faulthandler's SIGUSR1); `stop_job` is the one exception, asked by the
+user, and goes through the job's own launcher (SIGTERM to torchrun's agent, scancel)."""
+from __future__ import annotations
+
+import os
+import select
+import socket
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
+
+from . import events as ev
+from .attach_find import AttachedJob
+from .attach_output import last_lines
+from .attach_liveness import STACK_EVERY, Liveness, decide, frame_key, liveness_words
+from .deathwatch import DeathWatch
+from .judge import EXIT_FAILED, EXIT_OK, EXIT_STALLED, TearDown
+from .profile import Profile, Workload
+from .session import IDLE_POLL, Session, _hint_matcher
+from .tail import Tailer
+
+OBSERVE = 3.0  # --no-ui: seconds of output and CPU watched before the verdict (the busy test looks at 3 s of CPU)
+FIRST_CHECK = 1.5  # no stall is judged before the CPU samples span this long: one sample says nothing of CPU use
+BACKLOG_LINES = 20  # the last lines of each output file shown at attach
+REPORT_EVERY = 10.0  # --watch: a liveness line per rank this often
+ENDED_WAIT = 10.0  # after a rank failed: how long ddptui waits for the job's own launcher to end the rest
+
+
+def attach_profile(job: AttachedJob, stall_after: float) -> Profile:
+    """The profile the judge and the record see: the job's world, the stall limit asked, no startup grace (the job
+    is past its start, or ddptui cannot tell), stacks without a verdict-driven stop, no replica digests (no hooks)."""
+    world = job.world_size or (max(job.ranks) + 1 if job.ranks else 1)
+    return Profile(name=f"attach-{job.asked}", workload=Workload(command=tuple(job.launcher_argv) or None),
+                   source=f"ddptui attach {job.asked}", description=f"attached to {job.kind} job {job.asked}",
+                   runner="attach", nproc=world, nnodes=1, stall_after=float(stall_after),
+                   startup_grace=float(stall_after), on_stall="dump", replica_check=False,
+                   flight_recorder=False)
+
+
+def job_json(job: AttachedJob) -> dict:
+    """attach.json: what ddptui found of the job."""
+    def out(o):
+        return {"kind": o.kind, "path": o.path, "note": o.note}
+    return {"asked": job.asked, "kind": job.kind, "launcher_pid": job.launcher_pid,
+            "launcher_argv": list(job.launcher_argv), "slurm_job": job.slurm_job, "world_size": job.world_size,
+            "ranks": {r: {"pid": a.pid, "local_rank": a.local_rank, "host": a.host, "node": a.node,
+                          "stdout": out(a.stdout), "stderr": out(a.stderr)} for r, a in sorted(job.ranks.items())},
+            "unreadable": [{"pid": u.pid, "reason": u.reason} for u in job.unreadable]}
+
+
+def launcher_outputs(pid: int | None) -> list[str]:
+    """The regular files the launcher's stdout/stderr go to (a shell redirect), each once: torchrun's own lines."""
+    if pid is None:
+        return []
+    seen: list[str] = []
+    for fd in (1, 2):
+        try:
+            path = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if path.startswith("/") and os.path.isfile(path) and path not in seen:
+            seen.append(path)
+    return seen
+
+
+def stop_words(job: AttachedJob) -> tuple[str, list[str] | int | None]:
+    """What `stop` would do to the job, in words, and how: a command (scancel), a pid to SIGTERM (its launcher), or
+    None (nothing ddptui may signal)."""
+    if job.slurm_job:
+        return f"scancel {job.slurm_job} (Slurm ends every step and rank of the job)", ["scancel", job.slurm_job]
+    if job.launcher_pid is not None and job.kind == "torchrun":
+        return (f"SIGTERM to torchrun's agent (pid {job.launcher_pid}), which stops its ranks itself",
+                job.launcher_pid)
+    if job.launcher_pid is not None:
+        return (f"SIGTERM to the process that spawned the ranks (pid {job.launcher_pid}); it has no launcher of its "
+                "own, so whether it ends its ranks is up to the program", job.launcher_pid)
+    return "nothing: the job has no launcher ddptui could find, and ddptui never signals ranks one by one", None
+
+
+class _NotingDeaths(DeathWatch):
+    """The death watch, remembering each death it saw: where a rank's exit status came from is said at the end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[int, object] = {}
+
+    def deaths(self):
+        out = super().deaths()
+        for d in out:
+            self.seen[d.pid] = d
+        return out
+
+
+class AttachSession(Session):
+    """Watches one AttachedJob. `run()` blocks (call it from a thread for a UI); `emit(list[Event])` once per turn.
+
+    watch False (--no-ui): OBSERVE seconds of output and CPU, the stacks of every rank, the verdict, detach.
+    watch True: stay until every rank ended or `request_stop` (Ctrl-C, the dashboard's q): that detaches."""
+
+    def __init__(self, job: AttachedJob, runs_root: Path | str = "runs", emit: Callable[[list], None] | None = None,
+                 watch: bool = False, stall_after: float = 30.0, stack_every: float = STACK_EVERY,
+                 pyspy: str | None = None, observe: float = OBSERVE) -> None:
+        super().__init__(attach_profile(job, stall_after), runs_root, emit, pyspy=pyspy, stack_method="py-spy")
+        self.job, self.watch, self.stack_every, self.observe = job, watch, stack_every, observe
+        self.judge.state.attached = True
+        self._deaths = _NotingDeaths()
+        self.liveness = Liveness()
+        self.followed: dict[tuple[int | None, str], str] = {}  # (rank, stream) -> the file followed
+        self._cpu: dict[int, float] = {}  # rank -> CPU % of its last sample
+        self._rss: dict[int, int] = {}
+        self._from_output: set[int] = set()  # ranks whose root cause was read from the traceback in their output
+        if job.slurm_job:  # remote ranks' stacks are taken on their node inside the job (Session._collect_stacks)
+            self.slurm = SimpleNamespace(job_id=job.slurm_job, own_job=False)
+        self.stop_said, self.stop_how = stop_words(job)
+        self.stopped_job: str | None = None  # what stop_job did
+
+    # ---- the front end's requests ------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Detach: stop watching. The job runs on (Ctrl-C, the dashboard's q)."""
+        self._stop.set()
+
+    def stop_job(self) -> str:
+        """Tear the job down through its own launcher (the dashboard's s, after asking): SIGTERM to torchrun's agent
+        or the spawning parent, or scancel; never a rank by itself. Returns what was done, in words."""
+        import signal
+        import subprocess
+        how = self.stop_how
+        if how is None:
+            return self.stop_said
+        if isinstance(how, list):
+            r = subprocess.run(how, capture_output=True, text=True, timeout=30)
+            done = " ".join(how) + ("" if r.returncode == 0 else f" failed: {(r.stderr or r.stdout).strip()}")
+        else:
+            try:
+                os.kill(how, signal.SIGTERM)
+                done = f"SIGTERM sent to pid {how}"
+            except OSError as e:
+                done = f"SIGTERM to pid {how} failed: {e.strerror or e}"
+        self.stopped_job = done
+        self._launcher_line(f"ddptui: stop asked: {done}")
+        return done
+
+    # ---- the run -----------------------------------------------------------------------------------
+    def run(self) -> int:
+        tailer = self._tailer = Tailer()
+        try:
+            return self._attach(tailer)
+        except BaseException as e:
+            self._launcher_line(f"ddptui: internal error: {type(e).__name__}: {e}")
+            raise
+        finally:
+            try:
+                if self.status is None:
+                    self._finish("error", EXIT_FAILED)
+            finally:
+                tailer.close()
+                self._deaths.close()
+                self.record.close()
+
+    def _attach(self, tailer: Tailer) -> int:
+        job, p = self.job, self.profile
+        self.record.write_json("profile.json", p.to_json())
+        self.record.write_json("attach.json", job_json(job))
+        self._tick()
+        local = all(_is_local(a.host) for a in job.ranks.values())
+        processes = 1 if job.kind == "torchrun" and local else max(1, len(job.ranks))
+        self._carry_out(self.judge.begin(self.profile.world_size, processes))
+        self._emit(ev.RunStarted(str(self.run_dir), p.name, "attach", self.world, None, time.time()))
+        self.judge.matcher = _hint_matcher()
+        argv = " ".join(job.launcher_argv)
+        self._launcher_line(f"ddptui: attached to {job.kind} job {job.asked}"
+                            + (f" (launcher pid {job.launcher_pid}: {argv})" if job.launcher_pid else "")
+                            + f": {len(job.ranks)} of {self.world} ranks found; ddptui signals none of its processes")
+        for note in getattr(job, "notes", ()):
+            self._launcher_line(f"ddptui: {note}")
+        for u in job.unreadable:
+            self._launcher_line(f"ddptui: pid {u.pid} of the job cannot be read: {u.reason}")
+        for r in range(self.world):
+            if r not in job.ranks:
+                self._launcher_line(f"ddptui: rank {r} was not found among the job's processes")
+        wall = time.time()
+        for r, a in sorted(job.ranks.items()):
+            self._tick()
+            self._carry_out(self.judge.rank_found(r, a.pid, a.host, a.node, wall))
+        self._follow(tailer)
+        self._flush()
+        end = self._loop_attached(tailer)
+        for rank, stream, lines in tailer.poll():
+            self._tick()
+            self.ingest(rank, stream, lines, time.time(), time.monotonic())
+        self._flush()
+        return self._end(end)
+
+    def _follow(self, tailer: Tailer) -> None:
+        """Every rank's output from its current end, its last lines first (at the time they were written, so that a
+        rank quiet since before the attach is as quiet as it really is); the launcher's own file too."""
+        taken: set[str] = set()
+        backlog = []
+        sources = [(r, s, a.stdout if s == "out" else a.stderr)
+                   for r, a in sorted(self.job.ranks.items()) for s in ("out", "err")]
+        readers: dict[str, set[int]] = {}  # file -> the ranks writing into it
+        for rank, _, o in sources:
+            if o.kind == "file" and o.path:
+                readers.setdefault(o.path, set()).add(rank)
+        for rank, stream, o in sources:
+            if o.kind != "file" or not o.path:
+                self._launcher_line(f"ddptui: rank {rank} std{stream}: {o.note or o.kind}: not followed")
+                continue
+            if o.path in taken:  # stdout and stderr into one file, or ranks sharing one: read it once
+                continue
+            taken.add(o.path)
+            owner = rank if len(readers[o.path]) == 1 else None
+            backlog += self._open(tailer, o.path, owner, stream)
+            if owner is None:
+                self._launcher_line(f"ddptui: ranks {', '.join(map(str, sorted(readers[o.path])))} write into "
+                                    f"{o.path}: its lines show as the launcher's, a rank's only where they name it")
+        for path in launcher_outputs(self.job.launcher_pid):
+            if path not in taken:
+                taken.add(path)
+                backlog += self._open(tailer, path, None, "err")
+        now_wall, now_mono = time.time(), time.monotonic()
+        for rank, stream, lines, mtime in sorted(backlog, key=lambda b: b[3]):
+            self._tick()
+            when = min(mtime, now_wall)
+            self.ingest(rank, stream, lines, when, now_mono - (now_wall - when))
+
+    def _open(self, tailer: Tailer, path: str, rank: int | None, stream: str) -> list:
+        try:
+            lines, offset = last_lines(path, BACKLOG_LINES)
+            mtime = os.stat(path).st_mtime
+        except OSError as e:
+            self._launcher_line(f"ddptui: {path}: cannot read: {e.strerror or e}")
+            return []
+        tailer.add(path, rank, stream, start=offset)
+        self.followed[(rank, stream)] = path
+        return [(rank, stream, lines, mtime)] if lines else []
+
+    def _loop_attached(self, tailer: Tailer) -> TearDown | None:
+        started = time.monotonic()
+        deadline = None if self.watch else started + self.observe
+        next_sample, next_check = 0.0, started + FIRST_CHECK
+        next_stack = started + (self.stack_every if self.watch else float("inf"))
+        next_report = started + REPORT_EVERY
+        end: TearDown | None = None
+        ended_at = None
+        while True:
+            mono = time.monotonic()
+            got = tailer.poll()
+            wall = time.time()
+            self.judge.tick(mono, wall)
+            for rank, stream, lines in got:
+                self.ingest(rank, stream, lines, wall, mono)
+            self._check_rank_pids()
+            if mono >= next_sample:
+                self._sample_resources()
+                next_sample = mono + 1.0
+            if mono >= next_stack:
+                self._sample_stacks()
+                next_stack = time.monotonic() + self.stack_every
+            if mono >= next_check:
+                next_check = mono + 0.25
+                end = self._carry_out(self._check()) or end
+            if self._dump.is_set():
+                self._dump.clear()
+                self._tick()
+                self._carry_out(self.judge.dump_requested())
+            if self.watch and mono >= next_report:
+                next_report = mono + REPORT_EVERY
+                self._report_liveness()
+            if not any(t.alive for t in self.tracks.values()):
+                self._launcher_line("ddptui: every rank of the job has ended")
+                return end
+            if end is not None:  # a rank failed and the grace passed: wait (bounded) for the launcher to end the rest
+                ended_at = ended_at or mono
+                if mono - ended_at > ENDED_WAIT:
+                    return end
+            if self._stop.is_set():
+                self._launcher_line("ddptui: detaching; the job runs on")
+                return None
+            if deadline is not None and mono >= deadline:
+                return None
+            self._flush()
+            if not got:
+                select.select([tailer.watch.fd], [], [], IDLE_POLL)
+            elif not tailer.backlog:
+                time.sleep(IDLE_POLL)
+
+    def _stderr_path(self, rank: int) -> str | None:
+        return self.followed.get((rank, "err"))
+
+    def _recorded_errors(self) -> dict[int, dict]:
+        """torchrun's error files, and for the other dead ranks the last traceback in their own stderr (an attached
+        rank has no hooks to report its exception): the crash verdict's root cause reads the same as a launched run's."""
+        from .attach_evidence import traceback_report
+        found = super()._recorded_errors()
+        for r, t in self.tracks.items():
+            if r not in found and t.exc is None and t.returncode not in (None, 0):
+                rep = traceback_report(t.err_tail)
+                if rep is not None:
+                    found[r] = rep
+                    self._from_output.add(r)
+        return found
+
+    def _sample_resources(self, emit: bool = True) -> None:
+        super()._sample_resources(emit)
+        for e in self.batch:
+            if isinstance(e, ev.Resources):
+                self._cpu.update(e.cpu)
+                self._rss.update(e.rss)
+
+    def _sample_stacks(self) -> None:
+        """One py-spy pass over the live local ranks (a ptrace read, a few ms of pause each): a rank whose innermost
+        user frame changed is alive to the stall rule, whatever its output and CPU say."""
+        from . import stacks
+        targets = [stacks.Target(r, pid, None, None) for r, pid in self.judge.stack_targets()
+                   if _is_local(self.tracks[r].host)]
+        if not targets:
+            return
+        results = stacks.collect(targets, method="py-spy", pyspy=self.pyspy)
+        mono, wall = time.monotonic(), time.time()
+        for rank, res in results.items():
+            if self.liveness.observe(rank, mono, frame_key(res)):
+                self.judge.stack_moved(rank, mono, wall)
+
+    def _report_liveness(self) -> None:
+        from .stall import BLOCKED_CPU
+        mono = time.monotonic()
+        limit = float(self.profile.stall_after)
+        words = []
+        for r, t in sorted(self.tracks.items()):
+            if not t.alive:
+                continue
+            quiet = mono - t.last_progress
+            cpu = self._cpu.get(r)
+            state = decide(quiet, self.liveness.same_for(r, mono), None if cpu is None else cpu / 100.0, limit,
+                           BLOCKED_CPU)
+            words.append(liveness_words(r, state, quiet, cpu, self._rss.get(r), self.liveness.frame(r)))
+        if words:
+            self._launcher_line("ddptui: " + "; ".join(words))
+
+    # ---- the end -----------------------------------------------------------------------------------
+    def _end(self, end: TearDown | None) -> int:
+        gone = not any(t.alive for t in self.tracks.values())
+        if gone or end is not None:  # the job ended (or failed) while attached: the crash verdict, as a launched run
+            return self._conclude(end)
+        st = self.judge.stall_info
+        if st is not None:
+            return self._finish("stalled", EXIT_STALLED)
+        if not self.watch:
+            self._tick()
+            self._carry_out(self.judge.dump_requested())  # the stacks of every rank now, no verdict: nothing is stuck
+        return self._finish("detached", EXIT_OK)
+
+    def _finish(self, status: str, exit_code: int) -> int:
+        if self.judge.crash is not None:
+            self._say_sources()
+        return super()._finish(status, exit_code)
+
+    def _say_sources(self) -> None:
+        """Where a dead rank's exit status and root cause came from: a non-child's status cannot be waited on."""
+        crash = self.judge.crash
+        for r, t in sorted(self.tracks.items()):
+            if t.returncode in (None, 0) and not (crash and crash.root_rank == r):
+                continue
+            d = self._deaths.seen.get(t.pid)
+            if d is not None and getattr(d, "returncode", None) is not None:
+                code = f"read from /proc/{t.pid}/stat while it was a zombie, before its launcher reaped it"
+            elif t.returncode is not None:
+                code = "from its launcher's own output (torchrun's exit code table)"
+            else:
+                code = "unknown: it is not ddptui's child, and neither /proc nor its launcher's output gave it"
+            cause = []
+            if r in self._from_output and (r, "err") in self.followed:
+                cause.append(f"the traceback in its stderr ({self.followed[(r, 'err')]})")
+            elif (r, "err") in self.followed:
+                cause.append(f"its stderr ({self.followed[(r, 'err')]})")
+            if self.judge.launcher_log.recorded_error(r):
+                cause.append("torchrun's error file")
+            if (None, "err") in self.followed:
+                cause.append(f"torchrun's output ({self.followed[(None, 'err')]})")
+            self._launcher_line(f"ddptui: rank {r}: exit status {code}; evidence: "
+                                + (", ".join(cause) or "none readable"))
+
+
+def _is_local(host: str) -> bool:
+    from .remote_stacks import is_local
+    return is_local(host, socket.gethostname())
+

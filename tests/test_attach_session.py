@@ -1,0 +1,186 @@
+"""`ddptui attach` end to end: real torchrun jobs started outside ddptui (plain rank scripts, output to files), attached
+through the real CLI; the job runs on afterwards unless the test stops it (every test stops its own job)."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ddptui.runners.attach_find import find_job
+from tests.test_attach_runs import job_with_ranks, stop, torchrun, wait_for
+
+CLI = [sys.executable, "-m", "ddptui.tui.cli"]
+LOGS = ("--log-dir", "logs", "--redirects", "3")  # each rank writes its own stdout.log / stderr.log
+
+
+def rank_file(tmp_path: Path, rank: int, stream: str = "stdout") -> str | None:
+    hits = glob.glob(str(tmp_path / "logs" / "*" / "attempt_0" / str(rank) / f"{stream}.log"))
+    return hits[0] if hits else None
+
+
+def text(path: str | None) -> str:
+    try:
+        return open(path, errors="replace").read() if path else ""
+    except OSError:
+        return ""
+
+
+def attach(tmp_path: Path, pid: int, *opts: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + ["attach", str(pid), "--runs-dir", str(tmp_path / "runs"), *opts],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def record(tmp_path: Path) -> Path:
+    (run,) = glob.glob(str(tmp_path / "runs" / "*-attach-*"))
+    return Path(run)
+
+
+def steps(path: str | None) -> int:
+    return text(path).count(" loss ")
+
+
+@pytest.mark.timeout(240)
+def test_attach_no_ui_to_a_healthy_run_follows_it_and_leaves_it_running(tmp_path):
+    job = torchrun(tmp_path, "healthy_ddp_loop.py", *LOGS, out=tmp_path / "agent.log")
+    try:
+        wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
+        wait_for(lambda: all(steps(rank_file(tmp_path, r)) >= 2 for r in (0, 1)), 90, "training lines", job)
+        r = attach(tmp_path, job.pid, "--no-ui", "--stall-after", "30")
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+        out = r.stdout
+        assert "run attach-" in out and "(attach, 2 ranks)" in out and "2 of 2 ranks found" in out
+        assert "[rank 0] step " in out and "[rank 1] step " in out  # its last lines, then what it wrote while attached
+        assert "[stall]" not in out and "[crash]" not in out and "status: detached (exit 0)" in out
+        run = record(tmp_path)
+        summary = json.loads((run / "summary.json").read_text())
+        assert (summary["status"], summary["runner"], summary["hang"], summary["crash"]) == ("detached", "attach",
+                                                                                             None, None)
+        assert {summary["ranks"][str(r)]["pid"] for r in (0, 1)} == {a.pid for a in find_job(job.pid).ranks.values()}
+        assert sorted(p.name for p in (run / "stacks").glob("01-on-request/rank*.txt")) == ["rank0.txt", "rank1.txt"]
+        assert "healthy_ddp_loop.py" in (run / "stacks" / "01-on-request" / "rank0.txt").read_text()
+        # the job runs on: attach signalled nothing
+        before = steps(rank_file(tmp_path, 0))
+        wait_for(lambda: steps(rank_file(tmp_path, 0)) > before, 60, "the job still trains after attach", job)
+        # the record replays as a launched run's does
+        rep = subprocess.run(CLI + ["replay", str(run), "--no-ui"], capture_output=True, text=True, timeout=60)
+        assert rep.returncode == 0, rep.stderr
+        assert "[rank 1] step " in rep.stdout and "status: detached (exit 0)" in rep.stdout
+    finally:
+        stop(job)
+
+
+@pytest.mark.timeout(240)
+def test_attach_no_ui_to_a_hung_run_names_the_culprit_and_its_stack(tmp_path):
+    job = torchrun(tmp_path, "hang_ddp.py", *LOGS, out=tmp_path / "agent.log")
+    try:
+        wait_for(lambda: "hanging at step 3" in text(rank_file(tmp_path, 1)), 120, "rank 1 hangs", job)
+        files = [rank_file(tmp_path, r) for r in (0, 1)]
+        wait_for(lambda: all(time.time() - os.stat(f).st_mtime > 3 for f in files), 60, "both quiet 3 s", job)
+        r = attach(tmp_path, job.pid, "--no-ui", "--stall-after", "2")
+        assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-2000:]
+        out = r.stdout
+        assert "[stall] stall: ranks 0, 1" in out
+        assert "rank 1 is stuck in culprit_wait() at hang_ddp.py:29 (calls time.sleep)" in out
+        assert "rank 0 waits in all_reduce" in out and "culprit_wait() at hang_ddp.py:29" in out
+        run = record(tmp_path)
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["status"] == "stalled" and summary["hang"]["culprits"] == [1]
+        assert "culprit_wait" in (run / "stacks" / "01-stall" / "rank1.txt").read_text()
+        assert job.poll() is None and all(a.pid for a in find_job(job.pid).ranks.values())  # still there
+        rep = subprocess.run(CLI + ["replay", str(run), "--no-ui"], capture_output=True, text=True, timeout=60)
+        assert rep.returncode == 0 and "rank 1 is stuck in culprit_wait()" in rep.stdout
+    finally:
+        stop(job)
+
+
+@pytest.mark.timeout(240)
+def test_attach_watch_a_rank_that_dies_while_attached_is_the_root_cause(tmp_path):
+    die = tmp_path / "die-now"
+    os.environ["DIE_FILE"] = str(die)  # the job's environment (torchrun() copies os.environ)
+    try:
+        job = torchrun(tmp_path, "rank_raises_when_file_appears.py", *LOGS, out=tmp_path / "agent.log")
+    finally:
+        del os.environ["DIE_FILE"]
+    out_path = tmp_path / "attach.out"
+    watcher = None
+    try:
+        wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
+        wait_for(lambda: all(steps(rank_file(tmp_path, r)) >= 2 for r in (0, 1)), 90, "training lines", job)
+        with open(out_path, "w") as f:
+            watcher = subprocess.Popen(CLI + ["attach", str(job.pid), "--watch", "--stall-after", "60",
+                                              "--runs-dir", str(tmp_path / "runs")], stdout=f, stderr=subprocess.STDOUT)
+        wait_for(lambda: "2 of 2 ranks found" in out_path.read_text(), 60, "attached", job)
+        die.touch()
+        assert watcher.wait(timeout=120) == 1, out_path.read_text()[-4000:]
+        out = out_path.read_text()
+        assert "[crash] rank 1 failed first (exit 1): RuntimeError: rank 1 found" in out
+        assert "rank_raises_when_file_appears.py:" in out.split("[crash]")[1].splitlines()[0]
+        assert "ddptui: rank 1: exit status " in out and "the traceback in its stderr" in out
+        summary = json.loads((record(tmp_path) / "summary.json").read_text())
+        assert summary["crash"]["root_rank"] == 1 and summary["status"] == "failed"
+        assert job.wait(timeout=60) != 0  # torchrun ended its job itself; ddptui signalled nothing
+    finally:
+        if watcher is not None and watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+        stop(job)
+
+
+@pytest.mark.timeout(240)
+def test_attach_watch_ctrl_c_detaches_and_stop_goes_through_the_launcher(tmp_path):
+    job = torchrun(tmp_path, "healthy_ddp_loop.py", *LOGS, out=tmp_path / "agent.log")
+    out_path = tmp_path / "attach.out"
+    watcher = None
+    try:
+        found = wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
+        with open(out_path, "w") as f:
+            watcher = subprocess.Popen(CLI + ["attach", str(job.pid), "--watch", "--runs-dir", str(tmp_path / "runs")],
+                                       stdout=f, stderr=subprocess.STDOUT)
+        wait_for(lambda: "2 of 2 ranks found" in out_path.read_text(), 60, "attached", job)
+        watcher.send_signal(signal.SIGINT)
+        assert watcher.wait(timeout=60) == 0, out_path.read_text()[-3000:]
+        assert "detaching; the job runs on" in out_path.read_text()
+        assert job.poll() is None and find_job(job.pid).ranks.keys() == found.ranks.keys()
+
+        # the dashboard's s (after asking): SIGTERM to torchrun's agent, which ends its ranks itself
+        from ddptui.runners.attach_session import AttachSession
+        got: list = []
+        session = AttachSession(find_job(job.pid), tmp_path / "runs", emit=got.extend, watch=True, stall_after=60)
+        t = threading.Thread(target=lambda: got.append(("code", session.run())))
+        t.start()
+        wait_for(lambda: any(type(e).__name__ == "RankHello" for e in got if not isinstance(e, tuple)), 60,
+                 "attached in-process", job)
+        assert session.stop_job() == f"SIGTERM sent to pid {job.pid}"
+        t.join(90)
+        assert not t.is_alive() and job.wait(timeout=60) is not None
+        lines = [ln for e in got if type(e).__name__ == "LogLines" for ln in e.lines]
+        assert "ddptui: every rank of the job has ended" in lines
+    finally:
+        if watcher is not None and watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+        stop(job)
+
+
+@pytest.mark.timeout(60)
+def test_attach_to_a_pid_that_is_no_job_is_one_line_and_exit_2(tmp_path):
+    plain = subprocess.Popen(["sleep", "60"])
+    try:
+        r = attach(tmp_path, plain.pid, "--no-ui")
+        assert r.returncode == 2 and r.stdout == ""
+        assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("ddptui: "), r.stderr
+        r = attach(tmp_path, "nonsense", "--no-ui")  # type: ignore[arg-type]
+        assert r.returncode == 2 and r.stderr.strip() == "ddptui: attach: 'nonsense' is not a pid"
+        assert plain.poll() is None  # not signalled
+        assert not (tmp_path / "runs").exists()
+    finally:
+        plain.kill()
+        plain.wait()

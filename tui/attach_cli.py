@@ -1,0 +1,94 @@
+"""`ddptui attach PID | --slurm JOB [--no-ui | --watch]`: find the job, then watch it headless or in the dashboard."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+USAGE = "ddptui attach (PID | --slurm JOB) [--no-ui | --watch] [--stall-after S] [--stack-every S] [--runs-dir DIR]"
+DESCRIPTION = """\
+Watch a PyTorch job ddptui did not launch: a torchrun agent's pid, a rank's pid or any process of the job, or a
+Slurm job. Its ranks are found from the process tree, their output files followed, their CPU and RSS sampled and
+their stacks read with py-spy; the same stall, hang and crash verdicts and run record (RUNS_DIR/<time>-attach-<id>/)
+as a launched run. ddptui never signals the job: Ctrl-C detaches; only the dashboard's s stops it, after asking,
+through its own launcher (SIGTERM to torchrun's agent, scancel)."""
+EPILOG = """\
+exit codes: 0 detached or the job ended well, 1 the job failed while attached, 2 not a job (one line says why) or
+bad usage, 3 stalled (the verdict names the culprit)."""
+STALL_AFTER = 30.0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ddptui attach", usage=USAGE, description=DESCRIPTION, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("pid", nargs="?", help="any process of the job (the torchrun agent, a rank, ...)")
+    p.add_argument("--slurm", metavar="JOB", help="a Slurm job id: every step and node of it")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--no-ui", action="store_true",
+                      help="headless: a few seconds of output and CPU, the stacks of every rank, the verdict, detach")
+    mode.add_argument("--watch", action="store_true",
+                      help="headless and stay: liveness, CPU, RSS, stalls and verdicts until the job ends or Ctrl-C")
+    p.add_argument("--stall-after", type=float, default=STALL_AFTER, metavar="S",
+                   help=f"a rank quiet this long (no output, low CPU, the same frame) is stalled (default {STALL_AFTER:g})")
+    p.add_argument("--stack-every", type=float, default=None, metavar="S",
+                   help="seconds between py-spy samples of every rank while watching (default 5)")
+    p.add_argument("--runs-dir", default=os.environ.get("DDPTUI_RUNS", "runs"), help="where run records go")
+    p.add_argument("--py-spy", dest="pyspy", metavar="PATH", help="py-spy executable to use for stacks")
+    return p
+
+
+def _fail(msg: str) -> int:
+    print(f"ddptui: {msg}", file=sys.stderr)
+    return 2
+
+
+def find(args) -> object:
+    """The AttachedJob asked for; raises NotAJob (its text is the one line) or ValueError (usage)."""
+    from ddptui.runners.attach_find import find_job, find_slurm_job
+    if args.slurm:
+        return find_slurm_job(args.slurm)
+    try:
+        pid = int(args.pid)
+    except ValueError:
+        raise ValueError(f"attach: {args.pid!r} is not a pid") from None
+    return find_job(pid)
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    if bool(args.pid) == bool(args.slurm):
+        return _fail("attach: give a PID or --slurm JOB (one of them)")
+    if args.stall_after <= 0 or (args.stack_every is not None and args.stack_every <= 0):
+        return _fail("attach: --stall-after and --stack-every take seconds above 0")
+    from ddptui.runners.attach_find import NotAJob
+    try:
+        job = find(args)
+    except NotAJob as e:
+        return _fail(str(e))
+    except ValueError as e:
+        return _fail(str(e))
+    from ddptui.runners.attach_liveness import STACK_EVERY
+    every = args.stack_every or STACK_EVERY
+    if not (args.no_ui or args.watch):
+        from ddptui.tui.app import run_attach
+        return run_attach(job, args.runs_dir, args.stall_after, every, args.pyspy) or 0
+    return headless(job, args.runs_dir, args.watch, args.stall_after, every, args.pyspy)
+
+
+def headless(job, runs_dir: str, watch: bool, stall_after: float, stack_every: float, pyspy: str | None) -> int:
+    """Console output as a launched run's; SIGINT/SIGTERM detach (never stop the job), SIGUSR1 takes stacks now."""
+    from ddptui.runners.attach_session import AttachSession
+    from ddptui.tui.console import Console
+    console = Console()
+    session = AttachSession(job, runs_dir, emit=console.handle, watch=watch, stall_after=stall_after,
+                            stack_every=stack_every, pyspy=pyspy)
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    signal.signal(signal.SIGINT, lambda s, f: session.request_stop())
+    signal.signal(signal.SIGTERM, lambda s, f: session.request_stop())
+    signal.signal(signal.SIGUSR1, lambda s, f: session.request_dump())
+    try:
+        return session.run()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
