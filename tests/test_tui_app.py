@@ -536,6 +536,8 @@ async def test_too_many_ranks_for_the_rows_scroll_and_each_pane_still_shows_its_
     src = GatedSource(pane_run(32)[:2])
     app = DdpApp(source=src)
     async with app.run_test(size=(100, 24)) as pilot:  # 6 columns of panes 12 characters wide inside
+        await until(pilot, lambda: app.drawn and getattr(app.screen, "compact_on", False), 10, "32 ranks as rows")
+        await pilot.press("m")  # the pane grid, asked for
         src.release(1)
         await newest_on_screen(pilot, app, 6, 69)  # the first row of panes
         grid = app.screen.query_one("#rank-grid", Grid)

@@ -194,8 +194,8 @@ class SyntheticSource:
             batch: list = []
             start = k % len(pool)
             lines = tuple((pool2[start:start + n] if n <= len(pool) else pool * (n // len(pool) + 1))[:n])
-            for r in range(self.ranks):
-                batch.append(ev.LogLines(r, "out", now, mono, lines))
+            if lines:  # at a few lines/s per rank most periods bring none
+                batch += [ev.LogLines(r, "out", now, mono, lines) for r in range(self.ranks)]
             k += n
             self.lines_sent += n * self.ranks
             if now - last_progress >= 0.1:
@@ -557,11 +557,12 @@ def run_replay(run_dir: str | Path) -> int:
 # -- benchmark: keypress → repaint latency under load ---------------------------------------------
 
 async def _measure(ranks: int, rate: int, seconds: float, presses: int, size: tuple[int, int],
-                   collectives: bool = True, other: str = "ranks") -> dict:
+                   collectives: bool = True, other: str = "ranks", period: float = 0.02) -> dict:
     import asyncio
 
     from textual import events as tev
-    source = SyntheticSource(ranks=ranks, lines_per_s=rate, seconds=seconds + 30, collectives=collectives)
+    source = SyntheticSource(ranks=ranks, lines_per_s=rate, seconds=seconds + 30, collectives=collectives,
+                             period=period)
     app = DdpApp(source=source)
     lat: list[float] = []
     async with app.run_test(size=size) as pilot:
@@ -599,12 +600,15 @@ async def _measure(ranks: int, rate: int, seconds: float, presses: int, size: tu
 
 
 def measure_latency(ranks: int = 16, rate: int = 1000, seconds: float = 6.0, presses: int = 30,
-                    size: tuple[int, int] = (160, 50), collectives: bool = True, other: str = "ranks") -> dict:
+                    size: tuple[int, int] = (160, 50), collectives: bool = True, other: str = "ranks",
+                    period: float = 0.02) -> dict:
     """Keypress (t: toggle timeline) → next repaint, in ms, while ranks × rate log lines/s stream in (and, with
     `collectives`, every rank's Flight Recorder numbers every 2 s, as with flight_recorder on). `other`: the tab
-    the timeline alternates with ("collectives": its live rows are drawn half the time)."""
+    the timeline alternates with ("collectives": its live rows are drawn half the time). `period`: how often the
+    synthetic engine sends a batch (0.25: the engine's read turn while ranks only trickle, as at 1,024 ranks x 10
+    lines/s, where each batch holds every rank's lines and progress of the turn)."""
     import asyncio
-    return asyncio.run(_measure(ranks, rate, seconds, presses, size, collectives, other))
+    return asyncio.run(_measure(ranks, rate, seconds, presses, size, collectives, other, period))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from textual.containers import Grid, Vertical
 from textual.screen import Screen
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
+from ddptui.tui import compact as compact_rules
 from ddptui.tui.fit import chart_rows, fit
 from ddptui.tui.model import Changes, RunModel
 from ddptui.tui.rate import fmt_duration, fmt_rate, load_text, overloaded
@@ -19,6 +20,7 @@ from ddptui.tui.widgets.hints_view import HintsView
 from ddptui.tui.widgets.keybar import KeyBar
 from ddptui.tui.widgets.loss_chart import LossChart
 from ddptui.tui.widgets.rank_pane import RankPane
+from ddptui.tui.widgets.rank_table import RankTable
 from ddptui.tui.widgets.stacks_view import StacksView
 from ddptui.tui.widgets.timeline import TimelineView
 from ddptui.tui.widgets.verdict_view import VerdictView, verdict_shown
@@ -75,6 +77,8 @@ class RunScreen(Screen):
         Binding("t", "toggle_timeline", "timeline"),
         Binding("slash", "search", "search"),
         Binding("z", "zoom", "zoom"),
+        Binding("m", "toggle_compact", "rows/panes"),
+        Binding("g", "goto_rank", "go to rank", show=False),
         Binding("k", "tab('stacks')", "stacks", show=False),
         Binding("o", "tab('collectives')", "collectives", show=False),
         Binding("c", "tab('crash')", "crash", show=False),
@@ -95,16 +99,24 @@ class RunScreen(Screen):
         self._last_rank: int | None = None
         self._fitted: tuple = ()
         self._layout: tuple = ()  # the panes' order (node by node: RunModel.grouped_rank_ids) and the nodes drawn
+        self.compact_choice: bool | None = None  # the user's m: rows (True) or panes (False); None: tui/compact.py
+        self.compact_on = False  # the ranks tab shows the compact table instead of the pane grid
 
     def compose(self) -> ComposeResult:
         yield Static(head_text(self.model, self.source_kind), id="run-head")
         yield Banner(id="banner")
         yield Input(placeholder="filter log lines (substring) — enter keeps it, escape clears", id="search",
                     disabled=True)  # disabled while closed, so it can never hold focus unseen
+        goto = Input(placeholder="go to rank: its number, enter", id="goto", disabled=True, restrict=r"[0-9]*")
+        goto.display = False
+        yield goto
         with TabbedContent(initial="ranks", id="tabs"):
             with TabPane("Ranks", id="ranks"):
                 with RanksBox(id="ranks-box"):
                     yield Grid(id="rank-grid")
+                    table = RankTable(id="rank-table")
+                    table.display = False  # the pane grid until tui/compact.py or the user's m says rows
+                    yield table
                     yield LossChart(self.model, id="loss")
             with TabPane("Timeline", id="timeline"):
                 yield TimelineView(id="timeline-log")
@@ -134,12 +146,17 @@ class RunScreen(Screen):
         self.query_one("#run-head", Static).update(head_text(m, self.source_kind), layout=False)
         if c is None or c.run:
             self.query_one(Banner).state = banner_text(m)
-            self._ensure_panes()
+            self._choose_view()
+            if not self.compact_on:
+                self._ensure_panes()
             self._auto_switch()
             self._notify_hints()
         tab = self.query_one(TabbedContent).active
         if tab == "ranks":
-            if c is None or c.run:
+            if self.compact_on:
+                panes = []
+                self.query_one(RankTable).show(m, None if c is None or c.run or c.coll else c.ranks)
+            elif c is None or c.run:
                 panes = self.query(RankPane)
             else:
                 panes = [p for p in self.query(RankPane) if p.rank in c.ranks]
@@ -195,14 +212,49 @@ class RunScreen(Screen):
         for r, p in panes.items():
             p.set_class(r in alt, "-node-alt")
 
+    def _choose_view(self) -> bool:
+        """Compact table or pane grid (tui/compact.py, or the user's m); True when it changed."""
+        n = len(self.model.rank_ids())
+        rows = self.query_one(RanksBox).size.height
+        cols = self.model.columns()
+        on = compact_rules.want_compact(n, rows, -(-n // cols) if n else 0)
+        if self.compact_choice is not None:
+            on = self.compact_choice
+        if n > compact_rules.GRID_MAX:
+            on = True
+        if on == self.compact_on:
+            return False
+        rank = self.focused_rank()
+        self.compact_on = on
+        self.query_one("#rank-grid", Grid).display = not on
+        table = self.query_one(RankTable)
+        table.display = on
+        self._fitted = ()
+        if on:
+            table.show(self.model)
+        else:
+            self._ensure_panes()
+            for pane in self.query(RankPane):  # panes kept from before, or mounted now: drawn as they mount
+                pane.show(self.model, self.needle)
+        self.fit_panes()
+        on_tab = self.query_one(TabbedContent).active == "ranks"
+        if on_tab and (rank is not None or not isinstance(self.focused, (RankPane, RankTable, Input))):
+            self.call_after_refresh(self.focus_rank_pane, rank)  # the rank in focus stays in focus in the other view
+        return True
+
     def fit_panes(self) -> None:
         """Share the ranks tab's rows so every pane has room for its newest line (tui/fit.py)."""
         rows = self.query_one(RanksBox).size.height
         n = len(self.model.rank_ids())
         if rows <= 0:
             return  # the tab is hidden: fitted again when it shows (its size changes then)
+        if self._choose_view():
+            return  # fitted for the view it now shows
         cols = self.model.columns()
-        f = fit(rows, -(-n // cols) if n else 0, chart_rows(n))
+        if self.compact_on:
+            f = fit(rows, 0, compact_rules.compact_chart(rows, chart_rows(n), n))
+        else:
+            f = fit(rows, -(-n // cols) if n else 0, chart_rows(n))
         if (f, n, cols) == self._fitted:
             return  # setting the same styles again still costs a relayout of every pane
         self._fitted = (f, n, cols)
@@ -277,6 +329,12 @@ class RunScreen(Screen):
         self.focus_rank_pane(rank)
 
     def focus_rank_pane(self, rank: int | None) -> None:
+        if self.compact_on:
+            table = self.query_one(RankTable)
+            table.focus()
+            if rank is not None:
+                table.go_to(rank)
+            return
         panes = list(self.query(RankPane))
         for p in panes:
             if rank is None or p.rank == rank:
@@ -287,6 +345,8 @@ class RunScreen(Screen):
 
     def focused_rank(self) -> int | None:
         f = self.focused
+        if isinstance(f, RankTable):
+            return f.cursor_rank
         return f.rank if isinstance(f, RankPane) else None
 
     def action_zoom(self) -> None:
@@ -299,7 +359,50 @@ class RunScreen(Screen):
             rank = ids[0]
         self.app.push_screen(ZoomScreen(self.model, rank, self.needle))
 
+    def action_toggle_compact(self) -> None:
+        n = len(self.model.rank_ids())
+        if self.compact_on and n > compact_rules.GRID_MAX:
+            self.notify(f"{n} ranks: panes only up to {compact_rules.GRID_MAX} ranks; z or enter opens one",
+                        severity="warning")
+            return
+        self.compact_choice = not self.compact_on
+        if self.query_one(TabbedContent).active != "ranks":
+            self.action_tab("ranks")
+        self._choose_view()
+
+    def action_goto_rank(self) -> None:
+        box = self.query_one("#goto", Input)
+        box.disabled = False
+        box.display = True
+        box.value = ""
+        box.focus()
+
+    def _close_goto(self) -> None:
+        box = self.query_one("#goto", Input)
+        box.value = ""
+        box.display = False
+        box.disabled = True
+
+    @on(Input.Submitted, "#goto")
+    def _goto_done(self, event: Input.Submitted) -> None:
+        rank, why = compact_rules.goto_rank(event.value, self.model.rank_ids())
+        self._close_goto()
+        if rank is None:
+            self.notify(why, severity="warning")
+            self.focus_rank_pane(self._last_rank)
+            return
+        self.action_focus_rank(rank)
+
+    def on_rank_table_open(self, msg: RankTable.Open) -> None:
+        from ddptui.tui.screens.zoom import ZoomScreen
+        self.app.push_screen(ZoomScreen(self.model, msg.rank, self.needle))
+
     def action_back(self) -> None:
+        goto = self.query_one("#goto", Input)
+        if goto.has_focus:
+            self._close_goto()
+            self.focus_rank_pane(None)
+            return
         box = self.query_one("#search", Input)
         if box.has_focus or box.has_class("-open"):
             box.value = ""
