@@ -14,6 +14,7 @@ ANY_PYTHON = frozenset({
     "test_console_nodes", "test_tui_nodes", "test_profile_multinode",
     "test_collectives", "test_tui_collectives", "test_fr_client", "test_flight_recorder_env", "test_fr_analysis",
     "test_fr_nccl_timeout",
+    "test_tui_snapshot_matrix", "test_tui_nocolor",
     "test_tui_rate", "test_tui_throughput",
     "test_tui_compact",
     "test_attach_find", "test_attach_liveness",

@@ -101,7 +101,7 @@ async def test_hang_run_shows_banner_stacks_and_collective_frames():
         await pilot.press("escape")
         assert screen.query_one(TabbedContent).active == "ranks"
         pane = screen.query_one("#rank-1", RankPane)
-        assert pane.border_subtitle == "killed"
+        assert pane.border_subtitle == "■ killed"  # tui/marks.py: the status reads without colour
         assert app.model.hints and app.model.hints[0].code == "gloo-timeout"
 
 
@@ -116,7 +116,7 @@ async def test_crash_panel_and_failed_badges():
         body = str(screen.query_one("#crash-view .crash-text").render())
         assert "Root cause" in body and "injected crash on rank 1" in body and "rank 0: failed after it" in body
         await pilot.press("escape")
-        assert screen.query_one("#rank-1", RankPane).border_subtitle == "failed (exit 1)"
+        assert screen.query_one("#rank-1", RankPane).border_subtitle == "✗ failed (exit 1)"
         assert screen.query_one("#rank-0", RankPane).has_class("-failed")
 
 

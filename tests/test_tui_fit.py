@@ -17,8 +17,10 @@ def test_plenty_of_rows_changes_nothing():
 
 
 def test_the_chart_shrinks_first_then_the_bars_go_then_the_chart_then_the_grid_scrolls():
-    assert fit(20, 2, 12) == Fit(CHART_MIN, True, None)  # 4 ranks at 80x24
-    assert fit(36, 4, 12) == Fit(CHART_MIN, True, None)  # 16 ranks at 120x40
+    assert fit(24, 2, 12) == Fit(10, True, None)  # 4 ranks at 80x28
+    assert fit(22, 2, 12) == Fit(10, False, None)
+    assert fit(20, 2, 12) == Fit(0, True, None)  # 4 ranks at 80x24: four readable panes, not a chart over 1-line panes
+    assert fit(36, 4, 12) == Fit(12, False, None)  # 16 ranks at 120x40
     assert fit(20, 4, 12) == Fit(0, True, None)  # 16 ranks at 80x24
     assert fit(18, 4, 12) == Fit(0, False, None)  # the same with a two-row banner
     assert fit(20, 6, 8) == Fit(0, False, PANE_FRAME + TAIL_MIN)  # 32 ranks at 80x24
@@ -35,6 +37,17 @@ def test_every_pane_keeps_its_newest_line_and_the_chart_is_never_a_sliver():
                 assert f.chart + grid_rows * (PANE_FRAME + TAIL_MIN) <= box, (box, grid_rows, f)
             else:
                 assert grid_rows * (PANE_FRAME + TAIL_MIN) > box, (box, grid_rows, f)  # scroll only when nothing fits
+
+
+def test_panes_keep_tail_want_rows_whenever_the_box_has_them_the_chart_goes_first():
+    from ddptui.tui.fit import BAR, TAIL_WANT
+    for grid_rows in (1, 2, 3, 4):
+        for box in range(4, 80):
+            f = fit(box, grid_rows, 12)
+            if box >= grid_rows * (PANE_FRAME + TAIL_WANT):
+                assert tail_rows(box, grid_rows, f) >= TAIL_WANT, (box, grid_rows, f)
+            if f.chart == 0 and box >= grid_rows * (PANE_FRAME + BAR + TAIL_WANT) + CHART_MIN:
+                raise AssertionError(f"chart hidden though it fits beside readable panes: {(box, grid_rows, f)}")
 
 
 def test_no_ranks_yet_keeps_the_chart():

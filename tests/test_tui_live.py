@@ -46,7 +46,7 @@ async def test_clean_cpu_ddp_run_reaches_the_verdict(runs_dir):
         assert str(runs_dir) in app.model.run_dir
         await pilot.press("escape")
         panes = list(screen.query(RankPane))
-        assert [p.border_subtitle for p in panes] == ["exited ok", "exited ok"]
+        assert [p.border_subtitle for p in panes] == ["✓ exited ok", "✓ exited ok"]
 
 
 @pytest.mark.timeout(120)

@@ -73,7 +73,7 @@ def test_collectives_tab_shows_a_rank_falling_behind_before_any_stall(tmp_path):
         waiting = [ln for ln in s.splitlines() if "waiting" in ln and "all_reduce" in ln]
         assert waiting and waiting[0].split()[0] == "0", s  # rank 0 waits in DDP's gradient all_reduce
         assert "STALL" not in s
-        s = term.wait_until(lambda s: "· ok" in s, 90, "the run to end ok")
+        s = term.wait_until(lambda s: "· ✓ ok" in s, 90, "the run to end ok")
         term.keys("q")
         s = term.wait_for("DDPTUI-EXITED", 20)
         assert "DDPTUI-EXITED 0" in s

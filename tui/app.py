@@ -17,7 +17,9 @@ from textual.worker import Worker, WorkerState
 
 from ddptui.runners import events as ev
 from ddptui.tui.model import Changes, RunModel
+from ddptui.tui.nocolor import readable_filters
 from ddptui.tui.pace import Pace
+from ddptui.tui.sizes import size_classes
 
 JOIN_SECONDS = 60.0  # teardown is TERM → deadline → KILL per group; this only guards against a wedged engine
 
@@ -315,6 +317,13 @@ class DdpApp(App):
         self._pace_timer = None
         self._pace_at = 0.0  # when the pending timer fires
         self._quitting = False
+
+    def get_line_filters(self):
+        """Textual's NO_COLOR greys, with text kept readable on its background (tui/nocolor.py)."""
+        return readable_filters(super().get_line_filters())
+
+    def on_resize(self, event) -> None:
+        self.update_classes(size_classes(event.size.width, event.size.height))  # app.tcss: 80x24 .. 220x60
 
     def on_mount(self) -> None:
         asyncio.get_running_loop().set_default_executor(DaemonThreads())

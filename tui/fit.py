@@ -25,8 +25,9 @@ def chart_rows(ranks: int) -> int:
 def fit(box: int, grid_rows: int, chart: int) -> Fit:
     """Split `box` rows between `grid_rows` rows of panes and a chart that would like `chart` rows.
 
-    In order, until every pane has room for its newest line: the chart shrinks (not below CHART_MIN),
-    the progress bars go (the status line still says step N/M), the chart goes, then the panes get a
+    In order, until every pane has TAIL_WANT log rows: the chart shrinks (not below CHART_MIN), the progress
+    bars go (the status line still says step N/M), the chart goes (at 80x24 four panes of a few lines read
+    better than a chart over panes of one line); then the panes shrink to their newest line, and last they get a
     fixed height and the grid scrolls.
     """
     if grid_rows <= 0:
@@ -38,10 +39,10 @@ def fit(box: int, grid_rows: int, chart: int) -> Fit:
     for bars in (True, False):
         if box - chart >= need(bars, TAIL_WANT):
             return Fit(chart, bars, None)
-        shrunk = min(chart, max(CHART_MIN, box - need(bars, TAIL_WANT)))
-        if box - shrunk >= need(bars, TAIL_MIN):
-            return Fit(shrunk, bars, None)
-    for bars in (True, False):
-        if box >= need(bars, TAIL_MIN):
-            return Fit(0, bars, None)
+        if box - need(bars, TAIL_WANT) >= CHART_MIN:
+            return Fit(box - need(bars, TAIL_WANT), bars, None)
+    for tail in (TAIL_WANT, TAIL_MIN):
+        for bars in (True, False):
+            if box >= need(bars, tail):
+                return Fit(0, bars, None)
     return Fit(0, False, PANE_FRAME + TAIL_MIN)

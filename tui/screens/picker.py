@@ -7,7 +7,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
@@ -82,9 +82,10 @@ class PickerScreen(Screen):
         with Horizontal(id="picker-body"):
             yield OptionList(*[Option(p.stem, id=str(i)) for i, p in enumerate(self.paths)], id="profile-list")
             with Vertical(id="profile-detail"):
-                yield Static("", id="profile-path")
-                yield Static("", id="profile-desc")
-                yield Static("", id="profile-settings")
+                with VerticalScroll(id="profile-info", can_focus=False):  # scrolls on a short terminal: the
+                    yield Static("", id="profile-path")                   # fields and Launch below stay in view
+                    yield Static("", id="profile-desc")
+                    yield Static("", id="profile-settings")
                 with Horizontal(id="overrides"):
                     for f in OVERRIDE_FIELDS:
                         with Vertical(classes="override"):

@@ -11,6 +11,7 @@ from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from ddptui.tui import compact as compact_rules
 from ddptui.tui.fit import chart_rows, fit
+from ddptui.tui.marks import marked
 from ddptui.tui.model import Changes, RunModel
 from ddptui.tui.rate import fmt_duration, fmt_rate, load_text, overloaded
 from ddptui.tui.widgets.banner import Banner, banner_text
@@ -41,7 +42,18 @@ def head_text(model: RunModel, source_kind: str) -> Text:
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append(" ddptui ", style="bold reverse")
     t.append(f" {model.profile or '…'} ", style="bold")
-    t.append(f"· {model.runner or '?'} · {len(model.rank_ids())} ranks")
+    # the status right after the profile: the first thing an 80-column header cuts is the end
+    state = model.finished.status if model.finished else ("live" if model.start_wall else "starting")
+    job = model.job
+    if job is not None and job.state == "PENDING" and not model.finished:
+        state = "pending"
+    t.append("· ")
+    t.append(marked(state), style="bold green" if state in ("live", "ok") else "bold red" if model.finished else "")
+    if job is not None:
+        t.append(f" · job {job.job_id}")
+        if job.state != "RUNNING":  # pending (and why), or how it ended
+            t.append(f" {job.state}" + (f" ({job.reason})" if job.reason else ""), style="bold yellow")
+    t.append(f" · {model.runner or '?'} · {len(model.rank_ids())} ranks")
     if model.steps:
         t.append(f" · {model.steps} steps")
     t.append(f" · {model.elapsed():.1f}s")
@@ -51,15 +63,6 @@ def head_text(model: RunModel, source_kind: str) -> Text:
     if model.load is not None:  # a loaded machine slows every rank: not the model's fault
         t.append(f" · {load_text(model.load, model.cpus)}",
                  style="bold yellow" if model.cpus and overloaded(model.load, model.cpus) else "")
-    state = model.finished.status if model.finished else ("live" if model.start_wall else "starting")
-    job = model.job
-    if job is not None and job.state == "PENDING" and not model.finished:
-        state = "pending"
-    t.append(f" · {state}", style="bold green" if state in ("live", "ok") else "bold red" if model.finished else "")
-    if job is not None:
-        t.append(f" · job {job.job_id}")
-        if job.state != "RUNNING":  # pending (and why), or how it ended
-            t.append(f" {job.state}" + (f" ({job.reason})" if job.reason else ""), style="bold yellow")
     if source_kind == "replay":
         t.append(" · replay", style="bold yellow")
     if model.run_dir:

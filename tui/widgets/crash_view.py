@@ -7,13 +7,14 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ddptui.runners.events import CrashVerdict
+from ddptui.tui.marks import FAILED
 
 
 def render_crash(c: CrashVerdict | None) -> Text:
     if c is None:
         return Text("No crash.", style="dim")
     t = Text()
-    t.append("Root cause: ", style="bold")
+    t.append(f"{FAILED} Root cause: ", style="bold")
     t.append(f"{c.text}\n", style="bold red")
     t.append(f"rank {c.root_rank if c.root_rank is not None else '?'} · {c.exit}\n")
     others = {r: w for r, w in c.outcomes.items() if r != c.root_rank}

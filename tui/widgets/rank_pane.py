@@ -8,6 +8,7 @@ from textual.reactive import reactive
 from textual.containers import Vertical
 from textual.widgets import ProgressBar
 
+from ddptui.tui.marks import marked
 from ddptui.tui.model import RankView, RunModel, human_bytes
 from ddptui.tui.rate import fmt_step_time, phase_text
 from ddptui.tui.widgets.tail import LineView, TailView
@@ -109,7 +110,7 @@ class RankPane(Vertical, can_focus=True):
         if old is None or old.title != new.title:  # setting a border title repaints the whole pane, even unchanged
             self.border_title = new.title
         if old is None or old.badge != new.badge:
-            self.border_subtitle = new.badge
+            self.border_subtitle = marked(new.badge)  # "✗ failed (exit 1)": the status reads without colour
         if not self.has_class(new.cls):
             self.remove_class(*BADGE_CLASSES)
             self.add_class(new.cls)
