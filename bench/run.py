@@ -1,7 +1,7 @@
 """`make bench`: ddptui's overhead, ingest throughput, stall latency, memory, start-up and UI latency,
 measured side by side with what users would run instead (bare torchrun, torchrun --tee, a plain pipe).
 
-  .venv/bin/python bench/run.py [--quick] [--repeats N] [--only overhead,ingest,engine,stall,memory,startup,ui,multinode,fr]
+  .venv/bin/python bench/run.py [--quick] [--repeats N] [--only overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach]
 
 Writes bench/results.md (the README's performance section is made from it) and bench/results.json; with --only, the
 sections not run keep their figures from the results.json already there (each section says when it was measured).
@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 
 import fr_overhead  # bench/ is this script's folder, first on sys.path
+import attach_cost  # noqa: E402
 import multinode
 from ingest_engine import count_lines
 
@@ -770,6 +771,8 @@ def write_report(res: dict, cfg) -> str:
         L += multinode.report(res["multinode"], fmt3)
     if "fr" in res:
         L += fr_overhead.report(res["fr"], fmt3)
+    if "attach" in res:
+        L += attach_cost.report(res["attach"], fmt3)
     return "\n".join(L) + "\n"
 
 
@@ -804,7 +807,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 repeat, smaller sizes (smoke run)")
     ap.add_argument("--repeats", type=int, default=None)
-    ap.add_argument("--only", default="overhead,ingest,engine,stall,memory,startup,ui,multinode,fr")
+    ap.add_argument("--only", default="overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach")
     ap.add_argument("--out", default=str(BENCH / "results.md"))
     ap.add_argument("--report-only", action="store_true", help="re-render results.md from the JSON next to it")
     cfg = ap.parse_args()
@@ -823,6 +826,7 @@ def main() -> int:
     cfg.fr_steps = 300 if q else 1500  # ~7 ms a step here: ~10 s of steps a run, ~5 looks of the live view
     cfg.fr_repeats = 1 if q else max(cfg.repeats, 5)
     cfg.fr_loop_n, cfg.fr_loop_pairs = (500, 1) if q else (3000, 7)
+    cfg.attach_pairs, cfg.attach_window, cfg.attach_stack_every = (1, 8.0, 5.0) if q else (5, 20.0, 5.0)
     only = set(cfg.only.split(","))
     if cfg.report_only:
         out = Path(cfg.out)
@@ -847,7 +851,8 @@ def main() -> int:
     steps = [("startup", bench_startup), ("overhead", bench_overhead), ("ingest", bench_ingest),
              ("engine", bench_engine), ("memory", bench_memory), ("stall", bench_stall), ("ui", bench_ui),
              ("multinode", lambda c, w, r: multinode.bench(c, w, r, log, mmm)),
-             ("fr", lambda c, w, r: fr_overhead.bench(c, w, r, log, mmm))]
+             ("fr", lambda c, w, r: fr_overhead.bench(c, w, r, log, mmm)),
+             ("attach", lambda c, w, r: attach_cost.bench(c, w, r, log, mmm))]
     try:
         for name, fn in steps:
             if name in only:

@@ -28,8 +28,8 @@ def test_the_chart_shrinks_first_then_the_bars_go_then_the_chart_then_the_grid_s
 
 def test_every_pane_keeps_its_newest_line_and_the_chart_is_never_a_sliver():
     for grid_rows in (1, 2, 3, 4, 5, 6, 8):
-        pref = chart_rows(grid_rows * 4)
         for box in range(4, 60):
+            pref = chart_rows(grid_rows * 4, box)
             f = fit(box, grid_rows, pref)
             assert tail_rows(box, grid_rows, f) >= TAIL_MIN, (box, grid_rows, f)
             assert f.chart == 0 or CHART_MIN <= f.chart <= pref, (box, grid_rows, f)
@@ -52,3 +52,18 @@ def test_panes_keep_tail_want_rows_whenever_the_box_has_them_the_chart_goes_firs
 
 def test_no_ranks_yet_keeps_the_chart():
     assert fit(20, 0, 12) == Fit(12, True, None)
+
+
+def test_the_chart_takes_a_share_of_a_big_screen():
+    from ddptui.tui.fit import CHART_MAX
+    assert chart_rows(2, 19) == 12  # 80x24: as tall as it always was
+    assert chart_rows(2, 44) == 17  # 160x48
+    assert chart_rows(2, 56) == 21  # 220x60: 38 % of the ranks tab
+    assert chart_rows(64, 56) == 14  # many ranks: their panes (or the compact table) need the rows
+    assert chart_rows(2, 300) == CHART_MAX
+    for ranks in (1, 2, 8, 16, 17, 64):
+        heights = [chart_rows(ranks, box) for box in range(4, 200)]
+        assert heights == sorted(heights), ranks  # never shorter on a taller screen
+    assert fit(56, 1, chart_rows(2, 56)) == Fit(21, True, None)  # 2 ranks at 220x60
+    assert fit(56, 4, chart_rows(16, 56)) == Fit(21, True, None)  # 16 ranks at 220x60: panes keep TAIL_WANT rows
+    assert fit(44, 4, chart_rows(16, 44)) == Fit(16, True, None)  # 16 ranks at 160x48: the chart gives up a row

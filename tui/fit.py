@@ -8,6 +8,10 @@ BAR = 1  # the progress bar row under the status line
 TAIL_MIN = 1  # log rows a pane keeps whatever the screen: its newest line
 TAIL_WANT = 3  # log rows per pane the chart gives up rows for
 CHART_MIN = 9  # three rows of curve; fewer and plotext draws nothing readable: the chart is hidden instead
+CHART_BASE = 12  # the chart's height on a small screen when rows are plenty (at 80x24)
+CHART_SHARE = 0.38  # of the ranks box, on a big screen: the curves get taller as the terminal does
+CHART_SHARE_MANY = 0.25  # the same with more than 16 ranks, whose panes need the rows
+CHART_MAX = 40  # rows; a taller chart shows no more (it is as fine as the losses it thins) and costs more to draw
 
 
 @dataclass(frozen=True)
@@ -17,9 +21,12 @@ class Fit:
     row: int | None  # fixed pane height when not even that fits (the grid scrolls); None: panes share the rows
 
 
-def chart_rows(ranks: int) -> int:
-    """The chart's height when rows are plenty: smaller for many ranks, whose panes need the rows."""
-    return CHART_MIN if ranks > 16 else 12
+def chart_rows(ranks: int, box: int) -> int:
+    """The chart's height when rows are plenty: a share of the `box` rows of the ranks tab, not less than it has on a
+    small screen; smaller for many ranks, whose panes need the rows. fit() shrinks it when the panes need them."""
+    many = ranks > 16
+    share = round(box * (CHART_SHARE_MANY if many else CHART_SHARE))
+    return min(CHART_MAX, max(CHART_MIN if many else CHART_BASE, share))
 
 
 def fit(box: int, grid_rows: int, chart: int) -> Fit:

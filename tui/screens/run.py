@@ -255,9 +255,9 @@ class RunScreen(Screen):
             return  # fitted for the view it now shows
         cols = self.model.columns()
         if self.compact_on:
-            f = fit(rows, 0, compact_rules.compact_chart(rows, chart_rows(n), n))
+            f = fit(rows, 0, compact_rules.compact_chart(rows, chart_rows(n, rows), n))
         else:
-            f = fit(rows, -(-n // cols) if n else 0, chart_rows(n))
+            f = fit(rows, -(-n // cols) if n else 0, chart_rows(n, rows))
         if (f, n, cols) == self._fitted:
             return  # setting the same styles again still costs a relayout of every pane
         self._fitted = (f, n, cols)
