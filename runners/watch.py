@@ -37,6 +37,8 @@ class Watch:
         engine host's load average and CPUs: sent even before any rank's pid is known, a start-up's load shows).
         no_cpu: rank -> why it cannot be sampled ("runs on node1"): neither busy nor idle to the busy test."""
         self._no_cpu = dict(no_cpu or {})
+        if host_load is not None and self._no_cpu and all(r in self._no_cpu for r in self.sample_targets()):
+            host_load = None  # every rank runs on another node: this host's load says nothing of theirs
         cpu, rss = {}, {}
         for rank, (pid, mono, used, size) in samples.items():
             t = self.s.tracks[rank]

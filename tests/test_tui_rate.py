@@ -254,3 +254,15 @@ def test_console_summary_without_progress_or_load_says_nothing_of_them():
     assert t.line() is None
     t.resources(0.4, 16)
     assert t.line() == "machine load up to 0.4/16 cpus"
+
+
+def test_the_hosts_load_is_sent_each_sample_unless_every_rank_runs_on_another_node():
+    from tests.test_judge import PIDS, T0, make, of
+    j = make()
+    got = of(j.resources({}, host_load=(29.7, 2)), ev.Resources)  # no rank's pid known yet: the load still goes
+    assert [(e.cpu, e.load, e.cpus) for e in got] == [({}, 29.7, 2)]
+    assert not of(j.resources({}, host_load=None), ev.Resources)  # no load average on this system, no CPU sample
+    got = of(j.resources({0: (PIDS[0], T0 + 1, 1.0, 10)}, no_cpu={1: "runs on node1"}, host_load=(1.0, 2)),
+             ev.Resources)
+    assert [(e.load, e.cpus) for e in got] == [(1.0, 2)]  # rank 0 runs here
+    assert not of(j.resources({}, no_cpu={0: "runs on node1", 1: "runs on node1"}, host_load=(1.0, 2)), ev.Resources)
