@@ -184,3 +184,77 @@ def test_attach_to_a_pid_that_is_no_job_is_one_line_and_exit_2(tmp_path):
     finally:
         plain.kill()
         plain.wait()
+
+
+@pytest.mark.timeout(240)
+def test_attach_dashboard_s_asks_n_keeps_the_job_y_stops_it_through_torchrun_q_detaches(tmp_path):
+    from ddptui.tui.app import AttachSource, DdpApp
+    from ddptui.tui.screens.confirm_stop_job import ConfirmStopJob
+    from tests.test_tui_app import SIZE, aio, until
+
+    job = torchrun(tmp_path, "healthy_ddp_loop.py", *LOGS, out=tmp_path / "agent.log")
+    try:
+        found = wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
+        wait_for(lambda: all(steps(rank_file(tmp_path, r)) >= 2 for r in (0, 1)), 90, "training lines", job)
+
+        @aio
+        async def drive():
+            app = DdpApp(source=AttachSource(found, tmp_path / "runs", 60.0, 5.0))
+            async with app.run_test(size=SIZE) as pilot:
+                await until(pilot, lambda: app.model is not None and len(app.model.ranks) == 2 and all(
+                    rv.pid for rv in app.model.ranks.values()), 60, "the attached ranks")
+                await pilot.press("s")
+                await until(pilot, lambda: isinstance(app.screen, ConfirmStopJob), 10, "the question")
+                assert f"SIGTERM to torchrun's agent (pid {job.pid})" in app.screen.what
+                await pilot.press("n")
+                await until(pilot, lambda: not isinstance(app.screen, ConfirmStopJob), 10, "no")
+                assert job.poll() is None and app.running
+                await pilot.press("s")
+                await until(pilot, lambda: isinstance(app.screen, ConfirmStopJob), 10, "the question again")
+                await pilot.press("y")
+                await until(pilot, lambda: not app.running, 90, "the job ended through torchrun, and attach with it")
+                await pilot.press("q")
+            app.shutdown(30)
+            return app
+
+        app = drive()
+        assert job.wait(timeout=60) is not None
+        assert app.model.finished is not None and app.model.finished.status in ("ok", "failed")
+        lines = (record(tmp_path) / "launcher.log").read_text()
+        assert f"ddptui: stop asked: SIGTERM sent to pid {job.pid}" in lines
+    finally:
+        stop(job)
+
+
+@pytest.mark.timeout(240)
+def test_attach_where_ptrace_is_refused_says_so_and_sends_no_signal(tmp_path):
+    """Rank 1 is held by another tracer (as under a debugger): the kernel refuses py-spy. A launched run would fall back
+    to SIGUSR1 (faulthandler); attach never signals, so the stack file and the verdict say what py-spy was told."""
+    job = torchrun(tmp_path, "hang_ddp.py", *LOGS, out=tmp_path / "agent.log")
+    holder = None
+    try:
+        wait_for(lambda: "hanging at step 3" in text(rank_file(tmp_path, 1)), 120, "rank 1 hangs", job)
+        found = find_job(job.pid)
+        holder = subprocess.Popen([sys.executable, str(Path(__file__).parent / "fixtures" / "ptrace_holder.py"),
+                                   str(found.ranks[1].pid)], stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline().strip() == "seized"
+        files = [rank_file(tmp_path, r) for r in (0, 1)]
+        wait_for(lambda: all(time.time() - os.stat(f).st_mtime > 3 for f in files), 60, "both quiet 3 s", job)
+        r = attach(tmp_path, job.pid, "--no-ui", "--stall-after", "2")
+        assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-2000:]
+        run = record(tmp_path)
+        stacks = json.loads((run / "stacks" / "01-stall" / "stacks.json").read_text())
+        assert stacks["method"]["0"] == "py-spy"
+        assert stacks["method"]["1"].startswith("unavailable: ") and "Operation not permitted" in stacks["method"]["1"]
+        assert "Operation not permitted" in (run / "stacks" / "01-stall" / "rank1.txt").read_text()
+        assert "rank 0 wait in all_reduce inside backward" in r.stdout  # the rank py-spy could read still speaks
+        assert "rank 1: no stacks, likely the culprit" in r.stdout
+        assert json.loads((run / "summary.json").read_text())["hang"]["culprits"] == [1]
+        status = open(f"/proc/{found.ranks[1].pid}/status").read()
+        assert "SigPnd:\t0000000000000000" in status and "ShdPnd:\t0000000000000000" in status  # no SIGUSR1 sent
+        assert job.poll() is None
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+        stop(job)
