@@ -84,3 +84,13 @@ def test_size_classes_at_the_three_sizes():
     assert on(80, 24) == {"-term-narrow", "-term-short"}
     assert on(160, 48) == set()
     assert on(220, 60) == {"-term-wide", "-term-tall"}
+
+
+def test_wide_terminals_get_more_columns_when_that_saves_rows_of_panes():
+    from ddptui.tui.sizes import wide_columns
+    assert wide_columns(2, 3, 220) == 3  # 3 ranks: one row of three 73-column panes instead of two rows
+    assert wide_columns(2, 4, 220) == 2  # 3 columns would still need two rows: no gain
+    assert wide_columns(2, 3, 160) == 2  # not wide
+    assert wide_columns(3, 8, 300) == 4  # 4 x 75 columns: two rows instead of three
+    assert wide_columns(2, 3, 220, grouped=True) == 2  # by node: each row starts a node
+    assert wide_columns(4, 16, 220) == 4  # 5 columns would be 44 wide

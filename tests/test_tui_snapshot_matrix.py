@@ -67,7 +67,20 @@ def test_snapshot_picker_80x24_with_an_invalid_override(snap_compare, monkeypatc
     assert snap_compare(DdpApp(), terminal_size=(80, 24), run_before=bad_steps)
 
 
-# (E: the compact per-rank view at 64 ranks goes here, as test_snapshot_compact_64_ranks over SIZES x NO_COLOR.)
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("nocolor", [False, True], ids=["color", "nocolor"])
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_compact_64_ranks(snap_compare, monkeypatch, size, nocolor):
+    """64 ranks (fixed walls, no clock): the compact view, rank 17 failed, 40 behind and 50 slow on top."""
+    from tests.test_tui_compact import many_ranks
+    _color(nocolor, monkeypatch)
+
+    async def shown(pilot) -> None:
+        assert pilot.app.no_color is nocolor
+        await settle(pilot, pilot.app)
+        await until(pilot, lambda: pilot.app.screen.compact_on and "✗ 17" in screen_text(pilot.app), 10, "the rows")
+
+    assert snap_compare(DdpApp(source=ScriptSource(many_ranks())), terminal_size=size, run_before=shown)
 
 
 # -- what each size must keep, as assertions (the snapshots show it; these say it) ------------------------------------
@@ -113,6 +126,23 @@ async def test_run_screen_at_80x24_gives_four_ranks_panes_that_read():
         for r in range(4):
             shown = [n for n in range(60) if f"r{r}-line{n:04d}" in text]
             assert len(shown) >= TAIL_WANT and shown[-1] == 59, (r, shown, text)
+        app.source.request_stop()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("size,columns", [((160, 48), 2), ((220, 60), 3)], ids=["160x48", "220x60"])
+@aio
+async def test_a_wide_terminal_puts_three_ranks_in_one_row(size, columns):
+    from textual.containers import Grid
+    from ddptui.tui.widgets.rank_pane import RankPane
+    app = DdpApp(source=ScriptSource([pane_run(3)[0](time.time())], kind="live", hold=True))
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot, app)
+        await until(pilot, lambda: len(app.screen.query(RankPane)) == 3, 10, "three panes")
+        await pilot.pause()
+        assert app.screen.query_one("#rank-grid", Grid).styles.grid_size_columns == columns
+        tops = {p.region.y for p in app.screen.query(RankPane)}
+        assert len(tops) == (1 if columns == 3 else 2), tops
         app.source.request_stop()
 
 

@@ -14,3 +14,21 @@ def size_classes(width: int, height: int) -> dict[str, bool]:
     a pushed screen gets its classes at the next resize, so they are set on the app, every screen's ancestor)."""
     return {"-term-narrow": width < NARROW_BELOW, "-term-wide": width >= WIDE_FROM,
             "-term-short": height < SHORT_BELOW, "-term-tall": height >= TALL_FROM}
+
+
+PANE_WIDE = 72  # columns a pane keeps when a wide terminal gets more columns of panes: a stamp and ~60 characters
+
+
+def wide_columns(cols: int, ranks: int, width: int, grouped: bool = False) -> int:
+    """Columns of the rank grid on a terminal `width` wide: more than `cols` (RunModel.columns) when it is wide
+    and that saves rows of panes (taller panes, more of each log) while each stays PANE_WIDE; a grid grouped by
+    node keeps its columns (each row begins with a node's first rank)."""
+    if grouped or width < WIDE_FROM:
+        return cols
+    best = cols
+    for c in range(cols + 1, ranks + 1):
+        if width // c < PANE_WIDE:
+            break
+        if -(-ranks // c) < -(-ranks // best):
+            best = c
+    return best

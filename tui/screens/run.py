@@ -12,6 +12,7 @@ from textual.widgets import Input, Static, TabbedContent, TabPane
 from ddptui.tui import compact as compact_rules
 from ddptui.tui.fit import chart_rows, fit
 from ddptui.tui.marks import marked
+from ddptui.tui.sizes import wide_columns
 from ddptui.tui.model import Changes, RunModel
 from ddptui.tui.rate import fmt_duration, fmt_rate, load_text, overloaded
 from ddptui.tui.widgets.banner import Banner, banner_text
@@ -202,7 +203,7 @@ class RunScreen(Screen):
         if missing or layout != self._layout:
             self._layout = layout
             self._group_panes(grid, want, [rs for k, rs in groups.items() if k])
-            grid.styles.grid_size_columns = self.model.columns()
+            grid.styles.grid_size_columns = self.grid_columns()
             self.fit_panes()
 
     def _group_panes(self, grid: Grid, order: list[int], placed: list[list[int]]) -> None:
@@ -219,7 +220,7 @@ class RunScreen(Screen):
         """Compact table or pane grid (tui/compact.py, or the user's m); True when it changed."""
         n = len(self.model.rank_ids())
         rows = self.query_one(RanksBox).size.height
-        cols = self.model.columns()
+        cols = self.grid_columns()
         on = compact_rules.want_compact(n, rows, -(-n // cols) if n else 0)
         if self.compact_choice is not None:
             on = self.compact_choice
@@ -245,6 +246,12 @@ class RunScreen(Screen):
             self.call_after_refresh(self.focus_rank_pane, rank)  # the rank in focus stays in focus in the other view
         return True
 
+    def grid_columns(self) -> int:
+        """The model's columns (by rank count, by node), more on a wide terminal (tui/sizes.py)."""
+        groups = self.model.nodes()
+        return wide_columns(self.model.columns(), len(self.model.rank_ids()), self.size.width,
+                            grouped=len(groups) > 1 and "" not in groups)
+
     def fit_panes(self) -> None:
         """Share the ranks tab's rows so every pane has room for its newest line (tui/fit.py)."""
         rows = self.query_one(RanksBox).size.height
@@ -253,7 +260,7 @@ class RunScreen(Screen):
             return  # the tab is hidden: fitted again when it shows (its size changes then)
         if self._choose_view():
             return  # fitted for the view it now shows
-        cols = self.model.columns()
+        cols = self.grid_columns()
         if self.compact_on:
             f = fit(rows, 0, compact_rules.compact_chart(rows, chart_rows(n, rows), n))
         else:
@@ -261,6 +268,7 @@ class RunScreen(Screen):
         if (f, n, cols) == self._fitted:
             return  # setting the same styles again still costs a relayout of every pane
         self._fitted = (f, n, cols)
+        self.query_one("#rank-grid", Grid).styles.grid_size_columns = cols  # the terminal's width can change them
         chart = self.query_one(LossChart)
         chart.display = f.chart > 0
         if f.chart:
