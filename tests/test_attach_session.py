@@ -258,3 +258,35 @@ def test_attach_where_ptrace_is_refused_says_so_and_sends_no_signal(tmp_path):
             holder.kill()
             holder.wait()
         stop(job)
+
+
+@pytest.mark.timeout(300)
+def test_attach_slurm_no_ui_follows_the_jobs_ranks_and_leaves_it_running(slurm_clean, tmp_path):
+    cluster = slurm_clean
+    logs = tmp_path / "slurm"
+    logs.mkdir()
+    fixture = Path(__file__).resolve().parent / "fixtures" / "slurm_procid_ddp_loop.py"
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(cluster.free_port()), "OMP_NUM_THREADS": "1"}
+    job = cluster.on_node(0, ["srun", "-N2", "--ntasks-per-node=1", "--job-name=h-attach",
+                              f"--output={logs}/rank%t.out", f"--error={logs}/rank%t.err",
+                              sys.executable, "-u", str(fixture)], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 150
+        while not all("step 10 " in text(str(logs / f"rank{r}.out")) for r in (0, 1)):
+            assert job.poll() is None and time.monotonic() < deadline, "both ranks training"
+            time.sleep(0.2)
+        job_id = next(j[0] for j in cluster.jobs() if j[1] == "RUNNING")
+        r = subprocess.run(CLI + ["attach", "--slurm", job_id, "--no-ui", "--runs-dir", str(tmp_path / "runs")],
+                           capture_output=True, text=True, timeout=180,
+                           env={**os.environ, "SLURM_CONF": str(cluster.conf_path)})
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+        assert f"attached to slurm job {job_id}" in r.stdout and "2 of 2 ranks found" in r.stdout
+        assert "[rank 0] step " in r.stdout and "[rank 1] step " in r.stdout and "[stall]" not in r.stdout
+        run = record(tmp_path)
+        assert run.name.endswith(f"-attach-{job_id}")
+        stacks = json.loads((run / "stacks" / "01-on-request" / "stacks.json").read_text())
+        assert stacks["method"] == {"0": "py-spy", "1": "py-spy"}
+        assert job.poll() is None and (job_id, "RUNNING") in [tuple(j[:2]) for j in cluster.jobs()]
+    finally:
+        cluster.end_job(job)
