@@ -11,7 +11,7 @@ from textual.widgets import Input, TabbedContent
 from ddptui.runners import events as ev
 from ddptui.tui import compact
 from ddptui.tui.app import DdpApp
-from ddptui.tui.compact import BEHIND, FAILED, OTHER, SLOW, STALLED, Facts, order
+from ddptui.tui.compact import BEHIND, FAILED, OTHER, ROOT, SLOW, STALLED, Facts, order
 from ddptui.tui.model import LINES_PER_RANK, LOSS_POINTS, RunModel
 from ddptui.tui.screens.run import RunScreen
 from ddptui.tui.screens.zoom import ZoomScreen
@@ -22,9 +22,10 @@ from tests.test_tui_app import ScriptSource, aio, screen_text, settle, until
 
 # -- the order ------------------------------------------------------------------------------------
 
-def test_failed_then_stalled_then_behind_then_slow_then_by_rank():
-    rows = [Facts(0, OTHER), Facts(1, SLOW), Facts(2, BEHIND), Facts(3, STALLED), Facts(4, FAILED), Facts(5, OTHER)]
-    assert order(rows) == [4, 3, 2, 1, 0, 5]
+def test_root_cause_then_failed_then_stalled_then_behind_then_slow_then_by_rank():
+    rows = [Facts(0, OTHER), Facts(1, SLOW), Facts(2, BEHIND), Facts(3, STALLED), Facts(4, FAILED), Facts(5, OTHER),
+            Facts(6, ROOT)]
+    assert order(rows) == [6, 4, 3, 2, 1, 0, 5]
 
 
 def test_user_keys_put_the_worst_first_within_a_group_and_ranks_without_a_value_last():
@@ -46,10 +47,13 @@ def test_trouble_reads_the_rank_state_the_stall_and_the_laggards():
                ev.StallDetected((4,), (0,), 0.5, 30.0, 1.0), ev.CollectiveProgress({}, (5,), 1.0)])
     assert [compact.trouble(m.rank(r), {4}, {5}) for r in range(6)] == [OTHER, FAILED, SLOW, FAILED, STALLED, BEHIND]
     assert compact.model_order(m) == [1, 3, 4, 5, 2, 0]
+    m.apply([ev.CrashVerdict("rank 3 failed first", 3, (1,), "exit 1", (), 2.0)])  # the root cause above the rest
+    assert compact.root_ranks(m) == {3} and compact.model_order(m) == [3, 1, 4, 5, 2, 0]
+    assert compact.status_words(m.rank(3), ROOT) == "failed (exit 1) · root cause"
 
 
 facts_lists = st.lists(
-    st.builds(Facts, rank=st.integers(0, 10_000), trouble=st.sampled_from([FAILED, STALLED, BEHIND, SLOW, OTHER]),
+    st.builds(Facts, rank=st.integers(0, 10_000), trouble=st.sampled_from([ROOT, FAILED, STALLED, BEHIND, SLOW, OTHER]),
               step=st.none() | st.integers(0, 10**6), step_time=st.none() | st.floats(0, 100, allow_nan=False),
               loss=st.none() | st.floats(allow_nan=True, allow_infinity=True)),
     max_size=60, unique_by=lambda f: f.rank)
@@ -106,14 +110,14 @@ def test_goto_rank_answers():
 
 def test_retention_is_shared_out_of_a_budget_at_many_ranks():
     assert compact.kept_per_rank(16, compact.LINE_BUDGET, LINES_PER_RANK) == LINES_PER_RANK
-    assert compact.kept_per_rank(128, compact.LINE_BUDGET, LINES_PER_RANK) == LINES_PER_RANK
-    assert compact.kept_per_rank(1024, compact.LINE_BUDGET, LINES_PER_RANK) == 250
+    assert compact.kept_per_rank(64, compact.LINE_BUDGET, LINES_PER_RANK) == LINES_PER_RANK
+    assert compact.kept_per_rank(1024, compact.LINE_BUDGET, LINES_PER_RANK) == 125
     assert compact.kept_per_rank(10**6, compact.LINE_BUDGET, LINES_PER_RANK) == 100
     m = RunModel()
     m.apply([ev.RunStarted("/r", "p", "torchrun", 1024, None, 0.0)])
     m.apply([ev.LogLines(r, "out", 1.0, 0.0, tuple(f"r{r} l{i}" for i in range(600))) for r in range(1024)])
     m.apply([ev.Progress(r, 600, 0.5, 1.0, "hook", tuple((i, 1.0 / (i + 1)) for i in range(600))) for r in range(1024)])
-    assert sum(len(rv.lines) for rv in m.ranks.values()) == 1024 * 250 <= compact.LINE_BUDGET
+    assert sum(len(rv.lines) for rv in m.ranks.values()) == 1024 * 125 <= compact.LINE_BUDGET
     assert sum(len(rv.losses) for rv in m.ranks.values()) <= compact.LOSS_BUDGET
     assert m.ranks[7].lines[-1][2] == "r7 l599" and m.ranks[7].losses[-1] == (599, 1.0 / 600)  # the newest kept
     small = RunModel()

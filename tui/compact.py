@@ -17,9 +17,10 @@ SORT_KEYS = ("rank", "step", "step_time", "loss")
 SORT_WORDS = {"rank": "rank", "step": "step (lowest first)", "step_time": "step time (slowest first)",
               "loss": "loss (highest first)"}
 
-# Why a rank is on top, worst first; the words are the row's marker (text, never colour alone).
-FAILED, STALLED, BEHIND, SLOW, OTHER = range(5)
-MARKS = {FAILED: "✗", STALLED: "!", BEHIND: "<", SLOW: "~", OTHER: " "}
+# Why a rank is on top, worst first; the words are the row's marker (text, never colour alone). ROOT: the failed rank
+# the crash verdict names as the root cause (or failed with it), above the ranks that failed after it.
+ROOT, FAILED, STALLED, BEHIND, SLOW, OTHER = range(6)
+MARKS = {ROOT: "✗", FAILED: "✗", STALLED: "!", BEHIND: "<", SLOW: "~", OTHER: " "}
 
 
 def want_compact(ranks: int, box_rows: int, grid_rows: int) -> bool:
@@ -44,16 +45,17 @@ class Facts:
     """What sorting needs of one rank."""
 
     rank: int
-    trouble: int  # FAILED ... OTHER
+    trouble: int  # ROOT ... OTHER
     step: int | None = None
     step_time: float | None = None
     loss: float | None = None
 
 
-def trouble(rv: "RankView", stalled: frozenset | set, laggards: frozenset | set) -> int:
+def trouble(rv: "RankView", stalled: frozenset | set, laggards: frozenset | set, root: frozenset | set = frozenset()
+            ) -> int:
     s = rv.status
     if s in ("failed", "killed") or (s == "exited" and rv.returncode):
-        return FAILED
+        return ROOT if rv.rank in root else FAILED
     if s == "stalled" or rv.rank in stalled:
         return STALLED
     if rv.rank in laggards:
@@ -63,8 +65,16 @@ def trouble(rv: "RankView", stalled: frozenset | set, laggards: frozenset | set)
     return OTHER
 
 
-def facts(rv: "RankView", stalled, laggards) -> Facts:
-    return Facts(rv.rank, trouble(rv, stalled, laggards), rv.step, rv.step_time, rv.loss)
+def facts(rv: "RankView", stalled, laggards, root=frozenset()) -> Facts:
+    return Facts(rv.rank, trouble(rv, stalled, laggards, root), rv.step, rv.step_time, rv.loss)
+
+
+def root_ranks(model: "RunModel") -> frozenset:
+    """The crash verdict's root cause and the ranks that failed with it."""
+    c = model.crash
+    if c is None or c.root_rank is None:
+        return frozenset()
+    return frozenset((c.root_rank, *c.together))
 
 
 def _key(f: Facts, by: str) -> tuple:
@@ -87,8 +97,8 @@ def _key(f: Facts, by: str) -> tuple:
 
 
 def order(rows: Iterable[Facts], by: str = "rank") -> list[int]:
-    """Ranks top to bottom: failed, stalled, behind in collectives (RunModel.laggards), slow, then the rest; within
-    each, by the user's key (SORT_KEYS, worst first), then by rank."""
+    """Ranks top to bottom: the crash's root cause, the other failed, stalled, behind in collectives
+    (RunModel.laggards), slow, then the rest; within each, by the user's key (SORT_KEYS, worst first), then by rank."""
     if by not in SORT_KEYS:
         raise ValueError(f"unknown sort key {by!r}")
     return [f.rank for f in sorted(rows, key=lambda f: _key(f, by))]
@@ -100,8 +110,8 @@ def next_sort(by: str) -> str:
 
 def model_order(model: "RunModel", by: str = "rank") -> list[int]:
     stalled = frozenset(model.stall.stalled) if model.stall is not None else frozenset()
-    lag = frozenset(model.laggards)
-    return order((facts(model.rank(r), stalled, lag) for r in model.rank_ids()), by)
+    lag, root = frozenset(model.laggards), root_ranks(model)
+    return order((facts(model.rank(r), stalled, lag, root) for r in model.rank_ids()), by)
 
 
 # -- what a row says ------------------------------------------------------------------------------
@@ -112,6 +122,8 @@ SORT_COLUMN = {"rank": "rank", "step": "step", "step_time": "step time", "loss":
 
 def status_words(rv: "RankView", why: int) -> str:
     b = rv.badge()
+    if why == ROOT:
+        return f"{b} · root cause"
     if why == BEHIND:
         return f"{b} · BEHIND"
     if why == STALLED and not b.startswith("stalled"):
@@ -164,13 +176,13 @@ def goto_rank(text: str, ids: Iterable[int]) -> tuple[int | None, str]:
 
 # -- how much of each rank's history the model keeps ---------------------------------------------
 
-LINE_BUDGET = 256_000  # log lines kept over all ranks (about 220 bytes each): the pane tails and zoom read these
-LOSS_BUDGET = 256_000  # loss points kept over all ranks
+LINE_BUDGET = 128_000  # log lines kept over all ranks (about 170 bytes each with their tuple): pane tails and zoom read these
+LOSS_BUDGET = 128_000  # loss points kept over all ranks (about 110 bytes each)
 
 
 def kept_per_rank(ranks: int, budget: int, most: int, least: int = 100) -> int:
     """Per-rank retention: `most` (the model's default) until `ranks` × most passes `budget`, then the budget shared,
-    never below `least`: 2,000 lines each up to 128 ranks, 250 each at 1,024."""
+    never below `least`: 2,000 lines each up to 64 ranks, 125 each at 1,024."""
     if ranks <= 0:
         return most
     return max(least, min(most, budget // ranks))

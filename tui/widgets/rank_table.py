@@ -65,7 +65,7 @@ class RankTable(ScrollView, can_focus=True):
         super().__init__(**kw)
         self.model: RunModel | None = None
         self.rows: dict[int, tuple[str, ...]] = {}  # rank -> its cells (compact.row_cells), formatted when shown
-        self.why: dict[int, int] = {}  # rank -> compact.FAILED ... OTHER
+        self.why: dict[int, int] = {}  # rank -> compact.ROOT ... OTHER
         self.facts: dict[int, compact.Facts] = {}
         self.order: list[int] = []
         self.cursor_rank: int | None = None
@@ -79,11 +79,11 @@ class RankTable(ScrollView, can_focus=True):
         self.model = model
         ids = model.rank_ids()
         stalled = frozenset(model.stall.stalled) if model.stall is not None else frozenset()
-        lag = frozenset(model.laggards)
+        lag, root = frozenset(model.laggards), compact.root_ranks(model)
         todo = ids if changed is None or len(self.facts) != len(ids) else [r for r in changed if r in model.ranks]
         for r in todo:
             rv = model.rank(r)
-            why = compact.trouble(rv, stalled, lag)
+            why = compact.trouble(rv, stalled, lag, root)
             self.why[r] = why
             self.facts[r] = compact.Facts(r, why, rv.step, rv.step_time, rv.loss)
             self.rows.pop(r, None)
@@ -154,7 +154,7 @@ class RankTable(ScrollView, can_focus=True):
         r = self.order[i]
         cells = self.cells(r)
         why = self.why[r]
-        style = st[{compact.FAILED: "failed", compact.STALLED: "stalled", compact.BEHIND: "behind",
+        style = st[{compact.ROOT: "failed", compact.FAILED: "failed", compact.STALLED: "stalled", compact.BEHIND: "behind",
                     compact.SLOW: "slow"}.get(why, "")]
         if why == compact.OTHER and cells[3] == "exited ok":
             style = st["ok"]
