@@ -114,6 +114,22 @@ async def test_picker_at_80x24_shows_launch_the_error_line_and_all_three_fields(
 
 @pytest.mark.timeout(60)
 @aio
+async def test_help_at_80x24_is_inside_the_screen_and_scrolls_to_its_end(monkeypatch):
+    """The run screen's help is longer than 24 rows and was 84 columns wide: cut on the right and at the bottom."""
+    _color(False, monkeypatch)
+    app = replay_app("cpu-ddp", until=9.70)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await replayed(pilot)
+        await pilot.press("question_mark")
+        await until(pilot, lambda: app.screen.query("#help-box"), 10, "the help")
+        box = app.screen.query_one("#help-box")
+        assert app.screen.region.contains_region(box.region), box.region
+        box.scroll_end(animate=False)
+        await until(pilot, lambda: "escape closes" in screen_text(app), 10, "the help's last line")
+
+
+@pytest.mark.timeout(60)
+@aio
 async def test_run_screen_at_80x24_gives_four_ranks_panes_that_read():
     """4 ranks at 80x24 (two rows of panes): each pane shows at least TAIL_WANT of its newest lines (before, the
     chart kept 9 rows and the panes one line each)."""
