@@ -1,7 +1,7 @@
 """`make bench`: ddptui's overhead, ingest throughput, stall latency, memory, start-up and UI latency,
 measured side by side with what users would run instead (bare torchrun, torchrun --tee, a plain pipe).
 
-  .venv/bin/python bench/run.py [--quick] [--repeats N] [--only overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach]
+  .venv/bin/python bench/run.py [--quick] [--repeats N] [--only overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach,many]
 
 Writes bench/results.md (the README's performance section is made from it) and bench/results.json; with --only, the
 sections not run keep their figures from the results.json already there (each section says when it was measured).
@@ -28,6 +28,7 @@ from pathlib import Path
 import fr_overhead  # bench/ is this script's folder, first on sys.path
 import attach_cost  # noqa: E402
 import multinode
+import ui_many
 from ingest_engine import count_lines
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -773,6 +774,8 @@ def write_report(res: dict, cfg) -> str:
         L += fr_overhead.report(res["fr"], fmt3)
     if "attach" in res:
         L += attach_cost.report(res["attach"], fmt3)
+    if "many" in res:
+        L += ui_many.report(res["many"], fmt3)
     return "\n".join(L) + "\n"
 
 
@@ -807,7 +810,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 repeat, smaller sizes (smoke run)")
     ap.add_argument("--repeats", type=int, default=None)
-    ap.add_argument("--only", default="overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach")
+    ap.add_argument("--only", default="overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach,many")
     ap.add_argument("--out", default=str(BENCH / "results.md"))
     ap.add_argument("--report-only", action="store_true", help="re-render results.md from the JSON next to it")
     cfg = ap.parse_args()
@@ -852,7 +855,8 @@ def main() -> int:
              ("engine", bench_engine), ("memory", bench_memory), ("stall", bench_stall), ("ui", bench_ui),
              ("multinode", lambda c, w, r: multinode.bench(c, w, r, log, mmm)),
              ("fr", lambda c, w, r: fr_overhead.bench(c, w, r, log, mmm)),
-             ("attach", lambda c, w, r: attach_cost.bench(c, w, r, log, mmm))]
+             ("attach", lambda c, w, r: attach_cost.bench(c, w, r, log, mmm)),
+             ("many", lambda c, w, r: ui_many.bench(c, w, r, log, mmm))]
     try:
         for name, fn in steps:
             if name in only:
