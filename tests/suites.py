@@ -44,6 +44,7 @@ RANKS_ONLY = {
     "test_stall_report": _LONG,
     "test_tui_live": _LONG,
     "test_tui_panes_live": _LONG,
+    "test_tui_compact_live": _LONG,
     "test_tui_tmux": _LONG,
     "test_xla_runs": _LONG,
     "test_multinode_torchrun": _LONG + "; its plain rank scripts run on the test's own interpreter",
