@@ -38,7 +38,8 @@ def test_a_grey_that_reads_is_kept_and_one_that_does_not_moves_just_far_enough()
 
 def test_what_a_colour_meant():
     assert hue_meant(RichColor.parse("#797979")) == ""  # $text-muted: a shade
-    assert hue_meant(RichColor.parse(RED)) == "alarm" and hue_meant(RichColor.parse("#ffa62b")) == "alarm"
+    assert hue_meant(RichColor.parse(RED)) == "alarm" and hue_meant(RichColor.parse("#ba3c5b")) == "alarm"  # $error
+    assert hue_meant(RichColor.parse("#ffa62b")) == "hue"  # $warning: bold, not reverse (a chart series, "replay")
     assert hue_meant(RichColor.parse("#4ebf71")) == "hue"  # green: ok
 
 

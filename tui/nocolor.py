@@ -60,12 +60,12 @@ def _grey(c: RichColor) -> int:
 
 
 def hue_meant(c: RichColor) -> str:
-    """What a text colour said that its grey cannot: "" (a shade: muted, dimmed), "hue" (a colour: green ok, red
-    stderr), "alarm" (red to yellow: failed, stalled, a warning)."""
+    """What a text colour said that its grey cannot: "" (a shade: muted, dimmed), "hue" (a colour: green ok, yellow
+    warning, a chart series), "alarm" (red: failed, an error)."""
     h, s, v = Color.from_rich_color(c).hsv
     if s < 0.35 or v < 0.25:
         return ""
-    return "alarm" if h * 360 <= 70 or h * 360 >= 330 else "hue"
+    return "alarm" if h * 360 <= 20 or h * 360 >= 330 else "hue"
 
 
 @lru_cache(4096)
@@ -73,7 +73,7 @@ def readable_style(style: Style, background: Color) -> Style:
     """Textual's monochrome style for text, kept readable and its colour's meaning kept in weight:
 
     a shade is moved to the nearest grey that reads on its background; a colour becomes bold text as bright as
-    the theme's; an alarm colour that was already bold (a status: failed, stalled) becomes reverse."""
+    the theme's; a red that was already bold (a status: failed, killed) becomes reverse."""
     mono = monochrome_style(style)
     if mono.color is None or mono.color.triplet is None:
         return mono
