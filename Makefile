@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-pythons venv xla-venv slurm-deps bench clean
+.PHONY: run test test-pythons venv xla-venv slurm-deps bench screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -38,6 +38,11 @@ test-pythons: $(STAMP)
 # section 7 (2 nodes x 2 ranks under Slurm vs 4 ranks on one node) runs on the tests' Slurm cluster
 bench: $(STAMP) slurm-deps
 	$(BIN)/python bench/run.py
+
+# README's screenshots (docs/screenshots/*.svg) from the current build: the committed records replayed at 160x50;
+# `$(BIN)/python scripts/screenshots.py stall.svg` redoes one
+screenshots: $(STAMP)
+	$(BIN)/python scripts/screenshots.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

@@ -291,7 +291,7 @@ class Session:
             self._launcher_line(f"ddptui: {problem}")
         problems = self._preflight()
         if problems:
-            return self._finish("preflight failed", EXIT_USAGE)
+            return self._finish("preflight failed", EXIT_USAGE, problems)
         self.judge.matcher = _hint_matcher()
         if self.plan.job is None:
             # orphaned ranks of a launcher that died come to us, to be torn down; a Slurm job's processes are
@@ -580,13 +580,15 @@ class Session:
             self._launcher_line(f"ddptui: preflight {pr.severity}: {pr.message}" + (f" (fix: {pr.fix})" if pr.fix else ""))
         return [pr for pr in problems if pr.severity == "error"]
 
-    def _finish(self, status: str, exit_code: int) -> int:
+    def _finish(self, status: str, exit_code: int, preflight: list = ()) -> int:
         self.status = status
         wall = time.time()
         summary = self.judge.summary(status, exit_code, str(self.run_dir),
                                      round(time.monotonic() - self._started_mono, 3),
                                      round(time.process_time(), 3),  # this process: the engine, and the UI if any
                                      self.stack_collections, self.survivors)
+        if preflight:  # why the run never started, in its end event too (the dashboard's banner says it)
+            summary["preflight"] = [{"code": p.code, "message": p.message, "fix": p.fix} for p in preflight]
         path = self.record.write_json("summary.json", summary)
         self._emit(ev.RunFinished(status, exit_code, str(path), wall, summary))
         self._flush()

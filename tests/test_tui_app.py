@@ -202,7 +202,7 @@ async def test_quit_while_live_asks_then_stops_and_waits_for_run_to_return():
 @pytest.mark.timeout(30)
 @aio
 async def test_rerun_after_the_end_starts_a_fresh_model():
-    app = DdpApp(source=ScriptSource(crash_scenario()))
+    app = DdpApp(source=ScriptSource(crash_scenario(), kind="live"))  # a replay says it cannot rerun instead
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
         first = app.model

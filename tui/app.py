@@ -296,7 +296,8 @@ class ModelChanged(Message, bubble=False):
 class DdpApp(App):
     CSS_PATH = Path(__file__).with_name("app.tcss")  # not relative: a subclass elsewhere (tests) finds it too
     TITLE = "ddptui"
-    BINDINGS = [Binding("ctrl+q", "quit_run", "quit", show=False, priority=True)]
+    BINDINGS = [Binding("ctrl+q", "quit_run", "quit", show=False, priority=True),
+                Binding("p", "screenshot", "screenshot", show=False)]
 
     def __init__(self, source=None, picker_extra: Path | None = None, runs_root: Path = Path("runs"),
                  show_picker: bool | None = None) -> None:
@@ -493,12 +494,28 @@ class DdpApp(App):
         if self.running:
             self.notify("the run is still live: stop it first (s)", severity="warning")
             return
+        if self.source.kind == "replay":  # replaying the record again would only draw the very same screens
+            name = self.model.profile if self.model else ""
+            again = f"; to run its profile again: ddptui {name}" if name and name != "adhoc" else ""
+            self.notify(f"replay of {self.source.run_dir}: r reruns live runs only{again}", severity="warning",
+                        timeout=8, markup=False)
+            return
         self.start_source(self.source.again())
+
+    def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
+        self.deliver_screenshot(filename, path)
+
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """The `p` key and the command palette's Screenshot: an SVG into the run record (Textual's own saves into
+        XDG_DOWNLOAD_DIR and fails without it), the path said in a notification."""
+        from ddptui.tui.screenshot import save
+        return save(self, filename, path)
 
     def action_help(self) -> None:
         from ddptui.tui.screens.help import HelpScreen
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(type(self.screen).__name__))  # the keys of the screen it is opened from
 
     def back_to_picker(self) -> None:
         from ddptui.tui.screens.picker import PickerScreen

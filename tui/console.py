@@ -8,6 +8,7 @@ import time
 from ddptui.runners import events as ev
 from ddptui.runners import stacks as stk
 from ddptui.tui.rate import RunTally
+from ddptui.tui.ranktag import untag_lines
 
 _COLOURS = ("36", "33", "35", "32", "34", "31", "96", "93", "95", "92", "94", "91")
 
@@ -47,7 +48,10 @@ class Console:
         for e in batch:
             if isinstance(e, ev.LogLines):
                 head = f"[{_hms(e.wall)}] {self._tag(e.rank)} "
-                parts.append(head + ("\n" + head).join(e.lines) + "\n")
+                body = ("\n" + head).join(e.lines)
+                if "[rank" in body and e.rank is not None:  # one scan of the batch; lines with their own tag are rare
+                    body = ("\n" + head).join(untag_lines(e.rank, e.lines))
+                parts.append(head + body + "\n")
             elif isinstance(e, ev.Progress):
                 self.tally.progress(e.rank, e.wall, e.step)
             elif isinstance(e, ev.Resources):
@@ -122,8 +126,8 @@ class Console:
         if pace:
             rows.append(pace)
         rep = s.get("replica")
-        if rep:
-            rows.append(f"replicas: {rep['text']}")
+        if rep:  # a text that already says "replicas differ: ..." is not prefixed again
+            rows.append(rep["text"] if str(rep["text"]).startswith("replicas ") else f"replicas: {rep['text']}")
         if s.get("slow"):
             rows.append(f"slow: {s['slow']['text']}")
             sampled = s["slow"].get("verdict") or {}

@@ -1,4 +1,4 @@
-"""The `?` help screen: every key of the dashboard."""
+"""The `?` help screen: the keys of the screen it was opened from (the picker's differ from the run screen's)."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
@@ -7,27 +7,78 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-KEYS = (
+RUN_KEYS = (
     ("q", "quit (asks first while a run is live; stops every rank and waits)"),
     ("s", "stop the run (every rank torn down)"),
     ("d", "dump the stacks of every rank now"),
-    ("r", "rerun the same profile (when the run has ended)"),
+    ("r", "rerun the same profile (when the run has ended; a replay says how to run it again)"),
     ("t", "toggle the merged timeline of all ranks"),
-    ("/", "filter log lines by substring (escape clears)"),
-    ("0-9", "focus that rank's pane"),
+    ("/", "filter log lines by substring: panes, timeline and zoom (enter keeps it, escape clears)"),
+    ("0-9", "focus that rank's pane (rank numbers, from 0)"),
+    ("g", "go to rank: type its number, enter (any rank, also beyond 9)"),
     ("tab", "next pane"),
+    ("m", "rows/panes: the compact table of every rank (one row each) or one pane per rank"),
     ("z", "zoom the focused rank full screen (z / escape back)"),
     ("k o c h v", "stacks, collectives, crash, hints, verdict tabs"),
+    ("y / Y", "Stacks tab: copy the stacks of the rank at the top of the view (the culprit's when scrolled to the top) / every rank's"),
+    ("p", "save a screenshot (SVG) into the run record: RUN/screenshots/"),
     ("escape", "back: clear filter, back to the grid, back to the profile picker"),
+    ("← → ⇧wheel", "scroll long lines sideways (timeline, zoom, stacks)"),
+    ("mouse", "click a tab or a pane to show or focus it; the wheel scrolls"),
     ("?", "this help"),
 )
+
+PICKER_KEYS = (
+    ("↑ ↓", "pick a profile in the list"),
+    ("enter", "launch it (in the list or in a field)"),
+    ("ctrl+l", "launch"),
+    ("tab", "next field: nproc, steps, stall_after (what you type overrides the profile), then Launch"),
+    ("escape", "leave a field, back to the list"),
+    ("q", "quit, from the list (in a field q is typed: ctrl+q quits there)"),
+    ("ctrl+q", "quit, from anywhere"),
+    ("p", "save a screenshot (SVG) into the runs folder (from the list)"),
+    ("mouse", "click a profile, a field or Launch"),
+    ("?", "this help (from the list)"),
+)
+
+ZOOM_KEYS = (
+    ("z / escape", "back to the run screen"),
+    ("q", "quit (asks first while a run is live)"),
+    ("d", "dump the stacks of every rank now"),
+    ("p", "save a screenshot (SVG) into the run record: RUN/screenshots/"),
+    ("↑ ↓ pgup pgdn", "scroll the rank's log (scrolling up stops following the newest line)"),
+    ("← → ⇧wheel", "scroll long lines sideways"),
+    ("?", "this help"),
+)
+
+# The screen's class name -> its keys and what it is called in the title.
+SCREENS = {
+    "RunScreen": ("run screen", RUN_KEYS),
+    "PickerScreen": ("profile picker", PICKER_KEYS),
+    "ZoomScreen": ("zoomed rank", ZOOM_KEYS),
+}
+
+
+def keys_for(screen_name: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """(title, keys) for the screen help was opened from; the run screen's for any other."""
+    return SCREENS.get(screen_name, SCREENS["RunScreen"])
+
+
+def keys_text(keys) -> str:
+    width = max(len(k) for k, _ in keys)
+    return "\n".join(f"{k:>{width}}  {v}" for k, v in keys)
 
 
 class HelpScreen(ModalScreen):
     BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "close")]
 
+    def __init__(self, screen_name: str = "RunScreen") -> None:
+        super().__init__()
+        self.screen_name = screen_name
+        self.title_text, self.keys = keys_for(screen_name)
+
     def compose(self) -> ComposeResult:
         with Vertical(id="help-box"):
-            yield Static("ddptui keys", id="help-title")
-            yield Static("\n".join(f"{k:>8}  {v}" for k, v in KEYS), id="help-keys", markup=False)
+            yield Static(f"ddptui keys: {self.title_text}", id="help-title")
+            yield Static(keys_text(self.keys), id="help-keys", markup=False)
             yield Static("escape closes", classes="dim")

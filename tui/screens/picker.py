@@ -65,10 +65,21 @@ def settings_text(profile) -> Text:
     return t
 
 
+# What the footer says, by where focus is: in a field every printable key is typed (q, ?, p), so there only keys
+# that reach the screen are shown.
+LIST_KEYS = (("enter", "launch"), ("tab", "fields"), ("q", "quit"), ("p", "screenshot"), ("?", "help"))
+FIELD_KEYS = (("enter", "launch"), ("esc", "back to the list"), ("tab", "next"), ("^q", "quit"))
+
+
+def footer_keys(in_field: bool) -> tuple[tuple[str, str], ...]:
+    return FIELD_KEYS if in_field else LIST_KEYS
+
+
 class PickerScreen(Screen):
     BINDINGS = [
         Binding("ctrl+l", "launch", "launch"),
         Binding("q", "app.quit_run", "quit"),
+        Binding("escape", "to_list", "back to the list", show=False),
         Binding("question_mark", "app.help", "help"),
     ]
 
@@ -103,6 +114,16 @@ class PickerScreen(Screen):
             self.query_one("#profile-error", Static).update(Text("no profiles found (profiles/*.yaml)", style="red"))
         ol.focus()
         self.validate()
+
+    def on_descendant_focus(self) -> None:
+        self.query_one(KeyBar).show_keys(footer_keys(isinstance(self.focused, Input)))
+
+    def on_screen_resume(self) -> None:
+        """Back from a run: the list has focus, whatever had it at launch (a field would take the next key)."""
+        self.query_one(OptionList).focus()
+
+    def action_to_list(self) -> None:
+        self.query_one(OptionList).focus()
 
     def selected_path(self) -> Path | None:
         i = self.query_one(OptionList).highlighted

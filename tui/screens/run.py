@@ -79,7 +79,7 @@ class RunScreen(Screen):
         Binding("s", "app.stop", "stop"),
         Binding("r", "app.rerun", "rerun"),
         Binding("t", "toggle_timeline", "timeline"),
-        Binding("slash", "search", "search"),
+        Binding("slash", "search", "filter"),
         Binding("z", "zoom", "zoom"),
         Binding("m", "toggle_compact", "rows/panes"),
         Binding("g", "goto_rank", "go to rank", show=False),

@@ -18,6 +18,7 @@ class ZoomScreen(Screen):
         Binding("z", "app.pop_screen", "unzoom"),
         Binding("q", "app.quit_run", "quit"),
         Binding("d", "app.dump", "dump stacks"),
+        Binding("question_mark", "app.help", "help"),
     ]
 
     def __init__(self, model: RunModel, rank: int, needle: str = "") -> None:

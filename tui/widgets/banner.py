@@ -7,7 +7,9 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from ddptui.tui.marks import mark
 from ddptui.tui.model import RunModel
+from ddptui.tui.widgets.verdict_view import preflight_problems, replica_line
 
 KINDS = ("-stall", "-crash", "-ok", "-failed", "-info")
 _NAMES_RANKS = re.compile(r"ranks? \d")  # a verdict that begins with its ranks: "rank 1 is stuck in ..."
@@ -32,9 +34,15 @@ def banner_text(model: RunModel) -> tuple[str, str]:
         said = s.reason or f"made no progress for {s.threshold:g}s"
         return "-stall", f"STALL: rank {ranks}: {said}; collecting stacks…"
     if f is not None:
-        text = f"run {f.status} (exit code {f.exit_code})"
+        text = f"{mark(f.status) or '·'} run {f.status} (exit code {f.exit_code})"  # the marker: reads without colour
+        problems = preflight_problems(model)
+        if problems:  # why it never started: the reason, not only the status (its launcher lines are in the Timeline)
+            first = problems[0]
+            text += f": {first.get('message', '?')}" + (f" (fix: {first['fix']})" if first.get("fix") else "")
+            if len(problems) > 1:
+                text += f" · {len(problems) - 1} more in the Verdict tab"
         if model.replica is not None:
-            text += f" · replicas: {model.replica.text}"
+            text += f" · {replica_line(model.replica)}"
         return ("-ok" if f.status == "ok" else "-failed"), text
     sample = model.slow  # the engine's stack sample of the slowed run: its sentence names the culprits' numbers
     named = set(sample.culprits) if sample is not None else set()

@@ -6,20 +6,35 @@ from textual.widgets import Static
 
 
 def key_label(key: str) -> str:
-    return {"slash": "/", "question_mark": "?", "escape": "esc", "ctrl+q": "^q"}.get(key, key)
+    return {"slash": "/", "question_mark": "?", "escape": "esc", "ctrl+q": "^q", "ctrl+l": "^l"}.get(key, key)
+
+
+def bar_text(keys) -> Text:
+    """(key, what it does) pairs as the footer draws them."""
+    t = Text(no_wrap=True, overflow="ellipsis")
+    for key, what in keys:
+        t.append(f" {key} ", style="bold reverse")
+        t.append(f" {what}  ")
+    return t
+
+
+def screen_keys(bindings) -> list[tuple[str, str]]:
+    """The shown bindings of a screen, one per description, first key of each."""
+    out, seen = [], set()
+    for b in bindings:
+        if not getattr(b, "show", True) or b.description in seen:
+            continue
+        seen.add(b.description)
+        out.append((",".join(key_label(k) for k in b.key.split(",")[:1]), b.description))
+    return out
 
 
 class KeyBar(Static):
     DEFAULT_CSS = "KeyBar { dock: bottom; height: 1; background: $panel; }"
 
     def on_mount(self) -> None:
-        t = Text(no_wrap=True, overflow="ellipsis")
-        seen = set()
-        for b in self.screen.BINDINGS:
-            if not getattr(b, "show", True) or b.description in seen:
-                continue
-            seen.add(b.description)
-            key = ",".join(key_label(k) for k in b.key.split(",")[:1])
-            t.append(f" {key} ", style="bold reverse")
-            t.append(f" {b.description}  ")
-        self.update(t)
+        self.update(bar_text(screen_keys(self.screen.BINDINGS)))
+
+    def show_keys(self, keys) -> None:
+        """Keys the screen chose for now (the picker's differ in its list and in a field)."""
+        self.update(bar_text(keys))

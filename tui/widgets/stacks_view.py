@@ -5,6 +5,7 @@ import os
 import time
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import Static
@@ -63,6 +64,57 @@ def _threads(t: Text, threads: list, where: dict, indent: str = "  ") -> None:
         _frames(t, th.get("frames", []), where if not where.get("thread") or th.get("thread") == where["thread"] else {})
 
 
+def _said(ranks) -> str:
+    rs = sorted(ranks)
+    return "none" if not rs else f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ", ".join(map(str, rs))
+
+
+def in_collective(hang: HangVerdict) -> list[int]:
+    """Ranks whose frame the verdict places in a collective: its waiting ranks, and a culprit that waits in one too
+    (a side of a mismatch); from the verdict's per-rank ``where`` (keys are strings in a replayed record)."""
+    return sorted(set(hang.waiting) | {int(r) for r, w in (hang.where or {}).items()
+                                       if (w or {}).get("category") in ("collective", "xla")})
+
+
+def roles_line(hang: HangVerdict) -> str:
+    """Who the verdict blames and who waits, as rank numbers said as ranks ("rank 0"), never a bare "0" that reads
+    as a count."""
+    return f"culprits: {_said(hang.culprits)}   waiting in a collective: {_said(in_collective(hang))}"
+
+
+def rank_sections(plain: str) -> list[tuple[int, int, int]]:
+    """(rank, first line, end line) of each rank's part of the rendered stacks (its "━━ rank N" header on)."""
+    lines = plain.split("\n")
+    starts = [(i, int(ln.split()[2])) for i, ln in enumerate(lines) if ln.startswith("━━ rank ")]
+    return [(r, i, starts[k + 1][0] if k + 1 < len(starts) else len(lines)) for k, (i, r) in enumerate(starts)]
+
+
+def display_rows(lines: list[str], width: int) -> list[int]:
+    """How many rows each line takes in a view `width` cells wide (Static wraps long lines at words, as rich does)."""
+    from rich.console import Console
+    console = Console(width=max(width, 1), legacy_windows=False, color_system=None)
+    return [max(1, len(Text(ln).wrap(console, max(width, 1)))) for ln in lines]
+
+
+def line_at_row(rows: list[int], row: int) -> int:
+    """The line shown at display row `row` (its rows from display_rows)."""
+    seen = 0
+    for i, n in enumerate(rows):
+        seen += n
+        if row < seen:
+            return i
+    return max(len(rows) - 1, 0)
+
+
+def section_at(sections: list[tuple[int, int, int]], top: int, prefer: tuple[int, ...] = ()) -> tuple[int, int, int] | None:
+    """The rank's section the view's top line is in; above the first rank (the verdict), the first culprit's."""
+    inside = [s for s in sections if s[1] <= top]
+    if inside:
+        return inside[-1]
+    first = [s for s in sections if s[0] in prefer] or sections
+    return first[0] if first else None
+
+
 def render_stacks(stacks: StacksCollected | None, hang: HangVerdict | None = None) -> Text:
     if stacks is None:
         return Text("No stacks collected yet: press d to dump every rank's stacks now.", style="dim")
@@ -70,12 +122,12 @@ def render_stacks(stacks: StacksCollected | None, hang: HangVerdict | None = Non
     hang = _verdict_of(stacks, hang)
     if hang is not None:
         t.append(f"{hang.text}\n", style="bold yellow")
-        t.append(f"culprits: {', '.join(map(str, hang.culprits)) or '-'}   "
-                 f"waiting in a collective: {', '.join(map(str, hang.waiting)) or '-'}\n\n")
+        t.append(roles_line(hang) + "\n\n")
     elif getattr(stacks, "why", "stall") == "on request":
         t.append(f"Stacks taken on request at {time.strftime('%H:%M:%S', time.localtime(stacks.wall))}: "
                  "no rank is stalled, so no verdict.\n\n", style="bold")
-    t.append(f"collected in {stacks.seconds:.2f}s → {stacks.path}\n", style="dim")
+    t.append(f"collected in {stacks.seconds:.2f}s → {stacks.path}   (y copies the rank at the top of the view, "
+             "Y every rank)\n", style="dim")
     culprits = set(hang.culprits) if hang else set()
     workers = getattr(stacks, "workers", None) or {}
     for r in sorted(set(stacks.threads) | set(stacks.method)):
@@ -98,6 +150,9 @@ def render_stacks(stacks: StacksCollected | None, hang: HangVerdict | None = Non
 class StacksView(VerticalScroll):
     """Shows ``shown``: (the latest StacksCollected, the verdict read from stacks), as the model keeps them."""
 
+    BINDINGS = [Binding("y", "copy", "copy this rank's stacks", show=False),
+                Binding("Y", "copy(True)", "copy every rank's stacks", show=False)]
+
     shown: reactive[tuple] = reactive((None, None), repaint=False, init=False)
 
     def compose(self):
@@ -105,3 +160,23 @@ class StacksView(VerticalScroll):
 
     def watch_shown(self, shown: tuple) -> None:
         self.query_one(".stacks-text", Static).update(render_stacks(*shown))
+
+    def action_copy(self, every: bool = False) -> None:
+        """The stacks as text to the clipboard (Textual's copy_to_clipboard: OSC 52, through tmux and ssh)."""
+        stacks, hang = self.shown
+        if stacks is None:
+            self.app.notify("no stacks to copy yet: d dumps every rank's stacks", severity="warning")
+            return
+        plain = render_stacks(stacks, hang).plain
+        lines = plain.split("\n")
+        hang = _verdict_of(stacks, hang)
+        top = line_at_row(display_rows(lines, self.query_one(".stacks-text", Static).content_size.width),
+                          round(self.scroll_y))
+        part = None if every else section_at(rank_sections(plain), top, hang.culprits if hang else ())
+        if part is None:
+            text, what = plain, "every rank's stacks"
+        else:
+            r, a, b = part
+            text, what = "\n".join(lines[a:b]).strip("\n") + "\n", f"rank {r}'s stacks"
+        self.app.copy_to_clipboard(text)
+        self.app.notify(f"copied {what} to the clipboard ({text.count(chr(10))} lines)", title="stacks")

@@ -4,6 +4,7 @@ from __future__ import annotations
 from textual.widgets import Log
 
 from ddptui.tui.model import RunModel
+from ddptui.tui.ranktag import untagged
 
 SHOWN = 2000  # lines kept in the widget; the model keeps more
 PER_TICK = 400  # at most this many new lines drawn per redraw: beyond that nobody reads them, a marker says so
@@ -12,7 +13,7 @@ PER_TICK = 400  # at most this many new lines drawn per redraw: beyond that nobo
 def timeline_text(model: RunModel, item) -> str:
     w, r, s, t = item
     who = "launcher" if r is None else f"rank {r}"
-    return f"{model.rel(w):9.3f} {who:>8} {'!' if s == 'err' else ' '} {t}"
+    return f"{model.rel(w):9.3f} {who:>8} {'!' if s == 'err' else ' '} {untagged(r, t)}"
 
 
 class TimelineView(Log):

@@ -10,6 +10,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
 from ddptui.runners.events import ReplicaVerdict
+from ddptui.tui.marks import mark, marked
 from ddptui.tui.model import RunModel, human_bytes
 
 DIGEST_CHARS = 8
@@ -36,6 +37,26 @@ def replica_rows(rv: ReplicaVerdict) -> tuple[list[str], list[list[Text]]]:
     return cols, rows
 
 
+def replica_line(rv: ReplicaVerdict) -> str:
+    """The replica verdict said once: its text when that already says "replicas ..." (it names the first differing
+    parameter and the ranks), else "replicas <status>: <text>"."""
+    return rv.text if rv.text.startswith("replicas ") else f"replicas {rv.status}: {rv.text}"
+
+
+def rank_end(badge: str, outcome: str | None, returncode: int | None) -> str:
+    """One status per rank: the engine's words for its end (summary.json's outcome: "stopped by ddptui", "failed
+    after it") when they say more than the live badge; "exited 0" is the badge's "exited ok"."""
+    if not outcome or outcome == badge or (outcome == "exited 0" and badge == "exited ok") or (
+            returncode is not None and outcome == f"exited {returncode}" and badge.startswith(("exited", "failed"))):
+        return badge
+    return outcome
+
+
+def preflight_problems(model: RunModel) -> list[dict]:
+    """What kept the run from starting (summary.json's preflight: code, message, fix), [] otherwise."""
+    return list((model.finished.summary.get("preflight") if model.finished else None) or [])
+
+
 def summary_rows(model: RunModel) -> list[list[str]]:
     """One row per rank: the model's live state, completed by RunFinished.summary's per-rank outcome."""
     per = (model.finished.summary.get("ranks") if model.finished else None) or {}
@@ -43,9 +64,10 @@ def summary_rows(model: RunModel) -> list[list[str]]:
     for r in model.rank_ids():
         v = model.rank(r)
         info = per.get(r) or per.get(str(r)) or {}
-        exit_ = info.get("outcome") or v.signal or ("" if v.returncode is None else f"exit {v.returncode}")
-        rows.append([str(r), v.badge(), "-" if v.step is None else str(v.step),
-                     "-" if v.loss is None else f"{v.loss:.5g}", exit_ or "-",
+        badge = v.badge()
+        end = rank_end(badge, info.get("outcome"), v.returncode)
+        rows.append([str(r), f"{mark(badge)} {end}" if mark(badge) else end,  # the badge's marker, the engine's words
+                     "-" if v.step is None else str(v.step), "-" if v.loss is None else f"{v.loss:.5g}",
                      "-" if v.cpu is None else f"{v.cpu:.0f}%", human_bytes(v.rss), str(v.pid or "-"),
                      model.where(r) or "-"])
     return rows
@@ -57,12 +79,15 @@ def headline(model: RunModel) -> Text:
     if f is None:
         t.append("Run in progress: the verdict appears when it ends.\n", style="dim")
     else:
-        t.append(f"status: {f.status}   exit code: {f.exit_code}\n", style="bold green" if f.status == "ok" else "bold red")
+        t.append(f"status: {marked(f.status)}   exit code: {f.exit_code}\n",
+                 style="bold green" if f.status == "ok" else "bold red")
+    for p in preflight_problems(model):
+        t.append(f"preflight: {p.get('message', '?')}\n", style="bold red")
+        if p.get("fix"):
+            t.append(f"   fix: {p['fix']}\n")
     rep = model.replica
     if rep is not None:
-        t.append(f"replicas: {rep.status}: {rep.text}\n", style="green" if rep.status == "identical" else "bold red")
-        if rep.param:
-            t.append(f"first differing parameter: {rep.param} (ranks {', '.join(map(str, rep.ranks))})\n", style="bold red")
+        t.append(f"{replica_line(rep)}\n", style="green" if rep.status == "identical" else "bold red")
     if model.job is not None:
         j = model.job
         t.append(f"slurm job {j.job_id}: {j.state}" + (f" ({j.reason})" if j.reason else "")
@@ -101,7 +126,7 @@ class VerdictView(VerticalScroll):
         yield DataTable(id="replica-table", cursor_type="row")
 
     def on_mount(self) -> None:
-        self.query_one("#summary-table", DataTable).add_columns("rank", "status", "steps", "last loss", "outcome", "cpu", "rss", "pid",
+        self.query_one("#summary-table", DataTable).add_columns("rank", "status", "steps", "last loss", "cpu", "rss", "pid",
                                                                   "node")
 
     def watch_shown(self, old: VerdictShown | None, new: VerdictShown | None) -> None:
