@@ -50,4 +50,4 @@ async def test_panes_regroup_by_node_when_the_hellos_arrive_and_a_lost_node_is_a
         assert banner.state[1] == "NODE LOST node1 (ranks 1,3): the srun task on node1 exited (node unreachable)"
         await pilot.press("3", "z")  # the zoomed rank says where it runs too
         await until(pilot, lambda: app.screen.query("#zoom-head"), 10, "the zoom screen")
-        assert "rank 3 · failed (node lost) · pid 7003 · node1 · " in str(app.screen.query_one("#zoom-head").render())
+        assert "rank 3 · ✗ failed (node lost) · pid 7003 · node1 · " in str(app.screen.query_one("#zoom-head").render())
