@@ -104,9 +104,14 @@ def test_every_run_screen_key_is_in_its_help():
                     out |= {str(i) for i in range(int(a), int(b) + 1)}
         return out
 
+    from ddptui.tui.widgets.rank_table import RankTable
+    from ddptui.tui.widgets.stacks_view import StacksView
     names = {"slash": "/", "question_mark": "?"}
-    for screen, keys in ((RunScreen, RUN_KEYS), (PickerScreen, PICKER_KEYS), (ZoomScreen, ZOOM_KEYS)):
-        bound = {names.get(k, k) for b in screen.BINDINGS for k in b.key.split(",")}
+    moves = {"up", "down", "pageup", "pagedown", "home", "end"}  # a table's own cursor keys, as any list's
+    widgets = [b for w in (RankTable, StacksView) for b in w.BINDINGS if b.key not in moves]
+    for screen, keys, extra in ((RunScreen, RUN_KEYS, widgets), (PickerScreen, PICKER_KEYS, []),
+                                (ZoomScreen, ZOOM_KEYS, [])):
+        bound = {names.get(k, k) for b in [*screen.BINDINGS, *extra] for k in b.key.split(",")}
         missing = bound - said(keys)
         assert not missing, f"{screen.__name__}: keys without a help line: {sorted(missing)}"
 

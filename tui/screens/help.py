@@ -18,6 +18,8 @@ RUN_KEYS = (
     ("g", "go to rank: type its number, enter (any rank, also beyond 9)"),
     ("tab", "next pane"),
     ("m", "rows/panes: the compact table of every rank (one row each) or one pane per rank"),
+    ("b", "compact table: sort by step, step time or loss (worst first), or rank"),
+    ("enter", "compact table: open the highlighted rank full screen"),
     ("z", "zoom the focused rank full screen (z / escape back)"),
     ("k o c h v", "stacks, collectives, crash, hints, verdict tabs"),
     ("y / Y", "Stacks tab: copy the stacks of the rank at the top of the view (the culprit's when scrolled to the top) / every rank's"),
