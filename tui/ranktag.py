@@ -2,18 +2,30 @@
 warnings) is shown without it where ddptui tags every line with its rank already: one tag per line, not two."""
 from __future__ import annotations
 
-import re
 
-_TAG = re.compile(r"\[rank ?(\d+)\]:? ?")
+def _tags(rank: int) -> tuple[str, str]:
+    return f"[rank {rank}]", f"[rank{rank}]"
+
+
+def _cut(line: str, tag: str) -> str:
+    rest = line[len(tag):]
+    if rest.startswith(":"):
+        rest = rest[1:]
+    return rest[1:] if rest.startswith(" ") else rest
 
 
 def untagged(rank: int | None, line: str) -> str:
     """The line without a leading tag naming this same rank; another rank's tag (a rank speaking of a peer) stays."""
     if rank is None or not line.startswith("[rank"):
         return line
-    m = _TAG.match(line)
-    return line[m.end():] if m and int(m.group(1)) == rank else line
+    for tag in _tags(rank):
+        if line.startswith(tag):
+            return _cut(line, tag)
+    return line
 
 
 def untag_lines(rank: int | None, lines) -> list[str]:
-    return [untagged(rank, ln) for ln in lines]
+    if rank is None:
+        return list(lines)
+    tags = _tags(rank)
+    return [_cut(ln, tags[0] if ln.startswith(tags[0]) else tags[1]) if ln.startswith(tags) else ln for ln in lines]
