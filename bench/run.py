@@ -549,6 +549,20 @@ def ui_latency_once(cfg) -> dict:
         return {"error": "measure_latency ran past 180 s"}
 
 
+UI_P95_MS = 100  # issue 15: keypress -> repaint p95 at 16 ranks x 1,000 lines/s
+UI_CPU_PERCENT = 50  # the dashboard's share of one core meanwhile
+UI_ABSORBED = 0.98  # of the lines offered, read by the UI while it answers the keys
+
+
+def ui_targets(d: dict) -> dict:
+    """Whether the medians over the repeats meet the targets, and how loaded the machine was (2 cores shared)."""
+    p95, cpu = d["p95_ms_mmm"]["median"], d["ui_cpu_percent_mmm"]["median"]
+    return {"target_p95_ms": UI_P95_MS, "target_cpu_percent": UI_CPU_PERCENT,
+            "met_p95": p95 is not None and p95 <= UI_P95_MS, "met_cpu": cpu is not None and cpu <= UI_CPU_PERCENT,
+            "met_absorbed": d["lines_per_s_absorbed"] >= UI_ABSORBED * d["lines_per_s_offered"],
+            "load_average": round(os.getloadavg()[0], 1)}
+
+
 def bench_ui(cfg, work: Path, res: dict) -> None:
     log(f"ui: ddptui.tui.app.measure_latency (16 ranks x 1000 lines/s, {cfg.ui_presses} presses), {cfg.repeats} repeats")
     runs = []
@@ -565,6 +579,10 @@ def bench_ui(cfg, work: Path, res: dict) -> None:
         d = dict(sorted(ok, key=lambda r: r["p95_ms"])[len(ok) // 2])
         d.update({k + "_mmm": mmm([r[k] for r in ok]) for k in ("p50_ms", "p95_ms", "ui_cpu_percent")})
         d["repeats"] = len(ok)
+        d.update(ui_targets(d))
+        log(f"  p95 {d['p95_ms_mmm']['median']} ms (target <= {UI_P95_MS} ms: {'met' if d['met_p95'] else 'missed'}), "
+            f"CPU {d['ui_cpu_percent_mmm']['median']} % (<= {UI_CPU_PERCENT} %: {'met' if d['met_cpu'] else 'missed'}), "
+            f"flood absorbed: {'yes' if d['met_absorbed'] else 'no'}; load average {d['load_average']}")
     res["ui"] = d
     d["live"] = bench_ui_live(cfg, work)
 
@@ -755,9 +773,12 @@ def write_report(res: dict, cfg) -> str:
             if u.get("repeats", 1) > 1:
                 L.append(f"Over {u['repeats']} repeats (the figures above are the median repeat's): p50 "
                          f"{fmt3(u['p50_ms_mmm'], 1, ' ms')}, p95 {fmt3(u['p95_ms_mmm'], 1, ' ms')}, dashboard CPU "
-                         f"{fmt3(u['ui_cpu_percent_mmm'], 1, ' %')} of one core. Target p95 ≤ 100 ms: "
-                         f"{tick(u['p95_ms_mmm']['median'] is not None and u['p95_ms_mmm']['median'] <= 100)}; "
-                         f"CPU ≤ 50 %: {tick(u['ui_cpu_percent_mmm']['median'] is not None and u['ui_cpu_percent_mmm']['median'] <= 50)}.\n")
+                         f"{fmt3(u['ui_cpu_percent_mmm'], 1, ' %')} of one core.\n")
+            if "met_p95" in u:
+                L.append(f"Targets (medians over the repeats): p95 ≤ {u['target_p95_ms']} ms: {tick(u['met_p95'])}; "
+                         f"CPU ≤ {u['target_cpu_percent']} % of one core: {tick(u['met_cpu'])}; the flood absorbed "
+                         f"(≥ {UI_ABSORBED:.0%} of the lines offered): {tick(u['met_absorbed'])}. Load average when "
+                         f"measured: {u['load_average']} on {os.cpu_count()} cores.\n")
         live = u.get("live") or {}
         if live.get("cpu_percent"):
             L.append(f"A real run in a real terminal (tmux 160×50): the dashboard on `cpu-ddp`, {live['steps']} steps, "

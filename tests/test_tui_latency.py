@@ -5,7 +5,15 @@ import os
 
 import pytest
 
-from ddptui.tui.app import measure_latency
+from textual.widgets import TabbedContent
+
+from ddptui.tui.app import DdpApp, SyntheticSource, measure_latency
+from ddptui.tui.model import TIMELINE_LINES
+from ddptui.tui.widgets.loss_chart import LossChart
+from ddptui.tui.widgets.pane_body import PaneBody
+from ddptui.tui.widgets.rank_pane import RankPane
+from ddptui.tui.widgets.timeline import TimelineView
+from tests.test_tui_app import aio, screen_text, until
 
 
 @pytest.mark.timeout(90)
@@ -27,3 +35,118 @@ def test_dashboard_stays_responsive_with_the_collectives_tab_live_under_the_floo
     print(r)
     assert r["presses"] == 12 and r["tabs"] == "collectives" and 0 < r["p50_ms"] <= r["max_ms"], r
     assert r["lines_per_s_absorbed"] > 0, r
+
+
+# -- what keeps a key press cheap under the flood: guarded by counting, never by timing ---------------------------
+
+@pytest.mark.timeout(60)
+@aio
+async def test_a_rank_pane_is_one_line_api_widget_inside_its_border():
+    """A full repaint (a tab shown again, a resize) costs Textual per widget on screen: a pane's status line, progress
+    bar and newest lines are one Line-API widget (16 panes were 112 widgets: a ProgressBar is four)."""
+    src = SyntheticSource(ranks=16, lines_per_s=200, seconds=30)
+    app = DdpApp(source=src)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: len(app.screen.query(RankPane)) == 16 and app.model.lines_seen > 2000, 20)
+        await until(pilot, lambda: all(p.shown is not None and p.shown.bar for p in app.screen.query(RankPane)), 10)
+        for pane in app.screen.query(RankPane):
+            assert [type(w) for w in pane.query("*")] == [PaneBody], pane
+        body = app.screen.query_one("#rank-3 PaneBody", PaneBody)
+        await until(pilot, lambda: body.rows(), 10)
+        rv = app.model.rank(3)
+        text = screen_text(app)
+        assert f"step {body.status.split()[1]}" in text and "%" in text  # its status line and bar are drawn
+        assert body.rows()[-1] == rv.lines[-1] or body.seq < rv.seq  # the newest line, or one on its way
+        src.request_stop()
+    app.shutdown(5)
+
+
+def test_pane_body_rows_and_bar():
+    from collections import deque
+
+    from textual.geometry import Size
+
+    from ddptui.tui.widgets.pane_body import bar_cells, percent
+
+    class Sized(PaneBody):
+        now = Size(40, 6)
+
+        @property
+        def size(self):
+            return self.now
+
+    body = Sized()
+    body.lines = deque((float(i), "out", f"line {i}") for i in range(20))
+    assert [t for _, _, t in body.rows()] == [f"line {i}" for i in range(15, 20)]  # the status line takes row 0
+    body.set_reactive(PaneBody.bar, (100, 50))
+    body._forget()
+    assert [t for _, _, t in body.rows()] == [f"line {i}" for i in range(16, 20)]  # and the bar row 1
+    assert bar_cells(10, 100, 50) == (5, False) and bar_cells(10, 100, 55) == (5, True)
+    assert bar_cells(10, 100, 100) == (10, False) and bar_cells(10, 100, 250) == (10, False) and bar_cells(0, 9, 3) == (0, False)
+    assert percent(200, 50) == "  25%" and percent(10, 10) == " 100%"
+
+
+@pytest.mark.timeout(60)
+@aio
+async def test_the_timeline_formats_only_the_rows_in_view_and_keeps_every_line_the_model_keeps(monkeypatch):
+    """The timeline draws from the model's bounded buffer: showing it after a 16,000 lines/s flood formats the rows on
+    screen, not every line that came (the Log it replaces was written up to 400 lines a redraw), and every line the
+    model keeps can be scrolled to."""
+    from ddptui.tui.widgets import timeline
+
+    formatted = []
+    real = timeline.timeline_text
+    monkeypatch.setattr(timeline, "timeline_text", lambda m, it: (formatted.append(1), real(m, it))[1])
+    src = SyntheticSource(ranks=16, lines_per_s=1000, seconds=30)
+    app = DdpApp(source=src)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.model.lines_seen > 20_000, 20)
+        src.emit = lambda batch: None  # the flood stops here: what follows is the key's own work
+        await until(pilot, lambda: app.drawn, 10)
+        log = app.screen.query_one("#timeline-log", TimelineView)
+        for _ in range(3):
+            formatted.clear()
+            await pilot.press("t")  # the timeline
+            assert app.screen.query_one(TabbedContent).active == "timeline"
+            await pilot.pause()
+            rows = log.size.height
+            assert 0 < len(formatted) <= 2 * rows, (len(formatted), rows)  # the rows in view (a repaint or two)
+            assert log.line_count == len(app.model.timeline) == TIMELINE_LINES  # all of them, scrollable
+            assert log.scroll_y == log.max_scroll_y  # following the newest
+            await pilot.press("t")  # the grid
+        src.request_stop()
+    app.shutdown(5)
+
+
+@pytest.mark.timeout(60)
+@aio
+async def test_the_grid_answers_the_key_before_the_loss_chart_catches_up():
+    """plotext's drawing is the costliest paint: the grid shown again repaints first with the chart it had, and the
+    chart catches up after that repaint (before, it was drawn inside the key's own frame)."""
+    from textual.screen import Screen
+
+    src = SyntheticSource(ranks=2, lines_per_s=10, seconds=30)
+    app = DdpApp(source=src)
+    seen: list[int] = []  # the chart's points at each layout refresh (the repaint that shows a tab)
+    async with app.run_test(size=(160, 50)) as pilot:
+        chart = app.screen.query_one(LossChart)
+        await until(pilot, lambda: chart.points > 0, 20)
+        await pilot.press("t")
+        await until(pilot, lambda: app.model.loss_version > chart.points + 2, 10)  # losses came while it was hidden
+        before = chart.points
+        app._pace.chart_at = float("-inf")  # the chart's cap allows a draw now
+        real = Screen._refresh_layout
+
+        def layout(self, *a, **kw):
+            seen.append(chart.points)
+            return real(self, *a, **kw)
+        try:
+            Screen._refresh_layout = layout
+            await pilot.press("t")
+            assert app.screen.query_one(TabbedContent).active == "ranks"
+            await until(pilot, lambda: chart.points > before and seen, 10, "the chart to catch up")
+        finally:
+            Screen._refresh_layout = real
+        assert seen[0] == before, seen  # the grid's repaint came first, with the chart it had
+        src.request_stop()
+    app.shutdown(5)

@@ -380,8 +380,10 @@ class DdpApp(App):
 
     @property
     def drawn(self) -> bool:
-        """Every change folded into the model has been told to the screens (nothing held back by tui/pace.py)."""
-        return self._pace_timer is None and (self.model is None or not self.model.changes)
+        """Every change folded into the model has been told to the screens (nothing held back by tui/pace.py, no
+        chart catch-up waiting for the next repaint: RunScreen._chart_later)."""
+        return self._pace_timer is None and (self.model is None or not self.model.changes) and not any(
+            getattr(s, "chart_pending", False) for s in self.screen_stack)
 
     def on_events_arrived(self, msg: EventsArrived) -> None:
         if msg.source is not self.source or self.model is None:

@@ -102,6 +102,7 @@ class RunScreen(Screen):
         self._hints_seen = 0
         self._last_rank: int | None = None
         self._fitted: tuple = ()
+        self.chart_pending = False  # a catch-up of the loss chart is due after the next repaint (_chart_later)
         self._layout: tuple = ()  # the panes' order (node by node: RunModel.grouped_rank_ids) and the nodes drawn
         self.compact_choice: bool | None = None  # the user's m: rows (True) or panes (False); None: tui/compact.py
         self.compact_on = False  # the ranks tab shows the compact table instead of the pane grid
@@ -169,8 +170,8 @@ class RunScreen(Screen):
             chart = self.query_one(LossChart)
             if chart.display and c is not None and c.loss:  # no room for it now (fit_panes): drawn when it comes back
                 chart.points = m.loss_version
-            elif chart.display and c is None and chart.points != m.loss_version and self.app.chart_due():
-                chart.points = m.loss_version  # shown again with newer losses, and the chart's cap allows it now
+            elif chart.display and c is None and chart.points != m.loss_version:
+                self._chart_later()  # shown again with newer losses
         elif tab == "timeline":
             if c is None or c.lines:
                 self.query_one(TimelineView).show(m, self.needle)
@@ -220,7 +221,7 @@ class RunScreen(Screen):
         """Compact table or pane grid (tui/compact.py, or the user's m); True when it changed."""
         n = len(self.model.rank_ids())
         rows = self.query_one(RanksBox).size.height
-        cols = self.grid_columns()
+        cols = self.grid_columns() if n <= compact_rules.COMPACT_ABOVE else 1  # nodes() costs ms at 1,024 ranks
         on = compact_rules.want_compact(n, rows, -(-n // cols) if n else 0)
         if self.compact_choice is not None:
             on = self.compact_choice
@@ -260,7 +261,7 @@ class RunScreen(Screen):
             return  # the tab is hidden: fitted again when it shows (its size changes then)
         if self._choose_view():
             return  # fitted for the view it now shows
-        cols = self.grid_columns()
+        cols = 1 if self.compact_on else self.grid_columns()
         if self.compact_on:
             f = fit(rows, 0, compact_rules.compact_chart(rows, chart_rows(n, rows), n))
         else:
@@ -273,13 +274,26 @@ class RunScreen(Screen):
         chart.display = f.chart > 0
         if f.chart:
             chart.styles.height = f.chart
-            if chart.points != self.model.loss_version and self.app.chart_due():  # losses came while it was hidden
-                chart.points = self.model.loss_version
+            if chart.points != self.model.loss_version:  # losses came while it was hidden
+                self._chart_later()
         grid = self.query_one("#rank-grid", Grid)
         grid.styles.grid_rows = str(f.row) if f.row else None  # None: the rows share the grid's height
         grid.styles.overflow_y = "auto" if f.row else "hidden"
         for pane in self.query(RankPane):
             pane.show_bar(f.bars)
+
+    def _chart_later(self) -> None:
+        """Draw the chart's newer losses after the next repaint: the key that showed the grid is answered first
+        (plotext's drawing is the dashboard's costliest paint), and the chart catches up a frame later."""
+        if not self.chart_pending:
+            self.chart_pending = True
+            self.call_after_refresh(self._chart_catch_up)
+
+    def _chart_catch_up(self) -> None:
+        self.chart_pending = False
+        chart = self.query_one(LossChart)
+        if chart.display and chart.points != self.model.loss_version and self.app.chart_due():
+            chart.points = self.model.loss_version  # else chart_due() has it drawn when the chart's cap allows
 
     def _auto_switch(self) -> None:
         """Bring the troubleshooting view forward once, when its verdict arrives and the user is on the grid."""

@@ -6,12 +6,11 @@ from dataclasses import dataclass
 from textual.app import ComposeResult
 from textual.reactive import reactive
 from textual.containers import Vertical
-from textual.widgets import ProgressBar
 
 from ddptui.tui.marks import marked
 from ddptui.tui.model import RankView, RunModel, human_bytes
 from ddptui.tui.rate import fmt_step_time, phase_text
-from ddptui.tui.widgets.tail import LineView, TailView
+from ddptui.tui.widgets.pane_body import PaneBody
 
 BADGE_CLASSES = ("-running", "-slow", "-stalled", "-ok", "-failed", "-starting", "-killed")
 
@@ -82,14 +81,11 @@ class RankPane(Vertical, can_focus=True):
         self._asked: tuple | None = None  # (model, needle) of a show() before mount: done on mount
 
     def compose(self) -> ComposeResult:
-        yield LineView(classes="rank-status")
-        yield ProgressBar(total=None, show_eta=False, show_percentage=True, classes="rank-progress")
-        yield TailView(classes="rank-tail")
+        yield PaneBody(classes="rank-tail")  # status line, progress bar and newest lines: one widget (pane_body.py)
 
     def on_mount(self) -> None:
         self.border_title = f"rank {self.rank}"
-        self._status, self._bar, self._tail = self.query_one(LineView), self.query_one(ProgressBar), self.query_one(TailView)
-        self._bar.display = False
+        self._tail = self.query_one(PaneBody)
         self._ready = True
         if self._asked is not None:
             self.show(*self._asked)
@@ -114,7 +110,7 @@ class RankPane(Vertical, can_focus=True):
         if not self.has_class(new.cls):
             self.remove_class(*BADGE_CLASSES)
             self.add_class(new.cls)
-        self._status.text = new.status
+        self._tail.status = new.status
         if old is None or _quantum(old.bar) != _quantum(new.bar):
             self._draw_bar()
 
@@ -123,12 +119,7 @@ class RankPane(Vertical, can_focus=True):
             self._draw_bar()
 
     def _draw_bar(self) -> None:
-        bar = self._bar
-        shown = self.shown.bar if self.shown is not None and self.bar_room else None
-        if bar.display != (shown is not None):
-            bar.display = shown is not None
-        if shown is not None:
-            bar.update(total=shown[0], progress=shown[1])
+        self._tail.bar = self.shown.bar if self.shown is not None and self.bar_room else None
 
     def show_bar(self, room: bool) -> None:
         """Keep the progress bar row (room) or give it to the log lines."""

@@ -93,6 +93,10 @@ class TailView(Widget):
             return f"(no line matches {self.needle!r})"
         return f"({self.idle})" if self.idle else "(no output yet)"
 
+    def tail_height(self) -> int:
+        """Rows the lines get (PaneBody keeps its top rows for the status line and the bar)."""
+        return self.size.height
+
     def rows(self) -> list:
         """The newest matching lines that fit, cut for the height the widget has now.
 
@@ -100,7 +104,7 @@ class TailView(Widget):
         Resize message arrives (a tab shown again after the banner took a row), and rows cut for the old,
         taller size would then start at the top and push the newest lines out of sight.
         """
-        h = self.size.height
+        h = self.tail_height()
         if self._rows is None or self._rows_h != h:
             self._rows = matching_tail(self.lines, self.needle, h)
             self._rows_h = h

@@ -1,13 +1,19 @@
-"""The merged timeline: every rank's lines in read-time order, tagged with the rank, filterable."""
+"""The merged timeline: every rank's lines in read-time order, tagged with the rank, filterable; draws only the rows in view."""
 from __future__ import annotations
 
-from textual.widgets import Log
+from collections import deque
 
-from ddptui.tui.model import RunModel
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from ddptui.tui.model import TIMELINE_LINES, RunModel
 from ddptui.tui.ranktag import untagged
+from ddptui.tui.widgets.tail import clean
 
-SHOWN = 2000  # lines kept in the widget; the model keeps more
-PER_TICK = 400  # at most this many new lines drawn per redraw: beyond that nobody reads them, a marker says so
+PREFIX = 21  # "%9.3f %8s ! " before a line's text
 
 
 def timeline_text(model: RunModel, item) -> str:
@@ -16,38 +22,113 @@ def timeline_text(model: RunModel, item) -> str:
     return f"{model.rel(w):9.3f} {who:>8} {'!' if s == 'err' else ' '} {untagged(r, t)}"
 
 
-class TimelineView(Log):
-    """Incremental: appends what arrived since it was last shown (its cursor into the model's stream of lines);
-    a filter change redraws from the buffer."""
+def matches(item, needle: str) -> bool:
+    """A timeline line the filter keeps: its text or its "rank N" / "launcher" tag contains `needle` (lower case)."""
+    return needle in item[3].lower() or needle in (f"rank {item[1]}" if item[1] is not None else "launcher")
+
+
+class TimelineView(ScrollView, can_focus=True):
+    """Rows drawn from the model's own bounded timeline (Line API, as Textualize/toolong draws its logs): lines that
+    arrive cost nothing here, showing the tab formats only the rows in view, and every line the model keeps can be
+    scrolled to. A filter keeps its matches from the moment it is set (the model's lines, then each new one).
+
+    Follows the newest line while it is at the bottom; scrolled up, the same lines stay in view as new ones arrive
+    (and old ones leave the model's buffer)."""
+
+    ALLOW_SELECT = False
+    DEFAULT_CSS = """
+    TimelineView {
+        background: $surface;
+        color: $text;
+        overflow: scroll;
+        &:focus { background-tint: $foreground 5%; }
+    }
+    """
 
     def __init__(self, **kw) -> None:
-        super().__init__(max_lines=SHOWN * 2, auto_scroll=True, **kw)
-        self._seq = 0
-        self._needle = None
+        super().__init__(**kw)
+        self.model: RunModel | None = None
+        self._needle: str | None = None
+        self._rows: deque = deque()  # what is shown: the model's timeline, or the matches of the filter
+        self._ever = 0  # rows ever appended to _rows (its first row is row _ever - len(_rows))
+        self._seq = 0  # the model's timeline_seq when last shown
+        self._width = 0
+        self._front = 0  # _front_now() when last shown
+        self._base: Style | None = None
 
     def on_mount(self) -> None:
         # Follow the newest line through resizes too (the end banner, a smaller terminal), not only through
-        # writes; scrolling up releases it, scrolling back to the bottom takes it again.
+        # new lines; scrolling up releases it, scrolling back to the bottom takes it again.
         self.anchor()
+
+    @property
+    def line_count(self) -> int:
+        return len(self._rows)
+
+    @property
+    def lines(self) -> list[str]:
+        """Every row as text (tests, exports); drawing never needs it."""
+        return [self._text(it) for it in self._rows]
 
     def show(self, model: RunModel, needle: str) -> None:
         needle = needle.lower()
-        if needle != self._needle:
-            self._needle = needle
-            self.clear()
-            self._seq = model.timeline_seq - len(model.timeline)
-        new = model.timeline_seq - self._seq
-        if new <= 0:
-            return
-        self._seq = model.timeline_seq
-        if needle:
-            items = [it for it in list(model.timeline)[-min(new, len(model.timeline)):] if needle in it[3].lower()
-                     or needle in (f"rank {it[1]}" if it[1] is not None else "launcher")]
+        following = self.scroll_y >= self.max_scroll_y
+        if model is not self.model or needle != self._needle:
+            self.model, self._needle = model, needle
+            self._rows = model.timeline if not needle else deque(
+                (it for it in model.timeline if matches(it, needle)), maxlen=TIMELINE_LINES)
+            self._ever, self._width = len(self._rows), 0
+            new = list(self._rows)
+            following = True
         else:
-            items = list(model.timeline)[-min(new, len(model.timeline), PER_TICK + 1):]
-        lines = [timeline_text(model, it) for it in items[-PER_TICK:]]
-        if len(items) > PER_TICK or (not needle and new > PER_TICK):
-            skipped = (new if not needle else len(items)) - PER_TICK
-            lines.insert(0, f"{'':9} {'':>8}   … {skipped} lines skipped (filter with / or zoom a rank to read them)")
-        if lines:
-            self.write_lines(lines)
+            fresh = model.timeline_seq - self._seq
+            if fresh <= 0:
+                return
+            added = list(model.timeline)[-min(fresh, len(model.timeline)):] if fresh < len(model.timeline) \
+                else list(model.timeline)
+            if needle:
+                new = [it for it in added if matches(it, needle)]
+                self._rows.extend(new)
+            else:
+                new = added  # already in _rows: it is the model's own deque
+            self._ever += len(new)
+        self._seq = model.timeline_seq
+        front, self._front = self._front, self._front_now()
+        if new:
+            self._width = max(self._width, PREFIX + max(len(it[3]) for it in new))
+        size = Size(self._width, len(self._rows))
+        if size != self.virtual_size:
+            self.virtual_size = size  # a relayout: only while the buffer fills or a longer line comes
+        if following:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        else:  # rows that left the buffer's front: the same lines stay in view
+            gone = self._front - front
+            if gone > 0:
+                self.scroll_to(y=max(0, self.scroll_y - gone), animate=False, immediate=True)
+        self._base = None
+        self.refresh()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._base = None
+
+    def _front_now(self) -> int:
+        """Rows that ever left the front of what is shown (the model's buffer is bounded, and so are the matches)."""
+        if not self._needle and self.model is not None:
+            return self.model.timeline_seq - len(self.model.timeline)
+        return self._ever - len(self._rows)
+
+    def _text(self, item) -> str:
+        return timeline_text(self.model, item)
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.size.width
+        if self._base is None:
+            self._base = self.rich_style  # it walks the ancestors: once per repaint, not per row
+        base = self._base
+        i = scroll_y + y
+        if i >= len(self._rows):
+            return Strip.blank(width, base)
+        text = clean(self._text(self._rows[i]))
+        return Strip([Segment(text, base)]).crop_extend(scroll_x, scroll_x + width, base)
