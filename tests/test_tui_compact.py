@@ -161,13 +161,14 @@ async def test_64_ranks_show_the_compact_view_failed_and_laggards_on_top_and_ent
         assert rows[0].split()[:4] == ["rank↓", "node", "status", "step"]
         assert rows[1].startswith("✗ 17") and "failed (exit 1)" in rows[1] and "RuntimeError: injected" in rows[1]
         assert rows[2].startswith("< 40") and "BEHIND" in rows[2] and "3/100" in rows[2]
-        assert rows[3].startswith("~ 50") and "slow" in rows[3]
+        assert rows[3].startswith("⚠ 50") and "slow" in rows[3]
         assert rows[4].split()[:6] == ["0", "node0", "running", "10/100", "-", "0.5"]
         assert "✗ 17" in screen_text(app) and "< 40" in screen_text(app)
         assert app.focused is table and table.cursor_rank == 17
         await pilot.press("enter")  # the failed rank's pane, on demand: its whole log
         await until(pilot, lambda: isinstance(app.screen, ZoomScreen), 10, "the zoom screen")
-        assert app.screen.rank == 17 and "rank 17 · failed (exit 1)" in str(app.screen.query_one("#zoom-head").render())
+        head = str(app.screen.query_one("#zoom-head").render())
+        assert app.screen.rank == 17 and head.startswith(" rank 17 · ") and "failed (exit 1)" in head, head
         await pilot.press("escape")
         await until(pilot, lambda: app.screen is screen, 10)
         await pilot.press("g")  # go to a rank above 9

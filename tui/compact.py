@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
+from ddptui.tui import marks
 from ddptui.tui.fit import fit
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ SORT_WORDS = {"rank": "rank", "step": "step (lowest first)", "step_time": "step 
 # Why a rank is on top, worst first; the words are the row's marker (text, never colour alone). ROOT: the failed rank
 # the crash verdict names as the root cause (or failed with it), above the ranks that failed after it.
 ROOT, FAILED, STALLED, BEHIND, SLOW, OTHER = range(6)
-MARKS = {ROOT: "✗", FAILED: "✗", STALLED: "!", BEHIND: "<", SLOW: "~", OTHER: " "}
+MARKS = {ROOT: "✗", FAILED: "✗", STALLED: "⚠", BEHIND: "<", SLOW: "⚠", OTHER: " "}  # tui/marks.py's, and < behind
 
 
 def want_compact(ranks: int, box_rows: int, grid_rows: int) -> bool:
@@ -158,7 +159,7 @@ def loss_words(x: float | None) -> str:
 def row_cells(rv: "RankView", why: int, steps: int | None, where: str, human_bytes) -> tuple[str, ...]:
     """The row's cells in COLUMNS order (the last line raw: the widget cleans and cuts it)."""
     last = rv.lines[-1][2] if rv.lines else ""
-    return (MARKS[why], str(rv.rank), where or "-", status_words(rv, why), progress_words(rv, steps),
+    return (marks.mark(rv.badge()) or MARKS[why], str(rv.rank), where or "-", status_words(rv, why), progress_words(rv, steps),
             step_time_words(rv.step_time), loss_words(rv.loss),
             f"{rv.cpu:.0f}%" if rv.cpu is not None else "-", human_bytes(rv.rss), last)
 
