@@ -615,12 +615,13 @@ async def _measure(ranks: int, rate: int, seconds: float, presses: int, size: tu
         elapsed = time.perf_counter() - t_start
         ui_cpu = (time.process_time() - cpu0) - (source.thread_cpu - gen0)
         lines = app.model.lines_seen - lines0
+        view = "rows" if getattr(app.screen, "compact_on", False) else "panes"  # the compact view or the pane grid
         source.request_stop()
     app.shutdown(10)
     lat.sort()
     return {
         "ranks": ranks, "lines_per_s_per_rank": rate, "presses": presses, "collectives": collectives, "tabs": other,
-        "p50_ms": round(lat[len(lat) // 2] * 1000, 1), "p95_ms": round(lat[int(len(lat) * 0.95) - 1] * 1000, 1),
+        "view": view, "p50_ms": round(lat[len(lat) // 2] * 1000, 1), "p95_ms": round(lat[int(len(lat) * 0.95) - 1] * 1000, 1),
         "max_ms": round(lat[-1] * 1000, 1),
         "lines_per_s_absorbed": round(lines / elapsed), "lines_per_s_offered": ranks * rate,
         "ui_cpu_percent": round(100 * ui_cpu / elapsed, 1),  # of one core, the load generator's thread left out
