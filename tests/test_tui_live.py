@@ -40,7 +40,7 @@ async def test_clean_cpu_ddp_run_reaches_the_verdict(runs_dir):
         assert app.model.replica.status == "identical"
         summary = screen.query_one("#summary-table", DataTable)
         assert summary.row_count == 2
-        assert [summary.get_row_at(i)[1] for i in range(2)] == ["exited ok", "exited ok"]
+        assert [summary.get_row_at(i)[1] for i in range(2)] == ["✓ exited ok", "✓ exited ok"]
         assert screen.query_one("#replica-table", DataTable).row_count == len(app.model.replica.params) > 0
         assert all(rv.step == 50 for rv in app.model.ranks.values())
         assert str(runs_dir) in app.model.run_dir
