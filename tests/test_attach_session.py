@@ -186,6 +186,18 @@ def test_attach_to_a_pid_that_is_no_job_is_one_line_and_exit_2(tmp_path):
         plain.wait()
 
 
+def _states(job) -> dict:
+    """Each rank's State and PPid as /proc says (for a failure's message)."""
+    out = {}
+    for r, a in job.ranks.items():
+        try:
+            st = dict(ln.split(":\t", 1) for ln in open(f"/proc/{a.pid}/status").read().splitlines() if ":\t" in ln)
+            out[r] = (a.pid, st.get("State"), st.get("PPid"), st.get("TracerPid"), st.get("SigPnd"), st.get("ShdPnd"))
+        except OSError:
+            out[r] = (a.pid, "gone")
+    return out
+
+
 @pytest.mark.timeout(240)
 def test_attach_dashboard_s_asks_n_keeps_the_job_y_stops_it_through_torchrun_q_detaches(tmp_path):
     from ddptui.tui.app import AttachSource, DdpApp
@@ -212,7 +224,10 @@ def test_attach_dashboard_s_asks_n_keeps_the_job_y_stops_it_through_torchrun_q_d
                 await pilot.press("s")
                 await until(pilot, lambda: isinstance(app.screen, ConfirmStopJob), 10, "the question again")
                 await pilot.press("y")
-                await until(pilot, lambda: not app.running, 90, "the job ended through torchrun, and attach with it")
+                end = time.monotonic() + 90
+                while app.running and time.monotonic() < end:
+                    await pilot.pause(0.2)
+                assert not app.running, f"the job ended through torchrun, and attach with it: {_states(found)}"
                 await pilot.press("q")
             app.shutdown(30)
             return app
