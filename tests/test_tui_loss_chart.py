@@ -25,7 +25,7 @@ def model_with(ranks: int, points: int, loss=decaying, steps: int | None = None)
     m = RunModel()
     m.apply([ev.RunStarted("/runs/x", "p", "torchrun", ranks, steps, T0)])
     m.apply([ev.Progress(r, points - 1, None, T0 + 1, "report",
-                         tuple((s, loss(s, r)) for s in range(points))) for r in range(ranks)])
+                         tuple((s, loss(s, r, points)) for s in range(points))) for r in range(ranks)])
     return m
 
 
@@ -58,9 +58,9 @@ def test_a_long_run_spanning_twelve_decades_is_drawn_on_a_log_scale():
 
 
 def test_losses_at_or_below_zero_or_not_finite_keep_a_linear_scale_and_are_said():
-    d = chart_data(model_with(1, 50, lambda s, r: 1.0 - s / 25))  # 1 .. -0.96
+    d = chart_data(model_with(1, 50, lambda s, r, n: 1.0 - s / 25))  # 1 .. -0.96
     assert d.scale == "linear" and d.lo < 0
-    bad = chart_data(model_with(1, 50, lambda s, r: math.nan if s % 10 == 0 else 10.0 ** -(s / 5)))
+    bad = chart_data(model_with(1, 50, lambda s, r, n: math.nan if s % 10 == 0 else 10.0 ** -(s / 5)))
     assert bad.scale == "log" and bad.not_finite == 5 and all(math.isfinite(y) for y in bad.series[0].ys)
     assert "5 NaN/inf not drawn" in title_text(bad, 160)
     axes = axes_for(bad, 120, 14)
@@ -68,7 +68,7 @@ def test_losses_at_or_below_zero_or_not_finite_keep_a_linear_scale_and_are_said(
 
 
 def test_a_short_run_is_linear_with_every_point_and_the_planned_steps():
-    d = chart_data(model_with(3, 50, lambda s, r: 2.3 - s / 50 + 0.1 * r, steps=500))
+    d = chart_data(model_with(3, 50, lambda s, r, n: 2.3 - s / 50 + 0.1 * r, steps=500))
     assert d.scale == "linear" and all(len(s.xs) == 50 for s in d.series)
     title = title_text(d, 160)
     assert "steps 0–49 of 500" in title and "every" not in title and "last" not in title
@@ -82,6 +82,8 @@ def test_many_ranks_are_drawn_as_min_median_max():
     assert mx.xs == md.xs == mn.xs and len(mx.xs) <= 250
     assert all(a >= b >= c for a, b, c in zip(mx.ys, md.ys, mn.ys))
     assert mx.ys[0] == pytest.approx(decaying(0, 63)) and mn.ys[0] == pytest.approx(decaying(0, 0))
+    # the legend's newest values are the ranks' newest losses, not the extremes of the last bin's steps
+    assert mx.last == pytest.approx(decaying(999, 63, 1000)) and mn.last == pytest.approx(decaying(999, 0, 1000))
     assert "min/median/max of 64 ranks" in title_text(d, 160)
     legend = [t.plain for t in legend_lines(d, 10)]
     assert legend[0].startswith("━━ max") and legend[-1] == "of 64 ranks"
