@@ -6,6 +6,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
@@ -291,7 +292,10 @@ class RunScreen(Screen):
 
     def _chart_catch_up(self) -> None:
         self.chart_pending = False
-        chart = self.query_one(LossChart)
+        try:
+            chart = self.query_one(LossChart)
+        except NoMatches:  # the screen went (a rerun replaced it) before the repaint
+            return
         if chart.display and chart.points != self.model.loss_version and self.app.chart_due():
             chart.points = self.model.loss_version  # else chart_due() has it drawn when the chart's cap allows
 
