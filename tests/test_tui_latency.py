@@ -161,3 +161,25 @@ def test_dashboard_answers_keys_at_1024_ranks_in_the_compact_view():
     print(r)
     assert r["view"] == "rows" and r["presses"] == 6 and 0 < r["p50_ms"] <= r["max_ms"], r
     assert r["lines_per_s_absorbed"] > 0, r
+
+
+@pytest.mark.timeout(60)
+@aio
+async def test_the_built_run_screen_is_set_aside_from_full_collections():
+    """A full garbage collection walked every long-lived widget inside whichever frame it fell (60-90 ms of a key's
+    repaint under the flood): once the panes are built they are frozen (gc.freeze), and a collection skips them."""
+    import gc
+
+    gc.unfreeze()
+    src = SyntheticSource(ranks=16, lines_per_s=100, seconds=30)
+    app = DdpApp(source=src)
+    try:
+        async with app.run_test(size=(160, 50)) as pilot:
+            await until(pilot, lambda: len(app.screen.query(RankPane)) == 16 and app.drawn, 20)
+            await until(pilot, lambda: gc.get_freeze_count() > 0, 10, "the screen to be frozen")
+            pane = app.screen.query_one("#rank-7", RankPane)
+            assert not any(o is pane for o in gc.get_objects()), "the pane is still walked by full collections"
+            src.request_stop()
+        app.shutdown(5)
+    finally:
+        gc.unfreeze()

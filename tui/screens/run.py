@@ -12,6 +12,7 @@ from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from ddptui.tui import compact as compact_rules
 from ddptui.tui.fit import chart_rows, fit
+from ddptui.tui.gc_freeze import freeze_long_lived
 from ddptui.tui.marks import marked
 from ddptui.tui.sizes import wide_columns
 from ddptui.tui.model import Changes, RunModel
@@ -195,6 +196,7 @@ class RunScreen(Screen):
         missing = [r for r in want if r not in have]
         if missing:
             grid.mount(*[RankPane(r) for r in missing])
+            self.call_after_refresh(freeze_long_lived)  # the grid is built: full collections skip it (gc_freeze.py)
             if self.focused is None:
                 self.call_after_refresh(self.focus_rank_pane, None)
             n = len(want)
