@@ -560,7 +560,7 @@ class Session:
         from . import nccl_dumps
         nccl = nccl_dumps.read(self.run_dir / "fr")  # what NCCL's watchdog wrote at a timeout (runners/fr_env.py)
         out, status, exit_code = self.judge.conclude(end.status if end else None, end.exit_code if end else None,
-                                                     launchers, oom_words, {r: e for r, e in recorded.items() if e},
+                                                     launchers, oom_words, recorded,
                                                      nccl)
         self._carry_out(out)
         return self._finish(status, exit_code)

@@ -15,11 +15,11 @@ ANY_PYTHON = frozenset({
     "test_collectives", "test_tui_collectives", "test_fr_client", "test_flight_recorder_env", "test_fr_analysis",
     "test_fr_nccl_timeout",
     "test_tui_snapshot_matrix", "test_tui_nocolor",
-    "test_tui_rate", "test_tui_throughput",
     "test_tui_compact",
     "test_attach_find", "test_attach_liveness",
-    "test_chart_scale", "test_tui_loss_chart",
+    "test_tui_rate", "test_tui_throughput",
     "test_tui_dashboard_items",
+    "test_chart_scale", "test_tui_loss_chart",
 })
 
 # Long end-to-end rank runs (20-40 s a test; 5 of these modules took 9 min on 3.10 on a loaded 2-core machine), while
@@ -68,8 +68,8 @@ RANKS_ONLY = {
     "test_attach_runs": "plain torchrun and torch.multiprocessing.spawn jobs started outside ddptui on the test's own interpreter",
     "test_attach_slurm": "real Slurm clusters (one host; two namespaced hosts) whose tasks run the test's own interpreter",
     "test_attach_session": _LONG + "; plain torchrun jobs started outside ddptui on the test's own interpreter",
-    "test_tui_chart_live": _LONG + "; its ad-hoc ranks run on the test's own interpreter",
     "test_dashboard_items_runs": "its wrapped torchrun runs on the test's own interpreter",
+    "test_tui_chart_live": _LONG + "; its ad-hoc ranks run on the test's own interpreter",
     "test_installed": "pip-installs the checkout with the test's interpreter (test-pythons installs it on each Python)",
 }
 
