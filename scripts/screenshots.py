@@ -31,12 +31,20 @@ def collectives_app():
     return DdpApp(source=ScriptSource(collectives_scenario() + [behind_batch()]))
 
 
+def compact_app():
+    """The compact per-rank view's scene (tests/test_tui_compact.py): 64 ranks, rank 17 failed, 40 behind, 50 slow."""
+    from ddptui.tui.app import DdpApp
+    from tests.test_tui_app import ScriptSource
+    from tests.test_tui_compact import many_ranks
+    return DdpApp(source=ScriptSource(many_ranks()))
+
+
 def shots() -> dict:
     """File name -> (the app, the keys pressed once its run is drawn)."""
     from ddptui.tui.app import DdpApp
     return {
         "picker.svg": (DdpApp(), ()),
-        "running.svg": (replay_app("cpu-ddp", until=9.70), ()),
+        "running.svg": (replay_app("cpu-ddp", until=8.90), ()),
         "stall.svg": (replay_app("hang"), ("escape",)),
         "stacks.svg": (replay_app("hang"), ()),
         "crash.svg": (replay_app("crash"), ()),
@@ -45,6 +53,7 @@ def shots() -> dict:
         "zoom.svg": (replay_app("crash"), ("escape", "1", "z")),
         "help.svg": (replay_app("cpu-ddp"), ("question_mark",)),
         "collectives.svg": (collectives_app(), ("o",)),
+        "compact.svg": (compact_app(), ()),
     }
 
 

@@ -474,9 +474,11 @@ def test_dashboard_replay_of_a_malformed_killed_record_opens_and_says_so(tmp_pat
 
     from ddptui.tui.app import DdpApp, ReplaySource
     run = copied_record(tmp_path)
-    lines = (run / "events.jsonl").read_text().splitlines(keepends=True)[:120]
-    wall = json.loads(lines[100])["wall"]
-    lines.insert(101, json.dumps({"kind": "stall", "stalled": "1", "progressing": [0], "since": wall,
+    lines = (run / "events.jsonl").read_text().splitlines(keepends=True)
+    lines = lines[:len(lines) * 3 // 4]  # cut before its end, as a killed ddptui leaves it
+    at = len(lines) * 2 // 3
+    wall = json.loads(lines[at])["wall"]
+    lines.insert(at + 1, json.dumps({"kind": "stall", "stalled": "1", "progressing": [0], "since": wall,
                                   "threshold": 20, "wall": wall}) + "\n")
     (run / "events.jsonl").write_text("".join(lines) + '{"kind": "progr')
     (run / "summary.json").unlink()

@@ -14,7 +14,7 @@ from tests.test_tui_snapshots import PROFILES, replay_app, replayed, utc  # noqa
 
 SIZES = [(80, 24), (160, 48), (220, 60)]
 SCENES = {  # the screen each record ends on by itself: the running grid, the Stacks tab, the Crash tab, the Verdict
-    "run": ("cpu-ddp", 9.70),
+    "run": ("cpu-ddp", 8.90),
     "stall": ("hang", None),
     "crash": ("crash", None),
     "verdict": ("cpu-ddp", None),
@@ -117,7 +117,7 @@ async def test_picker_at_80x24_shows_launch_the_error_line_and_all_three_fields(
 async def test_help_at_80x24_is_inside_the_screen_and_scrolls_to_its_end(monkeypatch):
     """The run screen's help is longer than 24 rows and was 84 columns wide: cut on the right and at the bottom."""
     _color(False, monkeypatch)
-    app = replay_app("cpu-ddp", until=9.70)
+    app = replay_app("cpu-ddp", until=8.90)
     async with app.run_test(size=(80, 24)) as pilot:
         await replayed(pilot)
         await pilot.press("question_mark")

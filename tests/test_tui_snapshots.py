@@ -49,7 +49,7 @@ def test_snapshot_picker(snap_compare, monkeypatch):
 
 @pytest.mark.timeout(60)
 def test_snapshot_running_run(snap_compare):
-    assert snap_compare(replay_app("cpu-ddp", until=9.70), terminal_size=SIZE, run_before=replayed)
+    assert snap_compare(replay_app("cpu-ddp", until=8.90), terminal_size=SIZE, run_before=replayed)
 
 
 @pytest.mark.timeout(60)
