@@ -26,18 +26,10 @@ JOIN_SECONDS = 60.0  # teardown is TERM → deadline → KILL per group; this on
 
 # -- event sources: the one thing that runs outside the UI thread -----------------------------------
 
-class LiveSource:
-    """A real run: runners.session.Session, built on the UI thread, run() in the engine's thread worker."""
+class _SessionSource:
+    """What a launched and an attached run share: an engine session built in prepare(), run in the worker."""
 
-    kind = "live"
-
-    def __init__(self, profile, runs_root: Path) -> None:
-        self.profile, self.runs_root = profile, Path(runs_root)
-        self.session = None
-
-    def prepare(self, emit: Callable[[list], None]) -> None:
-        from ddptui.runners.session import Session
-        self.session = Session(self.profile, runs_root=self.runs_root, emit=emit)
+    session = None
 
     def run(self) -> int:
         return self.session.run()
@@ -52,11 +44,25 @@ class LiveSource:
             return True
         return False
 
+
+class LiveSource(_SessionSource):
+    """A real run: runners.session.Session, built on the UI thread, run() in the engine's thread worker."""
+
+    kind = "live"
+
+    def __init__(self, profile, runs_root: Path) -> None:
+        self.profile, self.runs_root = profile, Path(runs_root)
+        self.session = None
+
+    def prepare(self, emit: Callable[[list], None]) -> None:
+        from ddptui.runners.session import Session
+        self.session = Session(self.profile, runs_root=self.runs_root, emit=emit)
+
     def again(self) -> "LiveSource":
         return LiveSource(self.profile, self.runs_root)
 
 
-class AttachSource:
+class AttachSource(_SessionSource):
     """A job ddptui did not launch (runners.attach_session.AttachSession, watching until it ends): q detaches, s asks
     and then stops the job through its own launcher, never its ranks one by one."""
 
@@ -71,20 +77,6 @@ class AttachSource:
         from ddptui.runners.attach_session import AttachSession
         self.session = AttachSession(self.job, self.runs_root, emit, watch=True, stall_after=self.stall_after,
                                      stack_every=self.stack_every, pyspy=self.pyspy)
-
-    def run(self) -> int:
-        return self.session.run()
-
-    def request_stop(self) -> None:
-        """Detach (quit, unmount): the job runs on."""
-        if self.session is not None:
-            self.session.request_stop()
-
-    def request_dump(self) -> bool:
-        if self.session is not None:
-            self.session.request_dump()
-            return True
-        return False
 
     def stop_words(self) -> tuple[str, bool]:
         """What stopping the job would do, and whether ddptui can do it at all."""
