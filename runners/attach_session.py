@@ -28,6 +28,7 @@ FIRST_CHECK = 1.5  # no stall is judged before the CPU samples span this long: o
 BACKLOG_LINES = 20  # the last lines of each output file shown at attach
 REPORT_EVERY = 10.0  # --watch: a liveness line per rank this often
 ENDED_WAIT = 10.0  # after a rank failed: how long ddptui waits for the job's own launcher to end the rest
+CODES_WAIT = 2.0  # every rank's process is gone: how long the launcher's output may still bring their exit codes
 
 
 def attach_profile(job: AttachedJob, stall_after: float) -> Profile:
@@ -246,7 +247,7 @@ class AttachSession(Session):
         next_stack = started + (self.stack_every if self.watch else float("inf"))
         next_report = started + REPORT_EVERY
         end: TearDown | None = None
-        ended_at = None
+        ended_at = gone_at = None
         while True:
             mono = time.monotonic()
             got = tailer.poll()
@@ -274,6 +275,15 @@ class AttachSession(Session):
             if not any(t.alive for t in self.tracks.values()):
                 self._launcher_line("ddptui: every rank of the job has ended")
                 return end
+            # A rank reaped by its launcher before ddptui read its status from the zombie died with no code: it is
+            # not "alive" only once a code comes (torchrun's table), and a launcher stopped by SIGTERM prints none.
+            if self._every_rank_gone():
+                gone_at = gone_at or mono
+                if mono - gone_at > CODES_WAIT:
+                    self._launcher_line("ddptui: every rank of the job has ended (exit codes not known for "
+                                        + ", ".join(f"rank {r}" for r, t in sorted(self.tracks.items()) if t.alive)
+                                        + ": their launcher reaped them and printed none)")
+                    return end
             if end is not None:  # a rank failed and the grace passed: wait (bounded) for the launcher to end the rest
                 ended_at = ended_at or mono
                 if mono - ended_at > ENDED_WAIT:
@@ -343,8 +353,12 @@ class AttachSession(Session):
             self._launcher_line("ddptui: " + "; ".join(words))
 
     # ---- the end -----------------------------------------------------------------------------------
+    def _every_rank_gone(self) -> bool:
+        """Every rank's process ended, with or without a known exit code."""
+        return all(not t.alive or t.exit_wall is not None for t in self.tracks.values())
+
     def _end(self, end: TearDown | None) -> int:
-        gone = not any(t.alive for t in self.tracks.values())
+        gone = self._every_rank_gone()
         if gone or end is not None:  # the job ended (or failed) while attached: the crash verdict, as a launched run
             return self._conclude(end)
         st = self.judge.stall_info
