@@ -210,6 +210,7 @@ class AttachSession(Session):
         for rank, stream, o in sources:
             if o.kind != "file" or not o.path:
                 self._launcher_line(f"ddptui: rank {rank} std{stream}: {o.note or o.kind}: not followed")
+                self._rank_note(rank, f"ddptui: std{stream} {o.note or o.kind}: not followed")
                 continue
             if o.path in taken:  # stdout and stderr into one file, or ranks sharing one: read it once
                 continue
@@ -228,6 +229,12 @@ class AttachSession(Session):
             self._tick()
             when = min(mtime, now_wall)
             self.ingest(rank, stream, lines, when, now_mono - (now_wall - when))
+
+    def _rank_note(self, rank: int, text: str) -> None:
+        """A line of ddptui's in the rank's own pane and log, past the judge: it is no output of the rank's."""
+        wall = time.time()
+        self.record.lines(rank, "err", wall, [text])
+        self._emit(ev.LogLines(rank, "err", wall, time.monotonic(), (text,)))
 
     def _open(self, tailer: Tailer, path: str, rank: int | None, stream: str) -> list:
         try:

@@ -305,3 +305,20 @@ def test_attach_slurm_no_ui_follows_the_jobs_ranks_and_leaves_it_running(slurm_c
         assert job.poll() is None and (job_id, "RUNNING") in [tuple(j[:2]) for j in cluster.jobs()]
     finally:
         cluster.end_job(job)
+
+
+@pytest.mark.timeout(240)
+def test_attach_to_ranks_writing_to_dev_null_says_so_in_each_ranks_own_pane_and_log(tmp_path):
+    job = torchrun(tmp_path, "healthy_ddp_loop.py")  # `torchrun … > /dev/null 2>&1 &`: nothing to follow
+    try:
+        found = wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
+        assert {a.stdout.kind for a in found.ranks.values()} != {"file"}
+        r = attach(tmp_path, job.pid, "--no-ui", "--stall-after", "30")
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+        run = record(tmp_path)
+        for rank in (0, 1):
+            own = (run / f"rank{rank}.log").read_text()
+            assert "ddptui: stdout" in own and "not followed" in own, own
+            assert f"[rank {rank}] ddptui: stdout" in r.stdout
+    finally:
+        stop(job)
