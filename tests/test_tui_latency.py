@@ -183,3 +183,76 @@ async def test_the_built_run_screen_is_set_aside_from_full_collections():
         app.shutdown(5)
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.timeout(60)
+@aio
+async def test_the_compact_view_and_its_model_are_set_aside_from_full_collections():
+    """At 1,024 ranks there is no pane grid: the compact table and every rank's view were walked by each full
+    collection (86,000 objects, 50 ms inside a key's frame) until the table's first showing froze them too."""
+    import gc
+
+    from ddptui.tui.widgets.rank_table import RankTable
+
+    gc.unfreeze()
+    src = SyntheticSource(ranks=256, lines_per_s=5, seconds=30, period=0.25)
+    app = DdpApp(source=src)
+    try:
+        async with app.run_test(size=(160, 50)) as pilot:
+            await until(pilot, lambda: getattr(app.screen, "compact_on", False) and app.drawn, 20, "the compact view")
+            await until(pilot, lambda: gc.get_freeze_count() > 0, 10, "the table to be frozen")
+            assert not app.screen.query(RankPane), "the compact view mounts no panes"
+            table = app.screen.query_one(RankTable)
+            view = app.model.rank(200)
+            assert not any(o is table or o is view for o in gc.get_objects()), "still walked by full collections"
+            src.request_stop()
+        app.shutdown(5)
+    finally:
+        gc.unfreeze()
+
+
+def test_no_collection_holds_the_collector_off_and_leaves_a_pause_it_did_not_make():
+    import gc
+
+    from ddptui.tui.gc_policy import no_collection
+
+    assert gc.isenabled()
+    with no_collection():
+        assert not gc.isenabled()
+        with no_collection():  # nested: the outer one enables it again
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()  # someone else's pause (Textual's PAUSE_GC_ON_SCROLL): not ours to end
+    try:
+        with no_collection():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with pytest.raises(RuntimeError):
+        with no_collection():
+            raise RuntimeError("a paint that fails")
+    assert gc.isenabled()
+
+
+@pytest.mark.timeout(60)
+@aio
+async def test_the_run_screen_paints_with_the_collector_held_off(monkeypatch):
+    """The young and full collections a paint's own allocations set off ran inside the frame (10-30 ms of a key's
+    repaint): every row the run screen draws is drawn with the collector off, and it is on again between frames."""
+    import gc
+
+    from ddptui.tui.widgets import pane_body
+
+    during: list[bool] = []
+    real = pane_body.PaneBody.render_line
+    monkeypatch.setattr(pane_body.PaneBody, "render_line", lambda self, y: (during.append(gc.isenabled()), real(self, y))[1])
+    src = SyntheticSource(ranks=4, lines_per_s=50, seconds=30)
+    app = DdpApp(source=src)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: len(during) > 20 and app.drawn, 20, "panes to be painted")
+        assert not any(during), "a row was drawn with the collector on"
+        assert gc.isenabled()  # between frames
+        src.request_stop()
+    app.shutdown(5)

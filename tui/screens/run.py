@@ -1,6 +1,8 @@
 """The run screen: rank grid + loss chart, timeline, stacks, collectives, crash, hints and verdict tabs, redrawn from what changed."""
 from __future__ import annotations
 
+from typing import TypeVar
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -8,11 +10,12 @@ from textual.binding import Binding
 from textual.containers import Grid, Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from ddptui.tui import compact as compact_rules
 from ddptui.tui.fit import chart_rows, fit
-from ddptui.tui.gc_freeze import freeze_long_lived
+from ddptui.tui.gc_policy import freeze_long_lived, no_collection
 from ddptui.tui.marks import marked
 from ddptui.tui.sizes import wide_columns
 from ddptui.tui.model import Changes, RunModel
@@ -28,6 +31,8 @@ from ddptui.tui.widgets.rank_table import RankTable
 from ddptui.tui.widgets.stacks_view import StacksView
 from ddptui.tui.widgets.timeline import TimelineView
 from ddptui.tui.widgets.verdict_view import VerdictView, verdict_shown
+
+W = TypeVar("W", bound=Widget)
 
 TAB_FOCUS = {"timeline": "#timeline-log", "stacks": "#stacks-view", "crash": "#crash-view", "hints": "#hints-view",
              "verdict": "#summary-table", "collectives": "#coll-view"}
@@ -108,6 +113,20 @@ class RunScreen(Screen):
         self._layout: tuple = ()  # the panes' order (node by node: RunModel.grouped_rank_ids) and the nodes drawn
         self.compact_choice: bool | None = None  # the user's m: rows (True) or panes (False); None: tui/compact.py
         self.compact_on = False  # the ranks tab shows the compact table instead of the pane grid
+        self._panes: dict[int, RankPane] = {}  # rank -> its pane, once mounted (panes stay for the screen's life)
+        self._singles: dict[type, Widget] = {}
+
+    def _the(self, kind: type[W]) -> W:
+        """The screen's one widget of a type: composed once and never replaced, so looked up once (a query by type
+        walks and matches every node on the screen, several times per model change under a flood)."""
+        w = self._singles.get(kind)
+        if w is None:
+            w = self._singles[kind] = self.query_one(kind)
+        return w
+
+    def _on_timer_update(self) -> None:
+        with no_collection():  # Textual's paint of this screen: the collection it sets off waits for the frame
+            super()._on_timer_update()
 
     def compose(self) -> ComposeResult:
         yield Static(head_text(self.model, self.source_kind), id="run-head")
@@ -152,51 +171,52 @@ class RunScreen(Screen):
         m = self.model
         self.query_one("#run-head", Static).update(head_text(m, self.source_kind), layout=False)
         if c is None or c.run:
-            self.query_one(Banner).state = banner_text(m)
+            self._the(Banner).state = banner_text(m)
             self._choose_view()
             if not self.compact_on:
                 self._ensure_panes()
             self._auto_switch()
             self._notify_hints()
-        tab = self.query_one(TabbedContent).active
+        tab = self._the(TabbedContent).active
         if tab == "ranks":
             if self.compact_on:
                 panes = []
-                self.query_one(RankTable).show(m, None if c is None or c.run or c.coll else c.ranks)
+                self._the(RankTable).show(m, None if c is None or c.run or c.coll else c.ranks)
             elif c is None or c.run:
-                panes = self.query(RankPane)
+                panes = self._panes.values()
             else:
-                panes = [p for p in self.query(RankPane) if p.rank in c.ranks]
+                panes = [self._panes[r] for r in c.ranks if r in self._panes]
             for pane in panes:
                 pane.show(m, self.needle)
-            chart = self.query_one(LossChart)
+            chart = self._the(LossChart)
             if chart.display and c is not None and c.loss:  # no room for it now (fit_panes): drawn when it comes back
                 chart.points = m.loss_version
             elif chart.display and c is None and chart.points != m.loss_version:
                 self._chart_later()  # shown again with newer losses
         elif tab == "timeline":
             if c is None or c.lines:
-                self.query_one(TimelineView).show(m, self.needle)
+                self._the(TimelineView).show(m, self.needle)
         elif tab == "stacks":
-            self.query_one(StacksView).shown = (m.stacks, m.stacks_verdict())
+            self._the(StacksView).shown = (m.stacks, m.stacks_verdict())
         elif tab == "collectives":
             if c is None or c.coll or c.run:
-                self.query_one(CollectivesView).show(m)
+                self._the(CollectivesView).show(m)
         elif tab == "crash":
-            self.query_one(CrashView).crash = m.crash
+            self._the(CrashView).crash = m.crash
         elif tab == "hints":
-            self.query_one(HintsView).hints = (tuple(m.hints), m.start_wall)
+            self._the(HintsView).hints = (tuple(m.hints), m.start_wall)
         elif tab == "verdict":
-            self.query_one(VerdictView).shown = verdict_shown(m)
+            self._the(VerdictView).shown = verdict_shown(m)
 
     def _ensure_panes(self) -> None:
         grid = self.query_one("#rank-grid", Grid)
-        have = {p.rank for p in self.query(RankPane)}
         want = self.model.grouped_rank_ids()
-        missing = [r for r in want if r not in have]
+        missing = [r for r in want if r not in self._panes]
         if missing:
-            grid.mount(*[RankPane(r) for r in missing])
-            self.call_after_refresh(freeze_long_lived)  # the grid is built: full collections skip it (gc_freeze.py)
+            fresh = [RankPane(r) for r in missing]
+            self._panes.update((p.rank, p) for p in fresh)
+            grid.mount(*fresh)
+            self.call_after_refresh(freeze_long_lived)  # the grid is built: full collections skip it (gc_policy.py)
             if self.focused is None:
                 self.call_after_refresh(self.focus_rank_pane, None)
             n = len(want)
@@ -223,7 +243,7 @@ class RunScreen(Screen):
     def _choose_view(self) -> bool:
         """Compact table or pane grid (tui/compact.py, or the user's m); True when it changed."""
         n = len(self.model.rank_ids())
-        rows = self.query_one(RanksBox).size.height
+        rows = self._the(RanksBox).size.height
         cols = self.grid_columns() if n <= compact_rules.COMPACT_ABOVE else 1  # nodes() costs ms at 1,024 ranks
         on = compact_rules.want_compact(n, rows, -(-n // cols) if n else 0)
         if self.compact_choice is not None:
@@ -235,17 +255,18 @@ class RunScreen(Screen):
         rank = self.focused_rank()
         self.compact_on = on
         self.query_one("#rank-grid", Grid).display = not on
-        table = self.query_one(RankTable)
+        table = self._the(RankTable)
         table.display = on
         self._fitted = ()
         if on:
             table.show(self.model)
+            self.call_after_refresh(freeze_long_lived)  # the table and every rank's view are built (gc_policy.py)
         else:
             self._ensure_panes()
-            for pane in self.query(RankPane):  # panes kept from before, or mounted now: drawn as they mount
+            for pane in self._panes.values():  # panes kept from before, or mounted now: drawn as they mount
                 pane.show(self.model, self.needle)
         self.fit_panes()
-        on_tab = self.query_one(TabbedContent).active == "ranks"
+        on_tab = self._the(TabbedContent).active == "ranks"
         if on_tab and (rank is not None or not isinstance(self.focused, (RankPane, RankTable, Input))):
             self.call_after_refresh(self.focus_rank_pane, rank)  # the rank in focus stays in focus in the other view
         return True
@@ -258,7 +279,7 @@ class RunScreen(Screen):
 
     def fit_panes(self) -> None:
         """Share the ranks tab's rows so every pane has room for its newest line (tui/fit.py)."""
-        rows = self.query_one(RanksBox).size.height
+        rows = self._the(RanksBox).size.height
         n = len(self.model.rank_ids())
         if rows <= 0:
             return  # the tab is hidden: fitted again when it shows (its size changes then)
@@ -273,7 +294,7 @@ class RunScreen(Screen):
             return  # setting the same styles again still costs a relayout of every pane
         self._fitted = (f, n, cols)
         self.query_one("#rank-grid", Grid).styles.grid_size_columns = cols  # the terminal's width can change them
-        chart = self.query_one(LossChart)
+        chart = self._the(LossChart)
         chart.display = f.chart > 0
         if f.chart:
             chart.styles.height = f.chart
@@ -282,7 +303,7 @@ class RunScreen(Screen):
         grid = self.query_one("#rank-grid", Grid)
         grid.styles.grid_rows = str(f.row) if f.row else None  # None: the rows share the grid's height
         grid.styles.overflow_y = "auto" if f.row else "hidden"
-        for pane in self.query(RankPane):
+        for pane in self._panes.values():
             pane.show_bar(f.bars)
 
     def _chart_later(self) -> None:
@@ -295,7 +316,7 @@ class RunScreen(Screen):
     def _chart_catch_up(self) -> None:
         self.chart_pending = False
         try:
-            chart = self.query_one(LossChart)
+            chart = self._the(LossChart)
         except NoMatches:  # the screen went (a rerun replaced it) before the repaint
             return
         if chart.display and chart.points != self.model.loss_version and self.app.chart_due():
@@ -304,7 +325,7 @@ class RunScreen(Screen):
     def _auto_switch(self) -> None:
         """Bring the troubleshooting view forward once, when its verdict arrives and the user is on the grid."""
         m = self.model
-        tabs = self.query_one(TabbedContent)
+        tabs = self._the(TabbedContent)
         for name, present in (("crash", m.crash), ("stacks", m.stall and m.hang), ("verdict", m.finished)):
             if present is not None and name not in self._auto_switched:
                 self._auto_switched.add(name)
@@ -321,7 +342,7 @@ class RunScreen(Screen):
 
     # -- actions --------------------------------------------------------------------------------------
     def action_tab(self, name: str) -> None:
-        tabs = self.query_one(TabbedContent)
+        tabs = self._the(TabbedContent)
         if tabs.active == "ranks" and name != "ranks":
             self._last_rank = self.focused_rank()
         tabs.active = name
@@ -333,7 +354,7 @@ class RunScreen(Screen):
         self.show()
 
     def action_toggle_timeline(self) -> None:
-        tabs = self.query_one(TabbedContent)
+        tabs = self._the(TabbedContent)
         self.action_tab("ranks" if tabs.active == "timeline" else "timeline")
 
     def action_search(self) -> None:
@@ -355,13 +376,13 @@ class RunScreen(Screen):
         if rank not in self.model.rank_ids():
             self.notify(f"no rank {rank} in this run", severity="warning")
             return
-        if self.query_one(TabbedContent).active != "ranks":
+        if self._the(TabbedContent).active != "ranks":
             self.action_tab("ranks")
         self.focus_rank_pane(rank)
 
     def focus_rank_pane(self, rank: int | None) -> None:
         if self.compact_on:
-            table = self.query_one(RankTable)
+            table = self._the(RankTable)
             table.focus()
             if rank is not None:
                 table.go_to(rank)
@@ -397,7 +418,7 @@ class RunScreen(Screen):
                         severity="warning")
             return
         self.compact_choice = not self.compact_on
-        if self.query_one(TabbedContent).active != "ranks":
+        if self._the(TabbedContent).active != "ranks":
             self.action_tab("ranks")
         self._choose_view()
 
@@ -443,7 +464,7 @@ class RunScreen(Screen):
             self.focus_rank_pane(None)
             self.show()
             return
-        tabs = self.query_one(TabbedContent)
+        tabs = self._the(TabbedContent)
         if tabs.active != "ranks":
             self.action_tab("ranks")
             return
