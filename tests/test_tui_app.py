@@ -604,6 +604,42 @@ async def test_timeline_keeps_the_newest_line_when_the_end_banner_shrinks_it_and
 
 @pytest.mark.timeout(40)
 @aio
+async def test_timeline_text_is_selected_with_the_mouse_and_the_selection_stays_on_its_lines_as_old_ones_leave(
+        monkeypatch):
+    """The row-drawn timeline keeps what Textual's Log gave: drag to select, the text comes out as shown; a bounded
+    buffer drops its oldest rows as new ones come, and the selection stays on the lines it was made on."""
+    from ddptui.tui import model
+    from ddptui.tui.widgets.timeline import TimelineView
+
+    monkeypatch.setattr(model, "TIMELINE_LINES", 100)  # 120 lines, then 20 more: the front moves by 40
+    src = GatedSource(pane_run(2))
+    app = DdpApp(source=src)
+    async with app.run_test(size=SIZE) as pilot:
+        await newest_on_screen(pilot, app, 2, 59)
+        await pilot.press("t")
+        log = app.screen.query_one("#timeline-log", TimelineView)
+        await pilot.press("pageup")  # reading history: the view holds still
+        await pilot.pause()
+        top = int(log.scroll_y)
+        rows = log.lines[top + 25:top + 28]
+        await pilot.mouse_down(log, offset=(4, 25))
+        await pilot.hover(log, offset=(30, 27))
+        await pilot.mouse_up(log, offset=(30, 27))
+        await pilot.pause()
+        want = "\n".join([rows[0][4:], rows[1], rows[2][:31]])  # through the cell under the pointer
+        assert app.screen.get_selected_text() == want
+        assert "r0-line" in want and "rank 0" in want
+        await pilot.press("ctrl+c")
+        assert app.clipboard == want
+        src.release(1)
+        await until(pilot, lambda: app.model.timeline_seq >= 140, 10, "20 more lines")
+        await pilot.pause()
+        assert log.line_count == 100 and log.lines[0] != rows[0]  # older rows left the buffer
+        assert app.screen.get_selected_text() == want  # the same lines, not the rows now at those indices
+
+
+@pytest.mark.timeout(40)
+@aio
 async def test_zoomed_rank_keeps_its_newest_line_when_the_terminal_gets_smaller():
     src = GatedSource(pane_run(2)[:2])
     app = DdpApp(source=src)

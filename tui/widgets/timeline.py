@@ -5,8 +5,9 @@ from collections import deque
 
 from rich.segment import Segment
 from rich.style import Style
-from textual.geometry import Size
+from textual.geometry import Offset, Size
 from textual.scroll_view import ScrollView
+from textual.selection import Selection
 from textual.strip import Strip
 
 from ddptui.tui.model import TIMELINE_LINES, RunModel
@@ -33,9 +34,9 @@ class TimelineView(ScrollView, can_focus=True):
     scrolled to. A filter keeps its matches from the moment it is set (the model's lines, then each new one).
 
     Follows the newest line while it is at the bottom; scrolled up, the same lines stay in view as new ones arrive
-    (and old ones leave the model's buffer)."""
+    (and old ones leave the model's buffer). The mouse selects text as in Textual's Log (ctrl+c copies it); a
+    selection is held by row number since the run began, so it stays on its lines as older ones leave."""
 
-    ALLOW_SELECT = False
     DEFAULT_CSS = """
     TimelineView {
         background: $surface;
@@ -121,6 +122,25 @@ class TimelineView(ScrollView, can_focus=True):
     def _text(self, item) -> str:
         return timeline_text(self.model, item)
 
+    def get_selection(self, selection: Selection) -> tuple[str, str] | None:
+        """The selected text: rows are numbered from the run's first (render_line's offsets), the buffer from its
+        front; the part of a selection whose rows have left the buffer is gone with them."""
+        if self.model is None or not self._rows:
+            return None
+        front = self._front_now()
+        start, end = selection
+        if end is not None and end.y < front:
+            return None
+        if start is not None:
+            start = Offset(start.x, start.y - front) if start.y >= front else Offset(0, 0)
+        if end is not None:
+            end = Offset(end.x, end.y - front)
+        text = "\n".join(clean(self._text(it)) for it in self._rows)
+        return Selection(start, end).extract(text), "\n"
+
+    def selection_updated(self, selection: Selection | None) -> None:
+        self.refresh()
+
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
         width = self.size.width
@@ -131,4 +151,12 @@ class TimelineView(ScrollView, can_focus=True):
         if i >= len(self._rows):
             return Strip.blank(width, base)
         text = clean(self._text(self._rows[i]))
-        return Strip([Segment(text, base)]).crop_extend(scroll_x, scroll_x + width, base)
+        row = self._front_now() + i  # numbered from the run's first row: a selection stays on its lines
+        segments = [Segment(text, base)]
+        selection = self.text_selection
+        if selection is not None and (span := selection.get_span(row)) is not None:
+            start, end = span[0], len(text) if span[1] == -1 else span[1]
+            picked = base + self.screen.get_component_rich_style("screen--selection")
+            segments = [Segment(text[:start], base), Segment(text[start:end], picked), Segment(text[end:], base)]
+        strip = Strip(segments).crop_extend(scroll_x, scroll_x + width, base)
+        return strip.apply_offsets(scroll_x, row)
