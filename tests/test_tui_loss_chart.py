@@ -146,6 +146,31 @@ async def test_the_run_screen_draws_a_long_run_on_a_log_scale_with_the_legend_be
         assert chart.data.series[0].color == PALETTE[0]
 
 
+@pytest.mark.timeout(60)
+@aio
+async def test_without_colour_each_rank_is_drawn_with_its_own_mark_and_the_legend_says_which(monkeypatch):
+    """NO_COLOR turns every curve the same grey: each rank's curve is drawn with its own mark, the legend shows it."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = DdpApp(source=ScriptSource(run_batches(2, 400)))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("escape")
+        await settle(pilot, app)
+        chart = app.screen.query_one(LossChart)
+        lines = chart.render().plain.split("\n")
+        drawn = "".join(canvas_cells(lines))
+        assert drawn.count("o") >= 10 and drawn.count("+") > 20, drawn  # rank 0 (under rank 1 where they meet), rank 1
+        assert not any(ord(c) in BRAILLE for c in drawn)
+        assert [t.plain.split()[0:2] for t in chart.legend] == [["oo", "r0"], ["++", "r1"]]
+
+
+def test_the_summary_curves_have_marks_that_say_which_is_which():
+    d = chart_data(model_with(64, 300), columns=150)
+    assert d.summary
+    legend = [t.plain.split()[0:2] for t in legend_lines(d, 10, mono=True)]
+    assert legend[:3] == [["^^", "max"], ["oo", "median"], ["vv", "min"]]
+
+
 async def chart_height(size: tuple[int, int]) -> tuple[int, int]:
     app = DdpApp(source=ScriptSource(run_batches(2, 200), hold=True))
     async with app.run_test(size=size) as pilot:

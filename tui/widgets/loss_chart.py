@@ -21,6 +21,9 @@ LEGEND_MIN_PLOT = 40  # columns the plot keeps before the legend column is dropp
 PALETTE = ((86, 156, 245), (245, 166, 35), (87, 209, 99), (242, 92, 84),
            (180, 142, 240), (63, 208, 212), (240, 125, 200), (212, 212, 90))
 SUMMARY_COLORS = {"max": (242, 92, 84), "median": (86, 156, 245), "min": (87, 209, 99)}
+# Without colour (NO_COLOR) every curve is the same grey: each gets its own mark instead, in the plot and the legend.
+MARKS = ("o", "+", "x", "*", "#", "%", "@", "=")
+SUMMARY_MARKS = {"max": "^", "median": "o", "min": "v"}
 
 
 @dataclass(frozen=True)
@@ -214,16 +217,25 @@ def axes_for(data: ChartData, width: int, height: int) -> Axes:
     return Axes(data.scale, yt, tick_labels(yt, data.scale), ylim, xt, [step_label(x) for x in xt])
 
 
-def legend_lines(data: ChartData, rows: int) -> list[Text]:
-    """The legend column: a coloured line and the series' name and newest loss, one series a row."""
+def marks(data: ChartData) -> dict[str, str]:
+    """Each series' own plot mark for a chart drawn without colour."""
+    if data.summary:
+        return {s.name: SUMMARY_MARKS.get(s.name, "o") for s in data.series}
+    return {s.name: MARKS[i % len(MARKS)] for i, s in enumerate(data.series)}
+
+
+def legend_lines(data: ChartData, rows: int, mono: bool = False) -> list[Text]:
+    """The legend column: a coloured line (`mono`: the series' mark) and the series' name and newest loss, one series
+    a row."""
     out = []
+    mark = marks(data) if mono else {}
     entries = list(data.series)
     if data.summary:
         entries.sort(key=lambda s: ("max", "median", "min").index(s.name))
     room = rows - (1 if data.summary else 0)
     shown = entries if len(entries) <= room else entries[:max(0, room - 1)]
     for s in shown:
-        t = Text("━━ ", style=Style(color=f"rgb{s.color}", bold=True))
+        t = Text(f"{mark[s.name] * 2} " if mono else "━━ ", style=Style(color=f"rgb{s.color}", bold=True))
         t.append(s.name.ljust(6 if data.summary else 3))
         if s.last is not None:
             t.append(" " + fmt_num(s.last), style="dim" if not data.summary else "")
@@ -235,8 +247,9 @@ def legend_lines(data: ChartData, rows: int) -> list[Text]:
     return out
 
 
-def draw(plt, data: ChartData, width: int, height: int) -> Axes | None:
-    """Set up plotext's figure `plt` (cleared) to draw `data` at width x height; the axes it chose."""
+def draw(plt, data: ChartData, width: int, height: int, mono: bool = False) -> Axes | None:
+    """Set up plotext's figure `plt` (cleared) to draw `data` at width x height (`mono`: each series with its own
+    mark, not colour); the axes it chose."""
     plt.clear_data()
     plt.clear_figure()
     plt.title(title_text(data, width))
@@ -244,8 +257,9 @@ def draw(plt, data: ChartData, width: int, height: int) -> Axes | None:
         plt.plot([0], [0], marker=" ")
         return None
     axes = axes_for(data, width, height)
+    mark = marks(data) if mono else {}
     for s in data.series:
-        plt.plot(s.xs, s.ys, marker="braille", color=s.color)
+        plt.plot(s.xs, s.ys, marker=mark.get(s.name, "braille"), color=s.color)
     if axes.scale == "log":
         plt.yscale("log")
         plt.ylim(math.log10(axes.ylim[0]), math.log10(axes.ylim[1]))  # plotext takes log-scale limits as logs
@@ -275,14 +289,15 @@ class LossChart(PlotextPlot):
     def render(self):
         # plotext applies the log scale to its data in place while building: the figure is set up anew each time.
         width, height = self.size.width, self.size.height
-        legend = legend_lines(self.data, max(0, height - 4))
+        mono = self.app.no_color
+        legend = legend_lines(self.data, max(0, height - 4), mono)
         legend_w = max((t.cell_len for t in legend), default=0) + 2
         if not legend or width - legend_w < LEGEND_MIN_PLOT:
             legend, legend_w = [], 0
         self.legend = legend
         plot_w = width - legend_w
         plt = self._plot
-        self.axes = draw(plt, self.data, plot_w, height)
+        self.axes = draw(plt, self.data, plot_w, height, mono)
         plt.plotsize(plot_w, height)
         plt._set_size(plot_w, height)  # as PlotextPlot.render does (textual-plotext issue 5)
         plt.theme(self._get_plotext_theme_name(self.app.theme))
