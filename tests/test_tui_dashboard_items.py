@@ -336,3 +336,30 @@ async def test_help_in_a_zoomed_rank_shows_the_zoom_keys():
         assert isinstance(app.screen, HelpScreen) and "zoomed rank" in str(app.screen.query_one("#help-title").render())
         await pilot.press("escape")
         assert isinstance(app.screen, ZoomScreen)
+
+
+def test_a_hint_toast_says_it_all_on_a_tall_terminal_and_points_to_the_hints_tab_on_a_short_one():
+    from ddptui.runners import events as ev
+    from ddptui.tui.widgets.hints_view import hint_toast
+
+    h = ev.HintRaised("gloo-timeout", "Collective timeout", "A rank stopped calling the collective.",
+                      "Find the rank that is elsewhere (stacks view).", 0, "gloo timeout", 0.0)
+    assert hint_toast(h, short=False) == ("A rank stopped calling the collective.\nfix: Find the rank that is "
+                                          "elsewhere (stacks view).", "Collective timeout (rank 0)")
+    assert hint_toast(h, short=True) == ("h: why, and the fix", "Collective timeout (rank 0)")
+    assert hint_toast(ev.HintRaised("x", "Launcher", "e", "f", None, "", 0.0), True)[1] == "Launcher (launcher)"
+
+
+@pytest.mark.timeout(30)
+@aio
+async def test_at_80x24_a_hint_toast_leaves_the_crash_view_to_the_run():
+    """At 80x24 a hint's explanation and fix covered 10 of the crash view's 17 rows for 8 s; there it is one line
+    that points to the Hints tab, and a tall terminal still gets the whole of it."""
+    for size, short in (((80, 24), True), ((160, 48), False)):
+        app = DdpApp(source=ReplaySource(RECORDS / "crash"))
+        async with app.run_test(size=size, notifications=True) as pilot:  # run_test shows no toasts unless asked
+            await until(pilot, lambda: app.worker is not None and not app.running and app.drawn, 30, "the replay")
+            await until(pilot, lambda: "A peer rank crashed" in screen_text(app), 10, f"the hint toast at {size}")
+            text = screen_text(app)
+            assert ("h: why, and the fix" in text) is short, text
+            assert ("fix: Find the rank that failed first" in text.replace("\n", " ")) is not short, text

@@ -17,13 +17,13 @@ from ddptui.tui import compact as compact_rules
 from ddptui.tui.fit import chart_rows, fit
 from ddptui.tui.gc_policy import freeze_long_lived, no_collection
 from ddptui.tui.marks import marked
-from ddptui.tui.sizes import wide_columns
+from ddptui.tui.sizes import SHORT_BELOW, wide_columns
 from ddptui.tui.model import Changes, RunModel
 from ddptui.tui.rate import fmt_duration, fmt_rate, load_text, overloaded
 from ddptui.tui.widgets.banner import Banner, banner_text
 from ddptui.tui.widgets.collectives_view import CollectivesView
 from ddptui.tui.widgets.crash_view import CrashView
-from ddptui.tui.widgets.hints_view import HintsView
+from ddptui.tui.widgets.hints_view import HintsView, hint_toast
 from ddptui.tui.widgets.keybar import KeyBar
 from ddptui.tui.widgets.loss_chart import LossChart
 from ddptui.tui.widgets.rank_pane import RankPane
@@ -334,10 +334,10 @@ class RunScreen(Screen):
                 return
 
     def _notify_hints(self) -> None:
+        short = self.size.height < SHORT_BELOW
         for h in self.model.hints[self._hints_seen:]:
-            who = f"rank {h.rank}" if h.rank is not None else "launcher"
-            self.notify(f"{h.explanation}\nfix: {h.fix}", title=f"{h.title} ({who})", severity="warning", timeout=8,
-                        markup=False)
+            message, title = hint_toast(h, short)
+            self.notify(message, title=title, severity="warning", timeout=8, markup=False)
         self._hints_seen = len(self.model.hints)
 
     # -- actions --------------------------------------------------------------------------------------

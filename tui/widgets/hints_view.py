@@ -26,6 +26,15 @@ def render_hints(hints: list[HintRaised], start_wall: float | None) -> Text:
     return t
 
 
+def hint_toast(h: HintRaised, short: bool) -> tuple[str, str]:
+    """(message, title) of the notification a new hint raises; on a short terminal one line that points to the Hints
+    tab, since the full explanation and fix would cover the crash view or the panes for as long as it shows."""
+    who = f"rank {h.rank}" if h.rank is not None else "launcher"
+    if short:
+        return "h: why, and the fix", f"{h.title} ({who})"
+    return f"{h.explanation}\nfix: {h.fix}", f"{h.title} ({who})"
+
+
 class HintsView(VerticalScroll):
     """Shows ``hints``: (the hints raised so far, the run's start wall time)."""
 
