@@ -131,29 +131,3 @@ class TailView(Widget):
             return Text(self.empty_text(), style="dim")
         return Text("\n", no_wrap=True, overflow="ellipsis", end="").join(
             format_line(w - self.start_wall, s, t, stamp=stamped(self.size.width)) for w, s, t in rows)
-
-
-class LineView(Widget):
-    """One line of ``text``, redrawn without a layout pass (status lines that change with every step)."""
-
-    DEFAULT_CSS = "LineView { height: 1; }"
-
-    text: reactive[str] = reactive("", init=False)
-
-    def __init__(self, **kw) -> None:
-        super().__init__(**kw)
-        self._base: Style | None = None
-
-    def watch_text(self) -> None:
-        self._base = None
-
-    def render_line(self, y: int) -> Strip:
-        if self._base is None:
-            self._base = self.rich_style
-        base = self._base
-        if y:
-            return Strip.blank(self.size.width, base)
-        return Strip([Segment(self.text, base)]).crop_extend(0, self.size.width, base)
-
-    def render(self) -> Text:
-        return Text(self.text)
