@@ -68,6 +68,7 @@ async def export(app, path: Path, keys: tuple[str, ...] = ()) -> None:
         for k in keys:
             await pilot.press(k)
             await pilot.pause()
+        await pilot.wait_for_scheduled_animations()  # the tab underline slides to the tab the run ended on
         app.save_screenshot(path.name, str(path.parent))
 
 

@@ -272,15 +272,24 @@ def test_shot_folder_decides_where():
 
 @pytest.mark.timeout(40)
 @aio
-async def test_r_in_a_replay_says_why_it_does_not_rerun():
+async def test_r_in_a_replay_says_why_it_does_not_rerun_and_the_footer_lists_no_live_only_key():
     app = DdpApp(source=ReplaySource(RECORDS / "crash"))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, 30)
         model = app.model
+        keys = footer(app)
+        assert " t  timeline" in keys and " q  quit" in keys
+        assert "stop" not in keys and "dump stacks" not in keys and "rerun" not in keys, keys
         await pilot.press("r")
         assert app.runs_started == 1 and app.model is model
         said = [n.message for n in app._notifications]
         assert any("r reruns live runs only" in m and "ddptui crash" in m for m in said), said
+    live = DdpApp(source=ScriptSource(crash_scenario(), kind="live", hold=True))
+    async with live.run_test(size=SIZE) as pilot:
+        await settle(pilot, live)
+        keys = footer(live)
+        assert " s  stop" in keys and " d  dump stacks" in keys and " r  rerun" in keys, keys
+        live.source.request_stop()
 
 
 def test_replica_verdict_is_said_once_and_the_rank_status_once():

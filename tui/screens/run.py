@@ -33,6 +33,7 @@ from ddptui.tui.widgets.timeline import TimelineView
 from ddptui.tui.widgets.verdict_view import VerdictView, verdict_shown
 
 W = TypeVar("W", bound=Widget)
+REPLAY_UNLISTED = frozenset({"app.stop", "app.dump", "app.rerun"})
 
 TAB_FOCUS = {"timeline": "#timeline-log", "stacks": "#stacks-view", "crash": "#crash-view", "hints": "#hints-view",
              "verdict": "#summary-table", "collectives": "#coll-view"}
@@ -115,6 +116,11 @@ class RunScreen(Screen):
         self.compact_on = False  # the ranks tab shows the compact table instead of the pane grid
         self._panes: dict[int, RankPane] = {}  # rank -> its pane, once mounted (panes stay for the screen's life)
         self._singles: dict[type, Widget] = {}
+
+    @property
+    def unlisted_actions(self) -> frozenset[str]:
+        """Keys the footer leaves out: a replay has nothing live to stop, dump or rerun (pressed, each says so)."""
+        return REPLAY_UNLISTED if self.source_kind == "replay" else frozenset()
 
     def _the(self, kind: type[W]) -> W:
         """The screen's one widget of a type: composed once and never replaced, so looked up once (a query by type

@@ -18,11 +18,11 @@ def bar_text(keys) -> Text:
     return t
 
 
-def screen_keys(bindings) -> list[tuple[str, str]]:
-    """The shown bindings of a screen, one per description, first key of each."""
+def screen_keys(bindings, hidden: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+    """The shown bindings of a screen, one per description, first key of each; none whose action is in `hidden`."""
     out, seen = [], set()
     for b in bindings:
-        if not getattr(b, "show", True) or b.description in seen:
+        if not getattr(b, "show", True) or b.description in seen or b.action in hidden:
             continue
         seen.add(b.description)
         out.append((",".join(key_label(k) for k in b.key.split(",")[:1]), b.description))
@@ -33,7 +33,7 @@ class KeyBar(Static):
     DEFAULT_CSS = "KeyBar { dock: bottom; height: 1; background: $panel; }"
 
     def on_mount(self) -> None:
-        self.update(bar_text(screen_keys(self.screen.BINDINGS)))
+        self.update(bar_text(screen_keys(self.screen.BINDINGS, getattr(self.screen, "unlisted_actions", frozenset()))))
 
     def show_keys(self, keys) -> None:
         """Keys the screen chose for now (the picker's differ in its list and in a field)."""
