@@ -175,7 +175,7 @@ async def test_the_built_run_screen_is_set_aside_from_full_collections():
     app = DdpApp(source=src)
     try:
         async with app.run_test(size=(160, 50)) as pilot:
-            await until(pilot, lambda: len(app.screen.query(RankPane)) == 16 and app.drawn, 20)
+            await until(pilot, lambda: len(app.screen.query(RankPane)) == 16, 20)
             await until(pilot, lambda: gc.get_freeze_count() > 0, 10, "the screen to be frozen")
             pane = app.screen.query_one("#rank-7", RankPane)
             assert not any(o is pane for o in gc.get_objects()), "the pane is still walked by full collections"
@@ -199,7 +199,7 @@ async def test_the_compact_view_and_its_model_are_set_aside_from_full_collection
     app = DdpApp(source=src)
     try:
         async with app.run_test(size=(160, 50)) as pilot:
-            await until(pilot, lambda: getattr(app.screen, "compact_on", False) and app.drawn, 20, "the compact view")
+            await until(pilot, lambda: getattr(app.screen, "compact_on", False), 20, "the compact view")
             await until(pilot, lambda: gc.get_freeze_count() > 0, 10, "the table to be frozen")
             assert not app.screen.query(RankPane), "the compact view mounts no panes"
             table = app.screen.query_one(RankTable)
@@ -251,7 +251,8 @@ async def test_the_run_screen_paints_with_the_collector_held_off(monkeypatch):
     src = SyntheticSource(ranks=4, lines_per_s=50, seconds=30)
     app = DdpApp(source=src)
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: len(during) > 20 and app.drawn, 20, "panes to be painted")
+        # Only rows, not app.drawn: with lines streaming in, a loaded machine may always have a repaint pending.
+        await until(pilot, lambda: len(during) > 20, 20, "panes to be painted")
         assert not any(during), "a row was drawn with the collector on"
         assert gc.isenabled()  # between frames
         src.request_stop()
