@@ -85,6 +85,12 @@ def test_pattern1_tags_every_replica_line_and_replicas_stay_identical(runs_dir):
     assert sorted(d["r"] for d in first) == [0, 1] and all(d["source"] == "xla" for d in first)
     assert first[0]["params"] == first[1]["params"] != digests[0]["params"]
     assert [p[0] for p in first[0]["params"]] == [p[0] for p in digests[0]["params"]]
+    # each replica said it waits for its first step (XLA's first compile) as soon as it began, before any step
+    for r in (0, 1):
+        said = [i for i, e in enumerate(rec.events) if isinstance(e, ev.RankPhase) and e.rank == r]
+        stepped = [i for i, e in enumerate(rec.events) if isinstance(e, ev.Progress) and e.rank == r]
+        assert [rec.events[i].phase for i in said] == ["waiting for first step"], r
+        assert said[0] < stepped[0], r
 
 
 @pytest.mark.timeout(150)

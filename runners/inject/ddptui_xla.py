@@ -24,6 +24,7 @@ import sys
 import threading
 import traceback
 
+import ddptui_phase
 import ddptui_postimport
 import ddptui_report
 from ddptui_turnstile import Turnstile
@@ -213,6 +214,9 @@ def _run_replica(call, spawn_fn):
     import torch_xla.runtime as xr
 
     bind(xr.global_ordinal())
+    # Up to here the worker was importing torch_xla and starting PJRT ("spawning"); now the user's function builds
+    # the model and XLA compiles the first step's graph, seconds to minutes before a replica prints anything.
+    ddptui_phase.say(ddptui_phase.FIRST_STEP)
     _local.modules, _local.digested = [], False
     try:
         out = call(spawn_fn)
