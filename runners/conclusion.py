@@ -128,7 +128,8 @@ class Conclusion:
             "status": status, "exit_code": exit_code, "world_size": s.world,
             "duration_s": duration_s, "ddptui_cpu_s": cpu_s,
             "ranks": {r: {"status": t.status, "outcome": t.outcome, "returncode": t.returncode,
-                          "signal": t.signal, "steps": t.step, "first_loss": t.first_loss,
+                          "signal": t.signal, "steps": t.step, "samples_per_step": t.samples,
+                          "first_loss": t.first_loss,
                           "last_loss": t.loss, "workload_loss": t.summary_loss, "pid": t.pid,
                           "host": t.host, "node": t.node,
                           "workload_verdict": t.verdict}

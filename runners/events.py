@@ -101,6 +101,9 @@ class Progress(Event):
     # (step, loss) points since this rank's previous Progress (at most POINTS_PER_EVENT, evenly thinned): the
     # event is sent once per engine turn, the loss curve still gets every point
     losses: tuple = ()
+    # samples in the rank's newest optimizer step: the leading dimension of its model's training inputs, summed
+    # over the step's forwards (runners/inject/ddptui_report.py); None when unknown (no hooked model, older records)
+    samples: int | None = None
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ class Ingest:
         """The Progress events coalesced since the last call: one per rank that moved (the UI samples them)."""
         for rank, (wall, source) in sorted(self._pending_progress.items()):
             t = self.s.tracks[rank]
-            self.s.emit(ev.Progress(rank, t.step, t.loss, wall, source, t.take_new_losses()))
+            self.s.emit(ev.Progress(rank, t.step, t.loss, wall, source, t.take_new_losses(), t.samples))
         self._pending_progress.clear()
         if self._coll_changed:  # the ranks that changed (each with all its groups), and the laggards of all
             tracks = self.s.tracks
@@ -142,6 +142,9 @@ class Ingest:
                 if step is not None:
                     steps.append(step)
             take_report(t.clock, rep, steps, mono)  # step time by the rank's own clock (`at`, `dt`)
+            b = rep.get("b")
+            if isinstance(b, int) and not isinstance(b, bool) and b > 0:
+                t.samples = b
             if news:
                 self._pending_progress[rank] = (wall, "hook" if kind == "step" else "report")
         elif kind == "first_digest":

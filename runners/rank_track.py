@@ -42,6 +42,7 @@ class RankTrack:
     stalled: bool = False
     outcome: str = ""  # why it ended, in words
     steps_total: int | None = None
+    samples: int | None = None  # samples in its newest optimizer step, as the rank counted them (Progress.samples)
     new_losses: list = field(default_factory=list)  # (step, loss) since the last Progress event
     reports_losses: bool = False  # the rank reports its losses itself (ddptui_report)
     _drawn_to: int | None = None  # the last parsed point's step when the first report arrived

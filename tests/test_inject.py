@@ -406,3 +406,49 @@ def test_report_thread_never_holds_the_process_at_exit(tmp_path):
         """, timeout=45, RANK="0")
     assert p.returncode == 0 and "leaving" in p.stdout, p.stderr
     assert loss_steps(reports(p.stdout)) == [1, 2, 3, 4]
+
+
+def test_a_batch_is_the_leading_dimension_of_the_first_tensor_among_a_forwards_inputs():
+    import torch
+
+    size = lambda *args, **kwargs: ddptui_report.batch_size_of(args, kwargs, torch.Tensor)  # noqa: E731
+    x, ids = torch.zeros(16, 3), torch.zeros(8, 128, dtype=torch.long)
+    assert size(x) == 16
+    assert size(torch.tensor(0.5), x) == 16  # a 0-d tensor (a temperature) carries no batch
+    assert size(input_ids=ids, attention_mask=torch.ones(8, 128)) == 8  # model(**batch)
+    assert size((x, torch.zeros(4)), ids) == 16  # positional first, into tuples
+    assert size([{"image": torch.zeros(5, 3, 4, 4)}]) == 5  # lists of dicts
+    assert size("text", 3, None, flag=True) is None
+    assert size(((((((torch.zeros(2, 2),),),),),),)) is None  # buried deeper than any batch is looked for
+
+
+@pytest.mark.timeout(60)
+def test_samples_per_step_count_training_forwards_since_the_last_optimizer_step(capfd, monkeypatch):
+    import torch
+
+    monkeypatch.setenv("RANK", "3")
+    model = torch.nn.Linear(4, 1)
+    hook = model.register_forward_pre_hook(ddptui_report.count_forward, with_kwargs=True)
+    try:
+        model(torch.zeros(10, 4))
+        model(input=torch.zeros(6, 4))  # a second micro-batch, passed by keyword
+        with torch.no_grad():
+            model(torch.zeros(100, 4))  # evaluation: not training throughput
+        model.eval()
+        model(torch.zeros(100, 4))
+        model.train()
+        ddptui_report.count_step()
+        ddptui_report.count_step()  # a second optimizer in the same step: it saw no forward, the count stands
+        ddptui_report.flush_progress()
+        line = reports(capfd.readouterr().out)[-1]  # (the first step may have gone out at once)
+        assert (line["step"], line["b"]) == (2, 16)
+        model(torch.zeros(7, 4))
+        ddptui_report.count_step()
+        ddptui_report.flush_progress()
+        line = reports(capfd.readouterr().out)[-1]
+        assert (line["step"], line["b"]) == (3, 7)
+    finally:
+        hook.remove()
+        for kept in (ddptui_report._forward_samples, ddptui_report._step_samples, ddptui_report._hook_counts,
+                     ddptui_report._stamps, ddptui_report._dts):
+            kept.pop(3, None)  # this rank's counts start over for the next test

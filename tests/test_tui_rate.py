@@ -266,3 +266,58 @@ def test_the_hosts_load_is_sent_each_sample_unless_every_rank_runs_on_another_no
              ev.Resources)
     assert [(e.load, e.cpus) for e in got] == [(1.0, 2)]  # rank 0 runs here
     assert not of(j.resources({}, no_cpu={0: "runs on node1", 1: "runs on node1"}, host_load=(1.0, 2)), ev.Resources)
+
+
+# ---- samples a second, where the ranks' model inputs told their batch ---------------------------------------
+def told(rank: int, last: int, wall: float, samples: int | None, n: int = 10) -> ev.Progress:
+    e = batched(rank, last, wall, n)
+    return ev.Progress(e.rank, e.step, e.loss, e.wall, e.source, e.losses, samples)
+
+
+def test_samples_a_second_are_each_ranks_samples_per_step_over_its_step_time_summed_over_live_ranks():
+    from ddptui.tui.screens.run import head_text
+    from ddptui.tui.widgets.rank_pane import status_line
+    m = started(steps=500)
+    for i in range(1, 4):  # rank 0: 10 steps/s x 32; rank 1: 5 steps/s x 64 (another batch: it says its own)
+        m.apply([told(0, 10 * i, T + i, 32), told(1, 5 * i, T + i, 64, 5)])
+    assert m.samples_rate() == pytest.approx(10 * 32 + 5 * 64)
+    assert " · 5.0 steps/s · 640 samples/s · ETA 1m37s" in head_text(m, "live").plain
+    assert status_line(m.rank(0), m.steps).startswith("step 30/500 0.10 s/step  320 samples/s  loss")
+    m.apply([ev.RankState(1, "exited", "", T + 4)])
+    assert m.samples_rate() == pytest.approx(320)  # an ended rank trains nothing
+
+
+def test_no_samples_a_second_without_a_batch_or_a_step_time():
+    from ddptui.tui.screens.run import head_text
+    m = started(steps=500)
+    m.apply([told(0, 10, T + 1, 32)])
+    assert m.samples_rate() is None  # one read: no step time yet
+    m2 = started(steps=500)
+    for i in range(1, 4):
+        m2.apply([batched(0, 10 * i, T + i)])  # a rank whose model took no hook (an older record, no DDP model)
+    assert m2.samples_rate() is None and "samples/s" not in head_text(m2, "live").plain
+    back = ev.from_json(json.loads(json.dumps(told(0, 10, T, 48).to_json())))
+    assert back.samples == 48
+    old = {k: v for k, v in batched(0, 10, T).to_json().items() if k != "samples"}
+    assert ev.from_json(old).samples is None
+
+
+def test_samples_rate_formats():
+    assert rate.fmt_samples_rate(640) == "640 samples/s"
+    assert rate.fmt_samples_rate(3210) == "3.2k samples/s"
+    assert rate.fmt_samples_rate(123_456) == "123k samples/s"
+    assert rate.fmt_samples_rate(1_500_000) == "1.5M samples/s"
+    assert rate.fmt_samples_rate(0.75) == "0.75 samples/s"
+
+
+def test_console_summary_says_the_runs_samples_a_second_and_each_ranks_batch():
+    t = rate.RunTally()
+    for i in range(1, 11):
+        t.progress(0, T + i, 10 * i, 32)
+        t.progress(1, T + i, 10 * i, 32)
+    assert t.line() == ("pace: 10.0 steps/s, 0.10 s/step (rank 0, the slowest, first step to last), "
+                        "640 samples/s (all ranks, 32 a step each)")
+    t.progress(2, T + 1, 1)
+    t.progress(2, T + 10, 10)  # 1 step/s, its model told nothing
+    assert t.line() == ("pace: 1.0 steps/s, 1.00 s/step (rank 2, the slowest, first step to last), "
+                        "640 samples/s (2 of 3 ranks, 32 a step each)")

@@ -91,6 +91,8 @@ def test_pattern1_tags_every_replica_line_and_replicas_stay_identical(runs_dir):
         stepped = [i for i, e in enumerate(rec.events) if isinstance(e, ev.Progress) and e.rank == r]
         assert [rec.events[i].phase for i in said] == ["waiting for first step"], r
         assert said[0] < stepped[0], r
+        # its samples per step: the 32 rows each step's forward took, counted by a hook on the model moved to XLA
+        assert {rec.events[i].samples for i in stepped} == {32}, r
 
 
 @pytest.mark.timeout(150)

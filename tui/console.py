@@ -53,7 +53,7 @@ class Console:
                     body = ("\n" + head).join(untag_lines(e.rank, e.lines))
                 parts.append(head + body + "\n")
             elif isinstance(e, ev.Progress):
-                self.tally.progress(e.rank, e.wall, e.step)
+                self.tally.progress(e.rank, e.wall, e.step, e.samples)
             elif isinstance(e, ev.Resources):
                 self.tally.resources(e.load, e.cpus)
             elif isinstance(e, ev.RunStarted):

@@ -61,6 +61,7 @@ class RankView:
     signal: str | None = None
     last_progress: float | None = None
     step_time: float | None = None  # seconds per step over the rank's recent steps; None until known
+    samples: int | None = None  # samples in its newest optimizer step (Progress.samples); None when unknown
     phase: str = ""  # what a rank not yet training is doing, in words (spawning, importing torch, rendezvous...)
     phase_since: float | None = None  # wall time it entered `phase`
 
@@ -178,6 +179,10 @@ class RunModel:
         """The run's pace: steps/s and time left of the rank that finishes last (tui/rate.py)."""
         return rate.run_pace(self.ranks.values(), self.steps)
 
+    def samples_rate(self) -> float | None:
+        """Samples a second over the live ranks, where their models' inputs told their batch (tui/rate.py)."""
+        return rate.run_samples_rate(self.ranks.values())
+
     def phase_text(self, rv: RankView) -> str:
         """'rendezvous 12s': the rank's start-up phase and its seconds in it, as of the newest event; "" if none."""
         return rate.phase_text(rv.phase, rv.phase_since, self.last_wall)
@@ -279,6 +284,8 @@ class RunModel:
                 steps = self._rates[e.rank] = rate.StepRate()
             steps.add(e.wall, e.step)
             rv.step_time = steps.step_time()
+            if e.samples:
+                rv.samples = e.samples
             self._phase(rv, "", None)
             if e.losses:  # every point since the rank's previous event
                 rv.losses.extend(tuple(p) for p in e.losses)

@@ -80,6 +80,29 @@ def run_pace(ranks: Iterable, steps: int | None) -> Pace | None:
     return best[1] if best is not None else None
 
 
+def samples_rate(rv) -> float | None:
+    """A rank's samples a second: its samples per step over its step time; None while either is unknown."""
+    return rv.samples / rv.step_time if rv.samples and rv.step_time else None
+
+
+def run_samples_rate(ranks: Iterable) -> float | None:
+    """The samples a second the live ranks train together (data parallel: each rank its own share of the global
+    batch); None while no live rank's is known."""
+    rates = [r for rv in ranks if rv.status not in ENDED and (r := samples_rate(rv)) is not None]
+    return sum(rates) if rates else None
+
+
+def fmt_samples_rate(per_s: float) -> str:
+    """'512 samples/s', '3.2k samples/s', '1.5M samples/s', '0.75 samples/s'."""
+    for unit, scale in (("M", 1e6), ("k", 1e3)):
+        if per_s >= scale:
+            v = per_s / scale
+            return f"{v:.1f}{unit} samples/s" if v < 100 else f"{v:.0f}{unit} samples/s"
+    if per_s >= 10:
+        return f"{per_s:.0f} samples/s"
+    return f"{per_s:.2g} samples/s"
+
+
 def fmt_rate(steps_per_s: float) -> str:
     """'3.1 steps/s', '0.25 steps/s', '120 steps/s'."""
     if steps_per_s >= 100:
@@ -135,15 +158,18 @@ def phase_text(phase: str, since: float | None, now: float | None) -> str:
 
 
 class RunTally:
-    """What the headless console says of a run's pace at its end: each rank's first and newest step, and the
-    highest load the engine's host had."""
+    """What the headless console says of a run's pace at its end: each rank's first and newest step, its samples
+    per step, and the highest load the engine's host had."""
 
     def __init__(self) -> None:
         self.span: dict[int, list] = {}  # rank -> [(wall, step) of its first progress, of its newest]
+        self.samples: dict[int, int] = {}  # rank -> samples in its newest step that told them
         self.load: float | None = None
         self.cpus: int | None = None
 
-    def progress(self, rank: int, wall: float, step: int | None) -> None:
+    def progress(self, rank: int, wall: float, step: int | None, samples: int | None = None) -> None:
+        if samples:
+            self.samples[rank] = samples
         if step is None:
             return
         sp = self.span.get(rank)
@@ -157,14 +183,22 @@ class RunTally:
             self.load, self.cpus = load, cpus
 
     def line(self) -> str | None:
-        """'pace: 3.1 steps/s, 0.32 s/step (rank 1, the slowest, first step to last); machine load up to 29.7 on 2
-        cpus (overloaded)', or None when nothing was measured."""
+        """'pace: 3.1 steps/s, 0.32 s/step (rank 1, the slowest, first step to last), 800 samples/s (all ranks, 128
+        a step each); machine load up to 29.7 on 2 cpus (overloaded)', or None when nothing was measured."""
         rates = {r: (b[1] - a[1]) / (b[0] - a[0]) for r, (a, b) in self.span.items() if b[1] > a[1] and b[0] > a[0]}
         parts = []
         if rates:
             r = min(rates, key=lambda k: (rates[k], k))
             who = f"rank {r}, the slowest" if len(rates) > 1 else f"rank {r}"
-            parts.append(f"pace: {fmt_rate(rates[r])}, {fmt_step_time(1 / rates[r])} ({who}, first step to last)")
+            pace = f"pace: {fmt_rate(rates[r])}, {fmt_step_time(1 / rates[r])} ({who}, first step to last)"
+            told = {k: n for k, n in self.samples.items() if k in rates}
+            if told:
+                sizes = sorted(set(told.values()))
+                each = f"{sizes[0]} a step" + (" each" if len(told) > 1 else "") if len(sizes) == 1 else \
+                    f"{sizes[0]}-{sizes[-1]} a step"
+                whose = "all ranks" if len(told) == len(self.span) else f"{len(told)} of {len(self.span)} ranks"
+                pace += f", {fmt_samples_rate(sum(rates[k] * n for k, n in told.items()))} ({whose}, {each})"
+            parts.append(pace)
         if self.load is not None:
             parts.append(f"machine {load_text(self.load, self.cpus).replace('load ', 'load up to ', 1)}")
         return "; ".join(parts) or None

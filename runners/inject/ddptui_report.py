@@ -207,6 +207,49 @@ def _stamp(body: dict, r: int | None) -> None:
         body["at"] = [st[0], round(st[1], 6)]
         if dts:
             body["dt"] = dts
+    b = _step_samples.get(r)
+    if b:
+        body["b"] = b
+
+
+# ---- samples per step: what a training forward of the rank's model took, summed up to its optimizer step ---------
+#
+# A run says nothing of its batch size; its model's inputs do. As PyTorch Lightning's extract_batch_size does, a
+# batch is the leading dimension of the first tensor among a forward's inputs. Only training forwards count (the
+# model in train mode, autograd on): an evaluation pass is not training throughput. Summed between optimizer steps,
+# gradient accumulation's micro-batches make one step's samples.
+
+_forward_samples: dict[int | None, int] = {}  # rank -> samples through its model since its last optimizer step
+_step_samples: dict[int | None, int] = {}  # rank -> the samples of its newest optimizer step that saw any
+
+
+def batch_size_of(args: Any, kwargs: Any, tensor_type: type) -> int | None:
+    """The leading dimension of the first tensor (a `tensor_type`, at least 1-d) among a forward's positional, then
+    keyword inputs, looking into tuples, lists and dicts; None when there is none."""
+    todo: list[tuple[Any, int]] = [(kwargs, 0), (args, 0)]  # a stack: args first
+    while todo:
+        x, depth = todo.pop()
+        if isinstance(x, tensor_type):
+            if x.dim() >= 1:
+                return int(x.shape[0])
+        elif depth < 4 and isinstance(x, (tuple, list, dict)):
+            items = list(x.values()) if isinstance(x, dict) else list(x)
+            todo.extend((v, depth + 1) for v in reversed(items))
+    return None
+
+
+def count_forward(module: Any, args: Any, kwargs: Any) -> None:
+    """A forward pre-hook (with_kwargs) on the rank's model: a training forward's batch joins its step's samples."""
+    try:
+        import torch
+
+        if module.training and torch.is_grad_enabled():
+            n = batch_size_of(args, kwargs, torch.Tensor)
+            if n:
+                r = rank()
+                _forward_samples[r] = _forward_samples.get(r, 0) + n
+    except Exception:
+        pass
 
 
 _silent = False
@@ -228,6 +271,8 @@ def _after_fork_in_child() -> None:
     _explicit.clear()
     _stamps.clear()
     _dts.clear()
+    _forward_samples.clear()
+    _step_samples.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -258,6 +303,9 @@ def _add_loss(n: int, value: Any) -> None:
 def count_step() -> None:
     """One optimizer step of the calling rank (the injected step hook): counted now, written within FLUSH_EVERY."""
     r = rank()
+    seen = _forward_samples.pop(r, 0)
+    if seen:  # a second optimizer in the same step saw no forward of its own: the first one's count stands
+        _step_samples[r] = seen
     n = _hook_counts[r] = _hook_counts.get(r, 0) + 1
     mine = _explicit.get(r)
     if mine is None or n > mine + 1:

@@ -161,6 +161,10 @@ def _remember_module(module, device) -> None:
     mods.append(module)
     if len(mods) == 1:
         ddptui_report.remember_model(module, "xla")  # names its first-step digest
+        try:  # its samples per step; a module that takes no hooks (TorchScript) is only not counted
+            module.register_forward_pre_hook(ddptui_report.count_forward, with_kwargs=True)
+        except Exception:
+            pass
 
 
 def device_data_only(params) -> bool:

@@ -116,6 +116,8 @@ def _patch_ddp(mod) -> None:
             # the finalizer holds the inner module no longer than the wrapper itself does.
             _ddp_modules.append(weakref.finalize(self, _ddp_digest, module, ddptui_report.rank()))
             ddptui_report.remember_model(module, "ddp")  # names the first-step digest
+            # hooks the wrapper, not the user's module: its own forward calls, once per micro-batch, are counted
+            _undo.append(self.register_forward_pre_hook(ddptui_report.count_forward, with_kwargs=True).remove)
         except Exception:
             pass
 

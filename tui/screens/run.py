@@ -19,7 +19,7 @@ from ddptui.tui.gc_policy import freeze_long_lived, no_collection
 from ddptui.tui.marks import marked
 from ddptui.tui.sizes import SHORT_BELOW, wide_columns
 from ddptui.tui.model import Changes, RunModel
-from ddptui.tui.rate import fmt_duration, fmt_rate, load_text, overloaded
+from ddptui.tui.rate import fmt_duration, fmt_rate, fmt_samples_rate, load_text, overloaded
 from ddptui.tui.widgets.banner import Banner, banner_text
 from ddptui.tui.widgets.collectives_view import CollectivesView
 from ddptui.tui.widgets.crash_view import CrashView
@@ -68,7 +68,12 @@ def head_text(model: RunModel, source_kind: str) -> Text:
     t.append(f" · {model.elapsed():.1f}s")
     pace = model.pace()
     if pace is not None:  # the rank that finishes last sets the run's pace and its time left
-        t.append(f" · {fmt_rate(pace.steps_per_s)}" + (f" · ETA {fmt_duration(pace.eta)}" if pace.eta is not None else ""))
+        t.append(f" · {fmt_rate(pace.steps_per_s)}")
+        samples = model.samples_rate()
+        if samples is not None:
+            t.append(f" · {fmt_samples_rate(samples)}")
+        if pace.eta is not None:
+            t.append(f" · ETA {fmt_duration(pace.eta)}")
     if model.load is not None:  # a loaded machine slows every rank: not the model's fault
         t.append(f" · {load_text(model.load, model.cpus)}",
                  style="bold yellow" if model.cpus and overloaded(model.load, model.cpus) else "")

@@ -9,7 +9,7 @@ from textual.containers import Vertical
 
 from ddptui.tui.marks import marked
 from ddptui.tui.model import RankView, RunModel, human_bytes
-from ddptui.tui.rate import fmt_step_time, phase_text
+from ddptui.tui.rate import fmt_samples_rate, fmt_step_time, phase_text, samples_rate
 from ddptui.tui.widgets.pane_body import PaneBody
 
 BADGE_CLASSES = ("-running", "-slow", "-stalled", "-ok", "-failed", "-starting", "-killed")
@@ -25,7 +25,8 @@ def badge_class(rv: RankView) -> str:
 
 
 def status_line(rv: RankView, steps: int | None, now: float | None = None) -> str:
-    """'step 120/500 0.31 s/step  loss 0.52  cpu 98%  rss 310M'; before its first step, its start-up phase and its
+    """'step 120/500 0.31 s/step  410 samples/s  loss 0.52  cpu 98%  rss 310M' (samples/s where the rank's model
+    inputs told its batch); before its first step, its start-up phase and its
     seconds in it as of `now` (the model's newest event)."""
     parts = []
     if rv.phase:
@@ -33,6 +34,9 @@ def status_line(rv: RankView, steps: int | None, now: float | None = None) -> st
     if rv.step is not None:
         parts.append(f"step {rv.step}" + (f"/{steps}" if steps else "")
                      + (f" {fmt_step_time(rv.step_time)}" if rv.step_time is not None else ""))
+    samples = samples_rate(rv)
+    if samples is not None:
+        parts.append(fmt_samples_rate(samples))
     if rv.loss is not None:
         parts.append(f"loss {rv.loss:.4g}")
     parts.append(f"cpu {rv.cpu:.0f}%" if rv.cpu is not None else "cpu -")
