@@ -452,3 +452,20 @@ def test_samples_per_step_count_training_forwards_since_the_last_optimizer_step(
         for kept in (ddptui_report._forward_samples, ddptui_report._step_samples, ddptui_report._hook_counts,
                      ddptui_report._stamps, ddptui_report._dts):
             kept.pop(3, None)  # this rank's counts start over for the next test
+
+
+@pytest.mark.timeout(120)
+def test_a_compiled_model_keeps_one_graph_and_its_samples_go_untold(tmp_path):
+    """Traced into a torch.compile'd model, a counting hook became a guard: a new graph every step (3 for 3)."""
+    p = run_py(tmp_path, """
+        import torch, ddptui_report
+        from torch._dynamo.utils import counters
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+        model.register_forward_pre_hook(ddptui_report.count_forward, with_kwargs=True)
+        compiled = torch.compile(model, backend="eager", fullgraph=True)  # fullgraph: a graph break is an error
+        for _ in range(3):
+            compiled(torch.zeros(16, 4)).sum().backward()
+        print("graphs", counters["stats"]["unique_graphs"], "counted", dict(ddptui_report._forward_samples))
+        """, RANK="0")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "graphs 1 counted {}" in p.stdout, p.stdout
