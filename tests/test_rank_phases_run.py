@@ -67,9 +67,10 @@ def test_rank_phases_in_order_from_spawn_to_first_step(tmp_path, fr):
     # the host's load came with the resource samples, and is in the record
     loads = [e for e in recorded if isinstance(e, ev.Resources) and e.load is not None]
     assert loads and all(e.cpus and e.cpus >= 1 and e.load >= 0 for e in loads)
-    # the headless summary says the run's pace and the highest load
+    # the headless summary says the run's pace, its samples/s (16 rows a forward, one forward a step) and the highest load
     out = io.StringIO()
     Console(out=out, color=False).handle(rec.events)
     summary = out.getvalue().split("\n== ddptui:")[-1]
-    assert re.search(r"^pace: [0-9.]+ steps/s, [0-9.]+ m?s/step \(rank [01], the slowest, first step to last\); "
+    assert re.search(r"^pace: [0-9.]+ steps/s, [0-9.]+ m?s/step \(rank [01], the slowest, first step to last\), "
+                     r"[0-9.]+k? samples/s \(all ranks, 16 a step each\); "
                      r"machine load up to [0-9.]+", summary, re.M), summary
