@@ -590,6 +590,8 @@ class Session:
         if preflight:  # why the run never started, in its end event too (the dashboard's banner says it)
             summary["preflight"] = [{"code": p.code, "message": p.message, "fix": p.fix} for p in preflight]
         path = self.record.write_json("summary.json", summary)
+        for e in self.judge.progress():  # steps read in the last drain: before the end, never after it
+            self._emit(e)
         self._emit(ev.RunFinished(status, exit_code, str(path), wall, summary))
         self._flush()
         return exit_code

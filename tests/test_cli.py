@@ -560,6 +560,23 @@ def test_a_front_end_that_raises_does_not_cost_the_summary(runs_dir, capsys):
 
 
 @pytest.mark.timeout(30)
+def test_the_runs_end_is_its_last_event_even_after_steps_read_in_the_last_drain(runs_dir):
+    """Steps the final drain read were coalesced into Progress at the next flush, which came after RunFinished: the
+    end was not the last event (seen once in CI, in the test above)."""
+    from ddptui.runners import events as ev
+    from ddptui.runners.profile import adhoc_profile
+    from ddptui.runners.session import Session
+    got = []
+    session = Session(adhoc_profile([sys.executable, "-c", "pass"], ["nproc=1"]), runs_dir, emit=got.extend)
+    pending = [ev.Progress(0, 5, 0.5, time.time(), "parsed")]
+    session.judge.progress = lambda: [pending.pop()] if pending else []  # what the last drain left coalescing
+    session._finish("ok", 0)
+    assert [type(e) for e in got] == [ev.Progress, ev.RunFinished]
+    recorded = [json.loads(ln)["kind"] for ln in (session.run_dir / "events.jsonl").read_text().splitlines()]
+    assert recorded[-2:] == ["progress", "run_finished"]
+
+
+@pytest.mark.timeout(30)
 def test_stop_signal_decisions_and_the_bound(tmp_path):
     import threading
     from types import SimpleNamespace
