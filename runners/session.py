@@ -174,9 +174,13 @@ class Session:
                 self._emit(o)
         return end
 
-    def _flush(self) -> None:
+    def _emit_progress(self) -> None:
+        """The Progress events coalesced since the last flush, one per rank that moved."""
         for e in self.judge.progress():
             self._emit(e)
+
+    def _flush(self) -> None:
+        self._emit_progress()
         if self.batch:
             batch, self.batch = self.batch, []
             self.record.flush()
@@ -590,8 +594,7 @@ class Session:
         if preflight:  # why the run never started, in its end event too (the dashboard's banner says it)
             summary["preflight"] = [{"code": p.code, "message": p.message, "fix": p.fix} for p in preflight]
         path = self.record.write_json("summary.json", summary)
-        for e in self.judge.progress():  # steps read in the last drain: before the end, never after it
-            self._emit(e)
+        self._emit_progress()  # steps read in the last drain: before the end, never after it
         self._emit(ev.RunFinished(status, exit_code, str(path), wall, summary))
         self._flush()
         return exit_code

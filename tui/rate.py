@@ -194,8 +194,10 @@ class RunTally:
             told = {k: n for k, n in self.samples.items() if k in rates}
             if told:
                 sizes = sorted(set(told.values()))
-                each = f"{sizes[0]} a step" + (" each" if len(told) > 1 else "") if len(sizes) == 1 else \
-                    f"{sizes[0]}-{sizes[-1]} a step"
+                if len(sizes) > 1:
+                    each = f"{sizes[0]}-{sizes[-1]} a step"
+                else:
+                    each = f"{sizes[0]} a step" + (" each" if len(told) > 1 else "")
                 whose = "all ranks" if len(told) == len(self.span) else f"{len(told)} of {len(self.span)} ranks"
                 pace += f", {fmt_samples_rate(sum(rates[k] * n for k, n in told.items()))} ({whose}, {each})"
             parts.append(pace)
