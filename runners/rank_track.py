@@ -45,6 +45,9 @@ class RankTrack:
     samples: int | None = None  # samples in its newest optimizer step, as the rank counted them (Progress.samples)
     new_losses: list = field(default_factory=list)  # (step, loss) since the last Progress event
     reports_losses: bool = False  # the rank reports its losses itself (ddptui_report)
+    reported_step: bool = False  # a step came from its own report: the optimizer hook counts finished steps
+    parsed_steps: int = 0  # step numbers read from its lines that moved its step on
+    parsed_step_loss: bool = False  # a line of its own gave a step with its loss
     _drawn_to: int | None = None  # the last parsed point's step when the first report arrived
 
     def take_new_losses(self) -> tuple:
@@ -63,9 +66,14 @@ class RankTrack:
         """Record a step/loss (`reported`: from the rank's own report, not a parsed log line); True if it is news."""
         news = False
         if step is not None and (self.step is None or step > self.step):
-            if not reported:  # reported steps are timed by the rank's own clock (Session._report)
+            if reported:
+                self.reported_step = True
+            else:  # reported steps are timed by the rank's own clock (Session._report)
                 self.clock.read(step, mono)
+                self.parsed_steps += 1
             self.step, news = step, True
+        if not reported and step is not None and loss is not None:
+            self.parsed_step_loss = True
         if loss is not None and self._curve_takes(step, reported):
             self.loss, news = loss, True
             if self.first_loss is None:
@@ -93,6 +101,12 @@ class RankTrack:
                 return False
             self._drawn_to = None  # past the meeting point: the rank's own numbering rules from here on
         return True
+
+    @property
+    def past_first_step(self) -> bool:
+        """Its first step is done: a step it reported itself, a line with a step and its loss, or a second step
+        read from its lines (a step number alone may come before that step's work: "hanging at step 0")."""
+        return self.reported_step or self.parsed_step_loss or self.parsed_steps >= 2
 
     @property
     def alive(self) -> bool:

@@ -111,7 +111,7 @@ def quiet_ranks(profile, tracks, now: float, with_cpu: bool = True, no_cpu: dict
         quiet = now - t.last_progress
         why = no_cpu.get(t.rank, "")
         cpu = cpu_share(t.cpu_hist, now, min(BUSY_WINDOW, quiet)) if with_cpu and not why else None
-        out.append(Quiet(t.rank, quiet, limit_for(profile, t.step is not None, median), cpu, why))
+        out.append(Quiet(t.rank, quiet, limit_for(profile, t.past_first_step, median), cpu, why))
     return out
 
 

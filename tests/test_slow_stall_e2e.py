@@ -68,7 +68,7 @@ def test_ranks_busy_on_cpu_before_their_first_step_are_not_stalled(runs_dir, tmp
     assert code == EXIT_OK
     held = [ln for ln in launcher_lines(rec) if "busy, not stalled" in ln]
     assert held and "(startup_grace 10 s applies before the first step)" in held[0], launcher_lines(rec)
-    assert all(t.step == 20 for t in session.tracks.values())
+    assert all(t.step == 20 for t in session.tracks.values()), {r: (t.step, t.status) for r, t in session.tracks.items()}
 
 
 @pytest.mark.timeout(150)

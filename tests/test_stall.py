@@ -9,7 +9,6 @@ import pytest
 from ddptui.runners.rank_track import RankTrack
 from ddptui.runners.stall import (Held, Limit, Quiet, Stall, busy_floor, cpu_share, judge, limit_for, quiet_ranks,
                                   sharing_cores)
-from ddptui.runners.steptime import StepClock
 
 
 def prof(stall_after="auto", startup_grace=60.0):
@@ -83,8 +82,7 @@ def test_cpu_share_over_the_window():
 
 def test_quiet_ranks_from_tracks():
     tracks = [RankTrack(0, 0.0, last_progress=0.0), RankTrack(1, 0.0, last_progress=0.0)]
-    tracks[1].step = 5
-    tracks[1].clock = StepClock()
+    tracks[1].saw_step(5, None, 0.0, 0.0, reported=True)
     for r, t in enumerate(tracks):
         t.cpu_hist.extend([(97.0, 1.0 + r), (100.0, 1.0 + 4 * r)])
     got = {x.rank: x for x in quiet_ranks(prof(stall_after=30.0), tracks, 100.0)}
@@ -92,6 +90,26 @@ def test_quiet_ranks_from_tracks():
     assert got[0].cpu == pytest.approx(0.0) and got[1].cpu == pytest.approx(1.0)
     tracks[0].verdict = {"ok": True, "text": ""}  # completed: waiting to exit is not a stall
     assert [x.rank for x in quiet_ranks(prof(), tracks, 100.0)] == [1]
+
+
+def test_the_startup_grace_holds_until_a_rank_is_past_its_first_step():
+    # a step the rank reports itself (the optimizer hook counts finished steps) or a line with a step and its loss
+    # ends its start-up at once; a bare step number read from its lines only from the second one on: "hanging at
+    # step 0" comes before that step's work
+    profile = prof(stall_after=3.0, startup_grace=5.0)
+    parsed, reported = RankTrack(0, 0.0), RankTrack(1, 0.0)
+    limits = lambda: {q.rank: q.limit.seconds for q in quiet_ranks(profile, [parsed, reported], 10.0, with_cpu=False)}
+    assert limits() == {0: 5.0, 1: 5.0}
+    parsed.saw_step(0, None, 1.0, 1.0)
+    reported.saw_step(0, 0.5, 1.0, 1.0, reported=True)
+    assert limits() == {0: 5.0, 1: 3.0}
+    parsed.saw_step(0, 0.7, 2.0, 2.0)  # the same step again, now with its loss: done
+    assert limits() == {0: 3.0, 1: 3.0}
+    bare = RankTrack(2, 0.0)
+    for step in (0, 1):
+        assert quiet_ranks(profile, [bare], 10.0, with_cpu=False)[0].limit.seconds == 5.0
+        bare.saw_step(step, None, 1.0, 1.0)  # "epoch 0 step 0/100", no loss: the second such line ends it
+    assert quiet_ranks(profile, [bare], 10.0, with_cpu=False)[0].limit.seconds == 3.0
 
 
 def test_a_rank_on_another_node_has_no_cpu_evidence_whatever_its_history():
