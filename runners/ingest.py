@@ -114,11 +114,21 @@ class Ingest:
             self._xla_lines(shown, blob, wall)
         return shown
 
+    def _say_phase(self, t, phase, wall: float) -> None:
+        # only before its first step: a program that initialises again later is training, not starting
+        if phase in PHASES and t.step is None and t.alive and self._phase.get(t.rank) != phase:
+            self._phase[t.rank] = phase
+            self.s.emit(ev.RankPhase(t.rank, phase, wall))
+
     def _report(self, rep: dict, line_rank: int | None, wall: float, mono: float) -> None:
         r = rep.get("r")
         rank = r if isinstance(r, int) and r in self.s.tracks else line_rank
         t = self.s.tracks.get(rank) if rank is not None else None
         if t is None:
+            if rank is None and rep.get("k") == "phase" and self.s.xla_rdv is not None:
+                for hosted in self.s.tracks.values():  # an XLA worker's own start-up: its replicas not yet begun
+                    if not hosted.ran:
+                        self._say_phase(hosted, rep.get("phase"), wall)
             return
         t.ran = True  # its own report (XLA thread replicas share one pid: each says hello for itself)
         kind = rep.get("k")
@@ -155,11 +165,7 @@ class Ingest:
         elif kind == "verdict":
             t.verdict = {"ok": bool(rep.get("ok")), "text": str(rep.get("text", ""))}
         elif kind == "phase":
-            phase = rep.get("phase")
-            # only before its first step: a program that initialises again later is training, not starting
-            if phase in PHASES and t.step is None and self._phase.get(rank) != phase:
-                self._phase[rank] = phase
-                self.s.emit(ev.RankPhase(rank, phase, wall))
+            self._say_phase(t, rep.get("phase"), wall)
         elif kind == "debug_server":
             path = rep.get("path")
             if isinstance(path, str) and path and path != t.debug_sock:

@@ -227,6 +227,34 @@ def test_phase_reports_become_events_and_are_no_sign_of_life():
     assert not of(outs, ev.RankPhase)  # after its first step a rank is training, whatever it calls
 
 
+def test_an_xla_workers_own_start_up_is_every_replicas_phase_until_its_thread_begins(tmp_path):
+    """PJRT CPU runs the replicas as threads of one worker: before they exist the process says its import of torch
+    without a rank (its main thread has no ordinal), which is the phase of each replica that has not begun."""
+    import sys
+
+    from ddptui.runners.judge import Judge
+    from ddptui.runners.profile import load_profile
+    from tests.test_judge import T0, W0, of, say
+    path = tmp_path / "xla.yaml"
+    path.write_text(f"name: x\nrunner: xla\nnproc: 2\nworkload:\n  script: train.py\n  python: {sys.executable}\n"
+                    "backend: xla\ndevice: xla\nxla:\n  pjrt_device: CPU\n  num_devices: 2\n")
+    (tmp_path / "train.py").write_text("")
+    j = Judge(load_profile(path, []), T0, W0)
+    j.begin(2, 1)
+    phase = lambda r, p: "@ddptui " + json.dumps({"k": "phase", "r": r, "phase": p})
+    outs = say(j, None, 1.0, phase(None, "importing torch"), phase(None, "setting up"))
+    assert [(e.rank, e.phase) for e in of(outs, ev.RankPhase)] == [(0, "importing torch"), (1, "importing torch"),
+                                                                  (0, "setting up"), (1, "setting up")]
+    # replica 0's thread began (its reports name it); a later report of the process is no longer its phase
+    outs = say(j, None, 2.0, phase(0, "waiting for first step"), phase(None, "importing torch"))
+    assert [(e.rank, e.phase) for e in of(outs, ev.RankPhase)] == [(0, "waiting for first step"),
+                                                                  (1, "importing torch")]
+    # under torchrun a report without a rank is nobody's (only XLA's worker hosts ranks it cannot name)
+    from tests.test_judge import make
+    j = make()
+    assert not of(say(j, None, 1.0, phase(None, "importing torch")), ev.RankPhase)
+
+
 # ---- the headless console's summary -----------------------------------------------------------------------
 def test_console_summary_says_the_slowest_ranks_pace_and_the_highest_load():
     import io

@@ -59,13 +59,16 @@ def wrap_init(c10d: Any) -> Callable[[], None]:
     return undo
 
 
-def install(undo: list) -> None:
-    """Watch this rank's start-up; `undo` gets what takes it back (in a fork child that is not the rank)."""
+def install(undo: list, rendezvous: bool = True) -> None:
+    """Watch this rank's start-up; `undo` gets what takes it back (in a fork child that is not the rank).
+    rendezvous=False (XLA: replicas rendezvous in PJRT, and each replica thread says it waits for its first step
+    itself): only the import of torch, said by the process for every rank it hosts (its reports have no rank)."""
 
     def patch(c10d: Any) -> None:
         undo.append(wrap_init(c10d))
 
-    undo.append(ddptui_postimport.when_imported("torch.distributed.distributed_c10d", patch))
+    if rendezvous:
+        undo.append(ddptui_postimport.when_imported("torch.distributed.distributed_c10d", patch))
     if "torch" in sys.modules:
         return
     finder = _TorchImportStarts()

@@ -246,13 +246,14 @@ def _install() -> None:
             _undo.append(ddptui_postimport.when_imported(name, patch))  # undo: no patch in a non-rank fork child
     except Exception:
         pass
-    if "DDPTUI_XLA" not in _given:  # XLA replicas rendezvous in torch_xla, not in init_process_group
-        try:
-            import ddptui_phase
+    try:
+        import ddptui_phase
 
-            ddptui_phase.install(_undo)  # importing torch, setting up, rendezvous, waiting for the first step
-        except Exception:
-            pass
+        # importing torch, setting up, rendezvous, waiting for the first step; XLA replicas rendezvous in torch_xla,
+        # not in init_process_group: their process says only its import of torch, for all of its replicas
+        ddptui_phase.install(_undo, rendezvous="DDPTUI_XLA" not in _given)
+    except Exception:
+        pass
 
 
 def _activate() -> None:
