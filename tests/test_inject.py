@@ -454,6 +454,49 @@ def test_samples_per_step_count_training_forwards_since_the_last_optimizer_step(
             kept.pop(3, None)  # this rank's counts start over for the next test
 
 
+COMPILED_DDP = """
+import sys
+import torch
+import torch.distributed as dist
+from torch._dynamo.utils import counters
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo", store=dist.TCPStore("127.0.0.1", 0, 1, True), rank=0, world_size=1)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+if sys.argv[1] == "outside":
+    net = torch.compile(DDP(model), backend="eager")
+else:
+    net = DDP(torch.compile(model, backend="eager"))
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+for step in range(4):
+    if step == 2:
+        graphs = counters["stats"]["unique_graphs"]
+    opt.zero_grad()
+    net(torch.randn(16, 4)).pow(2).mean().backward()
+    with torch.no_grad():
+        net(torch.randn(50, 4))  # a look at held-out data: not training throughput
+    opt.step()
+print("recompiled", counters["stats"]["unique_graphs"] - graphs, flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("where", ["outside", "inside"])
+def test_a_ddp_model_under_torch_compile_says_its_samples_without_recompiling(tmp_path, where):
+    """torch.compile(DDP(model)): DDP's own hook runs inside the compiled call and stays silent there; the compile
+    wrapper counts the batch instead, once. DDP(torch.compile(model)): DDP's hook counts, the inner wrapper not."""
+    (tmp_path / "prog.py").write_text(COMPILED_DDP)
+    p = subprocess.run([sys.executable, "prog.py", where], env=env_with(DDPTUI="1", RANK="0", WORLD_SIZE="1"),
+                       capture_output=True, text=True, timeout=150, start_new_session=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "recompiled 0" in p.stdout, p.stdout[-2000:]
+    steps = [x for x in reports(p.stdout) if x["k"] == "step"]
+    assert steps and steps[-1]["step"] == 4, steps
+    assert {x.get("b") for x in steps} == {16}, steps
+
+
 @pytest.mark.timeout(120)
 def test_a_compiled_model_keeps_one_graph_and_its_samples_go_untold(tmp_path):
     """Traced into a torch.compile'd model, a counting hook became a guard: a new graph every step (3 for 3)."""

@@ -244,16 +244,39 @@ def count_forward(module: Any, args: Any, kwargs: Any) -> None:
         import torch
 
         # Under torch.compile the hook is traced into the model's graph: a count there would make it a guard and
-        # recompile the model every step (measured: 3 graphs for 3 calls). A compiled model's samples go untold.
-        if torch.compiler.is_compiling():
+        # recompile the model every step (measured: 3 graphs for 3 calls). Within a torch.compile wrapper's call
+        # (also where dynamo ran the model eagerly after all) the wrapper's own hook counted the batch.
+        if torch.compiler.is_compiling() or _in_compiled_module():
             return
-        if module.training and torch.is_grad_enabled():
-            n = batch_size_of(args, kwargs, torch.Tensor)
-            if n:
-                r = rank()
-                _forward_samples[r] = _forward_samples.get(r, 0) + n
+        _count(module, args, kwargs, torch)
     except Exception:
         pass
+
+
+def count_compiled_forward(module: Any, args: Any, kwargs: Any) -> None:
+    """count_forward on a torch.compile wrapper (OptimizedModule) of a DDP model: its hooks run before the compiled
+    call, outside the graph; the training mode is the wrapped model's."""
+    try:
+        import torch
+
+        if not torch.compiler.is_compiling():
+            _count(getattr(module, "_orig_mod", module), args, kwargs, torch)
+    except Exception:
+        pass
+
+
+def _in_compiled_module() -> bool:
+    frame = sys.modules.get("torch._dynamo.eval_frame")  # never imported for this: a program may not compile at all
+    is_in = getattr(frame, "_is_in_optimized_module", None)
+    return bool(is_in and is_in())
+
+
+def _count(module: Any, args: Any, kwargs: Any, torch: Any) -> None:
+    if module.training and torch.is_grad_enabled():
+        n = batch_size_of(args, kwargs, torch.Tensor)
+        if n:
+            r = rank()
+            _forward_samples[r] = _forward_samples.get(r, 0) + n
 
 
 _silent = False

@@ -131,13 +131,43 @@ def _patch_ddp(mod) -> None:
     _undo.append(undo)
 
 
+def _patch_compiled(mod) -> None:
+    """torch.compile(DDP(model)): the DDP wrapper's hook runs inside the compiled call, where it cannot count
+    (ddptui_report.count_forward); the compile wrapper of a model holding DDP counts its batches instead."""
+    import functools
+
+    cls = mod.OptimizedModule
+    orig = cls.__init__
+
+    @functools.wraps(orig)
+    def __init__(self, module, *args, **kwargs):
+        orig(self, module, *args, **kwargs)
+        try:
+            import ddptui_report
+
+            ddp = sys.modules.get("torch.nn.parallel.distributed")
+            if ddp is not None and any(isinstance(m, ddp.DistributedDataParallel) for m in module.modules()):
+                hook = self.register_forward_pre_hook(ddptui_report.count_compiled_forward, with_kwargs=True)
+                _undo.append(hook.remove)
+        except Exception:
+            pass
+
+    cls.__init__ = __init__
+
+    def undo() -> None:
+        cls.__init__ = orig
+
+    _undo.append(undo)
+
+
 def _patch_c10d(mod) -> None:
     import ddptui_fr
 
     _undo.append(ddptui_fr.patch(mod))  # after init_process_group: the debug server and the collectives thread
 
 
-_PATCHES = {"torch.optim.optimizer": _patch_optimizer, "torch.nn.parallel.distributed": _patch_ddp}
+_PATCHES = {"torch.optim.optimizer": _patch_optimizer, "torch.nn.parallel.distributed": _patch_ddp,
+            "torch._dynamo.eval_frame": _patch_compiled}
 
 
 def _excepthooks() -> None:
