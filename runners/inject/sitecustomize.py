@@ -99,25 +99,18 @@ def _patch_optimizer(mod) -> None:
     _undo.append(ddptui_report.watch_first_step(mod).remove)  # digests before the first update
 
 
-def _patch_ddp(mod) -> None:
+def _after_init(cls, then) -> None:
+    """Make cls(module, ...) call then(instance, module) once built (never raising into the program); undone in a
+    process that is not the rank."""
     import functools
-    import weakref
 
-    cls = mod.DistributedDataParallel
     orig = cls.__init__
 
     @functools.wraps(orig)
     def __init__(self, module, *args, **kwargs):
         orig(self, module, *args, **kwargs)
         try:
-            import ddptui_report
-
-            # Digest when the wrapper goes away (e.g. main() returned) or at exit, whichever comes first;
-            # the finalizer holds the inner module no longer than the wrapper itself does.
-            _ddp_modules.append(weakref.finalize(self, _ddp_digest, module, ddptui_report.rank()))
-            ddptui_report.remember_model(module, "ddp")  # names the first-step digest
-            # hooks the wrapper, not the user's module: its own forward calls, once per micro-batch, are counted
-            _undo.append(self.register_forward_pre_hook(ddptui_report.count_forward, with_kwargs=True).remove)
+            then(self, module)
         except Exception:
             pass
 
@@ -125,6 +118,26 @@ def _patch_ddp(mod) -> None:
 
     def undo() -> None:
         cls.__init__ = orig
+
+    _undo.append(undo)
+
+
+def _patch_ddp(mod) -> None:
+    import weakref
+
+    import ddptui_report
+
+    def wrapped(ddp, module) -> None:
+        # Digest when the wrapper goes away (e.g. main() returned) or at exit, whichever comes first;
+        # the finalizer holds the inner module no longer than the wrapper itself does.
+        _ddp_modules.append(weakref.finalize(ddp, _ddp_digest, module, ddptui_report.rank()))
+        ddptui_report.remember_model(module, "ddp")  # names the first-step digest
+        # hooks the wrapper, not the user's module: its own forward calls, once per micro-batch, are counted
+        _undo.append(ddp.register_forward_pre_hook(ddptui_report.count_forward, with_kwargs=True).remove)
+
+    _after_init(mod.DistributedDataParallel, wrapped)
+
+    def undo() -> None:
         for fin in _ddp_modules:
             fin.detach()  # no digest from a process that is not the rank
 
@@ -134,30 +147,15 @@ def _patch_ddp(mod) -> None:
 def _patch_compiled(mod) -> None:
     """torch.compile(DDP(model)): the DDP wrapper's hook runs inside the compiled call, where it cannot count
     (ddptui_report.count_forward); the compile wrapper of a model holding DDP counts its batches instead."""
-    import functools
+    import ddptui_report
 
-    cls = mod.OptimizedModule
-    orig = cls.__init__
+    def wrapped(compiled, module) -> None:
+        ddp = sys.modules.get("torch.nn.parallel.distributed")
+        if ddp is not None and any(isinstance(m, ddp.DistributedDataParallel) for m in module.modules()):
+            hook = compiled.register_forward_pre_hook(ddptui_report.count_compiled_forward, with_kwargs=True)
+            _undo.append(hook.remove)
 
-    @functools.wraps(orig)
-    def __init__(self, module, *args, **kwargs):
-        orig(self, module, *args, **kwargs)
-        try:
-            import ddptui_report
-
-            ddp = sys.modules.get("torch.nn.parallel.distributed")
-            if ddp is not None and any(isinstance(m, ddp.DistributedDataParallel) for m in module.modules()):
-                hook = self.register_forward_pre_hook(ddptui_report.count_compiled_forward, with_kwargs=True)
-                _undo.append(hook.remove)
-        except Exception:
-            pass
-
-    cls.__init__ = __init__
-
-    def undo() -> None:
-        cls.__init__ = orig
-
-    _undo.append(undo)
+    _after_init(mod.OptimizedModule, wrapped)
 
 
 def _patch_c10d(mod) -> None:
