@@ -65,6 +65,7 @@ RANKS_ONLY = {
     "test_rank_phases_run": _LONG,
     "test_samples_run": _LONG,
     "test_rank_debug_server": "real gloo ranks under ddptui; its AF_UNIX client and plain torchrun run beside the test's own interpreter",
+    "test_rank_output": "a plain program's ranks under ddptui, and torch's debug server started on the test's own interpreter",
     "test_rank_learned": "its c10d torchrun agents run on the test's own interpreter",
     "test_attach_runs": "plain torchrun and torch.multiprocessing.spawn jobs started outside ddptui on the test's own interpreter",
     "test_attach_slurm": "real Slurm clusters (one host; two namespaced hosts) whose tasks run the test's own interpreter",

@@ -308,3 +308,13 @@ def test_the_collectives_thread_never_speaks_for_the_rank_in_its_stacks():
     user = ThreadStack("Thread 0x7f02", 0x7F02, None, [Frame("loop", "/w/x.py", 1, "")])
     assert is_helper(named) and is_helper(unnamed) and not is_helper(user)
     assert classify([unnamed, user]).thread == "Thread 0x7f02"
+
+
+def test_the_loaded_libc10_is_found_in_the_process_maps():
+    maps = ("7f00-7f10 r-xp 00000000 08:01 123 /venv/lib/python3.11/site-packages/torch/lib/libc10.so\n"
+            "7f10-7f20 r-xp 00000000 08:01 124 /venv/lib/python3.11/site-packages/torch/lib/libc10_cuda.so\n"
+            "7f20-7f30 rw-p 00000000 00:00 0 \n7f30-7f40 rw-p 00000000 00:00 0 [heap]\n")
+    assert ddptui_fr.loaded_library(maps, "libc10.so") == "/venv/lib/python3.11/site-packages/torch/lib/libc10.so"
+    assert ddptui_fr.loaded_library(maps, "libtorch.so") is None
+    assert ddptui_fr.loaded_library("7f00-7f10 r-xp 00000000 08:01 9 /a dir/libc10.so\n", "libc10.so") == \
+        "/a dir/libc10.so"

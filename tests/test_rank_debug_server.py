@@ -186,5 +186,5 @@ def test_a_rank_whose_node_has_no_socket_folder_makes_it_and_leaves_none_behind(
     assert p.returncode == 0, p.stderr[-2000:]
     reps = strict_reports("\n".join(ln for ln in p.stdout.splitlines() if ln.startswith("@ddptui ")))
     assert [x["path"] for x in reps if x["k"] == "debug_server"] == [str(folder / "r0.sock")]
-    assert f"Server listening to UNIX {folder / 'r0.sock'}" in p.stderr
+    assert p.stderr == ""  # torch's "Server listening to UNIX ..." warning is ddptui's: kept out of the rank's stderr
     assert not folder.exists() and home.is_dir()  # its socket and the folder it made are gone at its exit

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import json
 import os
@@ -14,6 +15,10 @@ import ddptui_scope
 SOCKETS = "DDPTUI_SOCKETS"  # the folder of the run's sockets (runners/fr_env.py); taken out of os.environ (GIVEN)
 PERIOD = 2.0  # seconds between looks at Flight Recorder's per-group summary (0.06 ms each: nothing measurable)
 SUN_PATH_MAX = 107  # bytes of a unix socket path, its NUL not counted
+# c10's minimum log severity (0 INFO, 1 WARNING, 2 ERROR, from TORCH_CPP_LOG_LEVEL), an exported int of libc10 that
+# c10d's C10D_WARNING reads at every call; torch has no Python setter for it
+C10_LOG_LEVEL = "FLAGS_caffe2_log_level"
+C10_ERROR = 2
 _PREFIXES = ("gloo:", "nccl:", "xccl:", "ucc:", "mpi:")
 
 _state = {"started": False}
@@ -101,11 +106,49 @@ def start_server(folder: str, rank: int) -> str | None:
     except OSError:
         pass
     try:
-        _server = _WorkerServer(path)
+        with c10_quiet():  # its "Server listening to UNIX ..." warning is ddptui's, not the program's output
+            _server = _WorkerServer(path)
     except Exception:
         return None
     atexit.register(_remove_socket, path, os.getpid())
     return path
+
+
+def loaded_library(maps: str, name: str) -> str | None:
+    """The path of the shared library NAME (`libc10.so`) among /proc/self/maps' mappings, or None."""
+    for line in maps.splitlines():
+        fields = line.split(None, 5)  # address perms offset dev inode path
+        if len(fields) == 6 and os.path.basename(fields[5].strip()) == name:
+            return fields[5].strip()
+    return None
+
+
+def _c10_log_level() -> Any:
+    """c10's log level as a ctypes int inside the libc10 this process loaded (torch's), or None."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as f:
+            path = loaded_library(f.read(), "libc10.so")
+        return ctypes.c_int.in_dll(ctypes.CDLL(path), C10_LOG_LEVEL) if path else None
+    except (OSError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def c10_quiet():
+    """c10's C++ warnings off for the moment of the block (errors still pass), then the level as it was. Other
+    threads' C++ warnings in that moment (the server's constructor: well under a millisecond) are dropped too."""
+    level = _c10_log_level()
+    if level is None:
+        yield
+        return
+    was = level.value
+    level.value = max(was, C10_ERROR)
+    try:
+        yield
+    finally:
+        level.value = was
 
 
 def _remove_socket(path: str, pid: int) -> None:
