@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import events as ev
-from . import nccl_finding, replica, run_verdicts
+from . import kill_reading, nccl_finding, own_exit, replica, run_verdicts
 from .crash import signal_of
 from .rank_lifecycle import RankLifecycle
 from .run_state import EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, RunState
@@ -35,12 +35,12 @@ class Conclusion:
         self.life.end_the_rest()
 
     def conclude(self, status: str | None, exit_code: int | None, launchers: list[Launcher] = (),
-                 oom: dict[int, str] | None = None, recorded: dict[int, dict] | None = None,
+                 oom: dict[int, kill_reading.KillEvidence] | None = None, recorded: dict[int, dict] | None = None,
                  nccl: tuple[dict, dict] | None = None) -> tuple[str, int]:
         """The replica verdict, the crash verdict (to the outbox), the status and exit code, after `settle`.
 
         status/exit_code: what ended the run (a TearDown's), or None when every process exited on its own;
-        launchers: the plan's non-rank processes; oom: pid -> the OOM evidence of `oom_suspects()`; recorded: rank
+        launchers: the plan's non-rank processes; oom: pid -> what the machine says of `oom_suspects()`; recorded: rank
         -> the error it recorded in torchrun's error file (torch's @record), for ranks with no exception report;
         nccl: (rank -> dump, rank -> why unreadable) of the Flight Recorder dumps NCCL wrote itself at a timeout."""
         s = self.s
@@ -86,16 +86,28 @@ class Conclusion:
             return "xla"
         return "ddp" if any(src == "ddp" for _, src in self.s.first_digests.values()) else "plain"
 
-    def _crash_verdict(self, oom: dict[int, str], recorded: dict[int, dict]) -> ev.CrashVerdict | None:
-        """Who failed first, from every rank's evidence (runners/crash.py decides); each rank's outcome follows it."""
+    def _crash_verdict(self, oom: dict[int, kill_reading.KillEvidence], recorded: dict[int, dict]
+                       ) -> ev.CrashVerdict | None:
+        """Who failed first, from every rank's evidence (runners/crash.py decides); each rank's outcome follows it.
+        Ranks that ended by an exit status of their own are no crash: own_exit says them."""
         s = self.s
         evidence = []
         for t in s.tracks.values():
             stopped_by = self.life.stopped_by(t)
             exc = t.exc if t.exc is not None else recorded.get(t.rank)
-            words = oom.get(t.pid, "") if t.signal == "SIGKILL" and stopped_by is None and t.pid else ""
-            evidence.append(run_verdicts.rank_evidence(t, stopped_by, exc, words))
+            kill = None
+            if t.signal == "SIGKILL" and stopped_by is None:  # nobody we know of sent it: was it the OOM killer?
+                kill = kill_reading.read_kill(t.pid, oom.get(t.pid) or kill_reading.KillEvidence(), t.rss_peak,
+                                             s.rss_all_peak)
+                self._kill_hint(t.rank, kill)
+            # an attached rank's stderr may go where it cannot be read: there an exit 1 may hide a traceback
+            seen = not s.attached or bool(t.err_tail)
+            evidence.append(run_verdicts.rank_evidence(t, stopped_by, exc, kill, seen))
         crash, outcomes = run_verdicts.crash(evidence, s.launcher_log.root_rank, s.wall)
+        s.own_exit = own_exit.decide(evidence, {r: str(t.verdict.get("text") or "")
+                                                for r, t in s.tracks.items() if t.verdict})
+        if s.own_exit is not None:
+            outcomes = s.own_exit.outcomes
         for r, (status, words) in outcomes.items():
             t = s.tracks[r]
             was, t.outcome = (t.status, t.outcome), words
@@ -105,6 +117,13 @@ class Conclusion:
             elif status == "killed" and was != (status, words):  # the verdict knows better who stopped it
                 s.set_status(t, status, words)
         return crash
+
+    def _kill_hint(self, rank: int, kill: kill_reading.Reading) -> None:
+        """The SIGKILL hint the memory evidence supports: less memory only where memory was short, or may have been."""
+        s = self.s
+        hint = s.matcher.for_kill(kill) if s.matcher is not None else None
+        if hint is not None:
+            s.hint(hint, rank, f"killed by SIGKILL ({kill.words})", s.wall)
 
     def _xla_abort_verdict(self, crash):
         s = self.s
@@ -148,6 +167,7 @@ class Conclusion:
                                                  "never_started": list(crash.never_started),
                                                  "outcomes": dict(crash.outcomes),
                                                  "collective": crash.collective or None},
+            "own_exit": s.own_exit.to_dict() if s.own_exit is not None else None,
             "hints": s.hints,
             "stacks": stacks,
             "survivors": survivors,

@@ -5,6 +5,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from .kill_reading import Reading
 from .procs import signal_name as signal_of
 from .stacks import Frame, is_user_frame
 
@@ -38,7 +39,8 @@ class RankEvidence:
     completed: bool = False  # its work was done (final verdict / digests): a later abort is not a crash
     stopped_by: str | None = None  # "launcher" or "ddptui": who sent it the signal it ended with
     step: int | None = None
-    oom: str | None = None  # evidence that the OOM killer chose it, in words ("" when none was readable)
+    kill: Reading | None = None  # a SIGKILL nobody we know of sent: how sure it is that the OOM killer did
+    stderr_seen: bool = True  # its stderr was read (an uncaught exception's traceback would be among err_lines)
 
 
 @dataclass(frozen=True)
@@ -97,12 +99,12 @@ def stopped_words(why: str | None, failed_first: int | None = None) -> str:
 _BY = {"ddptui": "torn down by ddptui", "launcher": "stopped by the launcher"}
 
 
-def ended_by(who: str, failed_first: int | None = None) -> str:
-    """'torn down by ddptui after rank 1 failed', 'stopped by the launcher after rank 0 failed', or with no rank
-    known to have failed first, 'stopped by ddptui' / 'stopped by the launcher'."""
+def ended_by(who: str, failed_first: int | None = None, did: str = "failed") -> str:
+    """'torn down by ddptui after rank 1 failed', 'stopped by the launcher after rank 0 failed' (or what `did`: 'exited
+    3'), or with no rank known to have ended first, 'stopped by ddptui' / 'stopped by the launcher'."""
     if failed_first is None:
         return "stopped by ddptui" if who == "ddptui" else _BY[who]
-    return f"{_BY[who]} after rank {failed_first} failed"
+    return f"{_BY[who]} after rank {failed_first} {did}"
 
 
 def kind(e: RankEvidence, someone_died_before: bool) -> str:
@@ -129,16 +131,73 @@ def _when(e: RankEvidence) -> float:
     return min(vals) if vals else math.inf
 
 
-def how(e: RankEvidence) -> str:
-    """How it ended, in words: 'killed by SIGKILL (out of memory?)', 'SIGSEGV (segmentation fault)', 'exit 3'."""
+def how(e: RankEvidence, evidence: bool = False) -> str:
+    """How it ended, in words: 'killed by SIGKILL (not the OOM killer)', 'SIGSEGV (segmentation fault)', 'exit 3';
+    with `evidence`, a SIGKILL's memory reading says what it rests on."""
     sig = signal_of(e.returncode)
     if sig == "SIGKILL" and e.stopped_by is None:
-        return "killed by SIGKILL " + (f"(out of memory: {e.oom})" if e.oom else "(out of memory?)")
+        if e.kill is None:
+            return "killed by SIGKILL (sender unknown)"
+        return f"killed by SIGKILL ({e.kill.words if evidence else e.kill.short})"
     if sig:
         return f"{sig} ({_SIGNAL_WORDS[sig]})" if sig in _SIGNAL_WORDS else sig
     if e.returncode is not None:
         return f"exit {e.returncode}"
     return "failed"
+
+
+_CRASH_SIGNS = (_FATAL, _TERMINATE, "Traceback (most recent call last)")
+_ERROR_LINE = re.compile(r"^\s*(\[\w+\]:\s*)?[\w.]*(Error|Exception): ")  # "RuntimeError: ...": an error it printed
+
+
+def chose_exit(e: RankEvidence) -> bool:
+    """It ended with an exit status of its own (sys.exit(3) after its own check, os._exit(3)): above 0 and below a
+    shell's 128 + signal, with no exception (reported, or a traceback or error line on its stderr), no fatal error,
+    no peer gone and nobody's signal. Exit 1 is also what an uncaught exception gives: it counts only where that
+    exception's traceback would have been read."""
+    rc = e.returncode
+    if rc is None or not 0 < rc < 128 or e.exc is not None or e.stopped_by is not None:
+        return False
+    if rc == 1 and not e.stderr_seen:
+        return False
+    return victim_marker(e) is None and not any(
+        _ERROR_LINE.match(ln) or any(sign in ln for sign in _CRASH_SIGNS) for ln in e.err_lines)
+
+
+def own_exit_kinds(ranks: list[RankEvidence]) -> dict[int, str] | None:
+    """When no rank failed on its own but some ended by an exit status of their own (chose_exit), each rank that ended
+    badly as "own", "stopped" (by the launcher or ddptui after that: no error of its own) or "never_started"; else
+    None (a crash, or nothing ended badly). torchrun stops the other ranks as soon as one exits non-zero, so a rank
+    still on its way out when its peer exited 3 is stopped, not failed."""
+    bad = [e for e in ranks if ended_badly(e)]
+    own = [e for e in bad if chose_exit(e)]
+    if not own:
+        return None
+    first = min(_when(e) for e in own)
+    kinds = {e.rank: "own" if e in own else kind(e, not math.isinf(first) and first <= _when(e)) for e in bad}
+    return kinds if set(kinds.values()) <= {"own", "stopped", "never_started"} else None
+
+
+_WARNING = re.compile(r"^\S+:\d+: \w*Warning: ")  # warnings.showwarning's head: "file.py:24: UserWarning: msg"
+
+
+def _not_warnings(lines: list[str]) -> list[str]:
+    """The lines without Python warnings (a head, its message's lines, then its indented source line): a warning
+    read after the program's last print (the two streams are read apart) is no last word of the program's."""
+    out, inside = [], False
+    for ln in lines:
+        if _WARNING.match(ln):
+            inside = True
+        elif inside and ln.startswith("  "):
+            inside = False  # its source line ends it
+        elif not inside:
+            out.append(ln)
+    return out
+
+
+def last_output(e: RankEvidence) -> str:
+    """Its last non-empty line of output (any stream, warnings left out), at most 160 characters; "" when none."""
+    return next((ln.strip() for ln in reversed(_not_warnings(list(e.out_lines))) if ln.strip()), "")[:160]
 
 
 def short_exit(e: RankEvidence) -> str:
@@ -242,8 +301,8 @@ def decide(ranks: list[RankEvidence], launcher_root: int | None = None) -> Verdi
     launcher_root: the rank torchrun's own "Root Cause" names (it picks the first exit it saw, by the second).
     """
     bad = [e for e in ranks if ended_badly(e)]
-    if not bad:
-        return None
+    if not bad or own_exit_kinds(ranks) is not None:
+        return None  # none, or ended by exit statuses of their own and what followed them: runners/own_exit.py
     first_death = min((_when(e) for e in bad if e.stopped_by is None and signal_of(e.returncode) != "SIGTERM"),
                       default=math.inf)
     kinds = {e.rank: kind(e, first_death <= _when(e) and not math.isinf(first_death)) for e in bad}
@@ -266,19 +325,17 @@ def decide(ranks: list[RankEvidence], launcher_root: int | None = None) -> Verdi
     if root.exc:
         text += f" ({short_exit(root)}): {root.exc.get('type')}: {root.exc.get('msg')} at {root.exc.get('where')}"
     else:
-        text += f": {what}" + (f" at step {root.step}" if root.step is not None else "")
+        text += f": {how(root, evidence=True)}" + (f" at step {root.step}" if root.step is not None else "")
         fatal = _fatal_where(list(root.err_lines))
+        last = last_output(root)
         if fatal:
             text += f": {fatal}"
         elif kinds[root.rank] == "victim":
             text += f": {victim_marker(root)} (its peer is not one of the ranks watched here)"
         elif root.returncode is not None and root.returncode > 0:
-            text += " without a Python exception"
-            last = next((ln.strip() for ln in reversed(list(root.out_lines)) if ln.strip()), "")
-            if last:
-                text += f" (last output: {last[:160]!r})"
-        elif signal_of(root.returncode):
-            text += ", no Python exception"
+            text += " without a Python exception" + (f" (last output: {last!r})" if last else "")
+        elif signal_of(root.returncode):  # its last words may say who sent it (a program that kills itself)
+            text += ", no Python exception" + (f" (last output: {last!r})" if last else "")
     outcomes = {root.rank: ("failed", f"failed first ({what})")}
     parts = []
     if together:

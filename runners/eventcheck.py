@@ -15,7 +15,7 @@ _NUM = (int, float)
 _SUMMARY = {"profile": (str, type(None)), "runner": (str, type(None)), "status": (str,), "run_dir": (str, type(None)),
             "world_size": (int, type(None)), "duration_s": _NUM, "ranks": (dict,), "replica": (dict, type(None)),
             "hang": (dict, type(None)), "slow": (dict, type(None)), "crash": (dict, type(None)),
-            "hints": (list, type(None))}
+            "own_exit": (dict, type(None)), "hints": (list, type(None))}
 _SUMMARY_RANK = {"status": (str, type(None)), "outcome": (str, type(None)), "returncode": (int, type(None)),
                  "signal": (str, type(None)), "steps": (int, type(None)), "first_loss": _NUM + (type(None),),
                  "last_loss": _NUM + (type(None),), "workload_loss": (dict, type(None))}
@@ -71,7 +71,7 @@ def _summary_problem(s: dict) -> str | None:
     for key, types_ in _SUMMARY.items():
         if key in s and not isinstance(s[key], types_):
             return f"summary.{key}: expected {' | '.join(t.__name__ for t in types_)}, got {type(s[key]).__name__}"
-    for part in ("replica", "hang", "slow", "crash"):
+    for part in ("replica", "hang", "slow", "crash", "own_exit"):
         if isinstance(s.get(part), dict) and not isinstance(s[part].get("text"), str):
             return f"summary.{part}.text: expected str"
     outcomes = (s.get("crash") or {}).get("outcomes") if isinstance(s.get("crash"), dict) else None

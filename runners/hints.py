@@ -173,13 +173,39 @@ RULES: tuple[_Rule, ...] = (
           "group was destroyed (10–30% of runs here). The training itself finished.",
           "Call dist.barrier() before dist.destroy_process_group(); judge the run by its final checks.",
           ("terminate called without an active exception",)),
-    _rule("oom-kill", "Killed by SIGKILL: out of memory?",
-          "Nothing can catch SIGKILL; the kernel's OOM killer sends it when memory runs out (so does `kill -9`). The "
-          "crash verdict says 'out of memory' outright only when the kernel log or the memory cgroup's OOM count "
-          "confirms it.",
-          "Lower the batch size / model size or the number of ranks, or give the machine more memory (`dmesg | grep -i oom`).",
+    _rule("oom-kill", "Killed by the kernel's OOM killer: out of memory",
+          "The machine (or the memory cgroup the rank runs in) ran out of memory and the kernel's OOM killer sent "
+          "SIGKILL to the process using the most; the kernel log or the memory cgroup's OOM count says so.",
+          "Lower the batch size / model size or the number of ranks, or give the machine more memory.",
           ("out of memory", "oom-kill", "oom_kill", "killed process"), r"oom.?kill|Killed process \d+|out of memory: kill"),
+    # raised by the engine at the end, from a SIGKILL's memory evidence (oom.read_kill): no message of their own
+    _rule("oom-kill-maybe", "Killed by SIGKILL near the memory limit: out of memory?",
+          "Nothing can catch SIGKILL. The rank's memory was near the limit it ran under, where the kernel's OOM "
+          "killer sends SIGKILL to the process using the most; neither the kernel log nor the memory cgroup's OOM count "
+          "could be read to confirm it.",
+          "If this was the kernel's OOM killer (`dmesg | grep -i 'killed process'` names its pid): lower the batch "
+          "size / model size or the number of ranks, or give the machine more memory.",
+          ()),
+    _rule("sigkill-not-oom", "Killed by SIGKILL: not the OOM killer",
+          "Nothing can catch SIGKILL. The kernel's OOM killer sends it when memory runs out, but what was read says "
+          "memory did not run out (the crash verdict says what: the kernel log, the memory cgroup's OOM count, the "
+          "rank's memory against its limit). Something else sent it: the program itself (os.kill), `kill -9`, a job "
+          "scheduler or a watchdog.",
+          "Find the sender: the rank's last lines say what it was doing; look for whatever kills with -9 on this "
+          "machine or job (using less memory would not help).",
+          ()),
+    _rule("sigkill", "Killed by SIGKILL: sender unknown",
+          "Nothing can catch SIGKILL. The kernel's OOM killer sends it when memory runs out, and so do `kill -9`, a job "
+          "scheduler, a watchdog and a program that kills itself; nothing read here says which (the crash verdict "
+          "gives the rank's memory where it was sampled).",
+          "Find the sender: `dmesg | grep -i 'killed process'` names a pid the OOM killer chose; else the rank's last "
+          "lines and whatever manages the machine or job.",
+          ()),
 )
+
+# a SIGKILL's memory reading (oom.Reading.level) -> the hint it supports
+_KILL_HINTS = {"oom": "oom-kill", "near": "oom-kill-maybe", "not oom": "sigkill-not-oom", "far": "sigkill-not-oom",
+               "unknown": "sigkill"}
 
 _BY_CODE = {r.hint.code: r.hint for r in RULES}
 
@@ -251,14 +277,12 @@ class HintMatcher:
 
     def for_exit(self, rank: int | None, returncode: int, completed: bool = False, in_process: bool = False,
                  env: Mapping[str, str] | None = None) -> Hint | None:
-        """A hint from an exit status: -9/137 (SIGKILL, the OOM killer's), -11/-6 (SIGSEGV/SIGABRT).
+        """A hint from an exit status: -11/-6 (SIGSEGV/SIGABRT). A SIGKILL's waits for the end: `for_kill`.
 
         completed: the rank had finished its work (an exit-time SIGABRT); in_process: mirage --in-process mode;
         env: the rank's environment (TORCH_DISTRIBUTED_DEBUG=DETAIL segfaults DDP in this torch build).
         """
         sig = -returncode if returncode < 0 else (returncode - 128 if returncode > 128 else 0)
-        if sig == signal.SIGKILL:
-            return self._give(by_code("oom-kill"))
         if sig in (signal.SIGSEGV, signal.SIGABRT):
             if in_process:
                 return self._give(by_code("mirage-in-process"))
@@ -267,6 +291,11 @@ class HintMatcher:
             if sig == signal.SIGABRT and completed:
                 return self._give(by_code("exit-abort-no-barrier"))
         return None
+
+    def for_kill(self, reading) -> Hint | None:
+        """The hint a SIGKILL's memory reading (oom.Reading) supports: use less memory only where memory was short, or
+        near its limit; where it was not, find who sent the signal."""
+        return self._give(by_code(_KILL_HINTS[reading.level]))
 
     def raise_code(self, code: str) -> Hint | None:
         """A hint the engine decided on itself (e.g. ``mirage-multigpu-hang`` on a stall under mirage)."""

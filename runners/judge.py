@@ -206,7 +206,7 @@ class Judge:
         return self.state.take()
 
     def conclude(self, status: str | None, exit_code: int | None, launchers: list[Launcher] = (),
-                 oom: dict[int, str] | None = None, recorded: dict[int, dict] | None = None,
+                 oom: dict | None = None, recorded: dict[int, dict] | None = None,
                  nccl: tuple[dict, dict] | None = None) -> tuple[list, str, int]:
         """The run's conclusion after `settle`: (events, status, exit code) (conclusion.Conclusion.conclude)."""
         status, exit_code = self.end.conclude(status, exit_code, launchers, oom, recorded, nccl)

@@ -1,10 +1,15 @@
-"""Evidence that the kernel's OOM killer ended a process: its memory cgroup's oom_kill count and the kernel log."""
+"""Evidence that the kernel's OOM killer ended a SIGKILLed process: its memory cgroup's oom_kill count and limit, and
+the kernel log (kill_reading.py weighs it)."""
 from __future__ import annotations
 
 import os
 import re
 
+from .kill_reading import KillEvidence, Limit
+
 _KILLED = re.compile(r"Killed process (\d+)|oom-kill:.*\bpid=(\d+)")
+KMSG_RECORDS = 20000  # at most this many kernel log records are read: a log read short of it was read whole
+INIT_PID_NS = 4026531836  # the initial pid namespace's inode (PROC_PID_INIT_INO): only there are the log's pids ours
 
 
 def cgroup_paths(proc_cgroup: str, root: str = "/sys/fs/cgroup") -> list[str]:
@@ -33,12 +38,71 @@ def parse_oom_kill(text: str) -> int | None:
     return None
 
 
+def limit_files(proc_cgroup: str, root: str = "/sys/fs/cgroup") -> list[str]:
+    """Files holding the memory limit of the cgroup named in /proc/<pid>/cgroup: v1's memory.stat (its
+    hierarchical_memory_limit counts the ancestors' limits in), v2's memory.max of the cgroup and each ancestor."""
+    out = []
+    for line in proc_cgroup.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        path = path.strip().strip("/")
+        if "memory" in controllers.split(","):
+            out.append(os.path.join(root, "memory", path, "memory.stat"))
+        elif controllers == "":
+            for base in (root, os.path.join(root, "unified")):
+                walk = path.split("/") if path else []
+                out += [os.path.join(base, *walk[:i], "memory.max") for i in range(len(walk), 0, -1)]
+    return out
+
+
+def parse_limit(path: str, text: str) -> int | None:
+    """The limit in bytes a memory.stat or memory.max says; None: no limit ("max", or v1's near-2^63)."""
+    if path.endswith("memory.stat"):
+        text = next((ln.split()[1] for ln in text.splitlines() if ln.startswith("hierarchical_memory_limit ")), "")
+    text = text.strip()
+    if not text.isdigit() or int(text) >= 1 << 62:
+        return None
+    return int(text)
+
+
+def memory_limit(pid: int, meminfo: str = "/proc/meminfo") -> Limit | None:
+    """The memory a process may use: its memory cgroup's limit where one is set below the machine's memory."""
+    machine = None
+    try:
+        with open(meminfo) as f:
+            kb = next((ln.split()[1] for ln in f if ln.startswith("MemTotal:")), "")
+        machine = Limit(int(kb) * 1024, "the machine's memory") if kb.isdigit() else None
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            files = limit_files(f.read())
+    except OSError:
+        files = []
+    limits = []
+    for path in files:
+        try:
+            with open(path) as f:
+                n = parse_limit(path, f.read())
+        except OSError:
+            continue
+        if n is not None:
+            limits.append(n)
+    if limits and (machine is None or min(limits) < machine.size):
+        return Limit(min(limits), "its memory cgroup's limit")
+    return machine
+
+
 class CgroupCounter:
-    """The oom_kill count of one process's memory cgroup, read when the process is first seen and again later."""
+    """The oom_kill count of one process's memory cgroup, read when the process is first seen and again later, and
+    the memory limit it runs under (read then, while its /proc entry is there)."""
 
     def __init__(self, pid: int) -> None:
         self.path: str | None = None
         self.start: int | None = None
+        self.limit = memory_limit(pid)
         try:
             with open(f"/proc/{pid}/cgroup") as f:
                 candidates = cgroup_paths(f.read())
@@ -75,7 +139,7 @@ def kernel_log_kills(records: list[str]) -> set[int]:
     return pids
 
 
-def read_kernel_log(limit: int = 20000) -> list[str] | None:
+def read_kernel_log(limit: int = KMSG_RECORDS) -> list[str] | None:
     """The records in /dev/kmsg now (None when it cannot be read: not root, or no such device)."""
     try:
         fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
@@ -100,14 +164,23 @@ def read_kernel_log(limit: int = 20000) -> list[str] | None:
     return out
 
 
-def evidence(pid: int | None, counter: CgroupCounter | None) -> str:
-    """Words saying why we think `pid` (killed by SIGKILL) ran out of memory, or "" when nothing says so."""
-    if pid is not None:
-        log = read_kernel_log()
-        if log is not None and pid in kernel_log_kills(log):
-            return f"the kernel log says the OOM killer killed pid {pid}"
-    if counter is not None:
-        n = counter.rose_by()
-        if n:
-            return f"its memory cgroup counted {n} OOM kill{'s' if n > 1 else ''} during the run"
-    return ""
+def in_initial_pid_namespace() -> bool:
+    """The kernel log names pids as the initial pid namespace numbers them: only there are they this process's."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino == INIT_PID_NS
+    except OSError:
+        return False
+
+
+def kill_evidence(pid: int | None, counter: CgroupCounter | None) -> KillEvidence:
+    """What the kernel log and the memory cgroup say of `pid` (killed by SIGKILL), and the limit it ran under."""
+    log_names = None
+    log = read_kernel_log() if pid is not None and in_initial_pid_namespace() else None  # else its pids are not ours
+    if log is not None and pid in kernel_log_kills(log):
+        log_names = True
+    elif log is not None and len(log) < KMSG_RECORDS:
+        log_names = False  # read whole: its silence is evidence
+    counted = counter.rose_by() if counter is not None else None
+    limit = counter.limit if counter is not None and counter.limit is not None else (
+        memory_limit(pid) if pid is not None else None)
+    return KillEvidence(log_names, counted, limit)

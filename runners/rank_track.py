@@ -43,6 +43,7 @@ class RankTrack:
     outcome: str = ""  # why it ended, in words
     steps_total: int | None = None
     samples: int | None = None  # samples in its newest optimizer step, as the rank counted them (Progress.samples)
+    rss_peak: int | None = None  # the highest RSS sampled of its process, bytes (a SIGKILL's memory evidence)
     new_losses: list = field(default_factory=list)  # (step, loss) since the last Progress event
     reports_losses: bool = False  # the rank reports its losses itself (ddptui_report)
     reported_step: bool = False  # a step came from its own report: the optimizer hook counts finished steps

@@ -50,10 +50,12 @@ class RunState:
         self.slow_info: dict | None = None  # the slow ranks named, once per run
         self.hang: ev.HangVerdict | None = None
         self.crash: ev.CrashVerdict | None = None
+        self.own_exit = None  # own_exit.OwnExit: the ranks ended by an exit status of the program's own, no crash
         self.replica: ev.ReplicaVerdict | None = None
         self.first_digests: dict[int, tuple[list, str]] = {}  # rank -> (digests before its first update, source)
         self.launcher_log = TorchrunLog()  # what torchrun says about its ranks
         self.died_at: dict[int, float] = {}  # pid -> wall time the death watch saw it die
+        self.rss_all_peak: int | None = None  # the most RSS the ranks on this machine held together, bytes
         self.first_failure: float | None = None  # monotonic time the first rank failed
         self.tearing_down = False
         self.stop_at: float | None = None  # wall time ddptui began signalling the run's processes (its teardown)

@@ -105,13 +105,13 @@ def hang_event(text: str, culprits, waiting, where: dict, steps: dict, wall: flo
                           wall, folder, "slow" if slow else "stall", collective or {})
 
 
-def rank_evidence(t, stopped_by: str | None, exc: dict | None, oom: str) -> RankEvidence:
-    """What the crash rule reads of one rank track (runners/crash.py)."""
+def rank_evidence(t, stopped_by: str | None, exc: dict | None, kill=None, stderr_seen: bool = True) -> RankEvidence:
+    """What the crash rule reads of one rank track (runners/crash.py); kill: a SIGKILL's oom.Reading."""
     return RankEvidence(
         t.rank, t.returncode, died_at=t.exit_wall,
         error_at=t.first_failure_wall if exc is not None else None, exc=exc,
         err_lines=tuple(t.err_tail), out_lines=tuple(t.tail), started=t.ran or exc is not None,
-        completed=t.completed, stopped_by=stopped_by, step=t.step, oom=oom)
+        completed=t.completed, stopped_by=stopped_by, step=t.step, kill=kill, stderr_seen=stderr_seen)
 
 
 def crash(evidence: list[RankEvidence], launcher_root: int | None, wall: float):

@@ -558,13 +558,14 @@ class Session:
         self._check_rank_pids()  # deaths the watcher saw since the last check
         self._tick()
         self._carry_out(self.judge.settle())
-        oom_words = {pid: oom.evidence(pid, self._oom_counters.get(pid)) for pid in self.judge.oom_suspects()}
+        oom_evidence = {pid: oom.kill_evidence(pid, self._oom_counters.get(pid))  # this machine's log and cgroups:
+                        for pid in self._here(set(self.judge.oom_suspects()))}  # of no rank on another node
         recorded = self._recorded_errors()
         launchers = [Launcher(pr.spec.name, pr.returncode) for pr in self.procs if pr.spec.stdout_rank is None]
         from . import nccl_dumps
         nccl = nccl_dumps.read(self.run_dir / "fr")  # what NCCL's watchdog wrote at a timeout (runners/fr_env.py)
         out, status, exit_code = self.judge.conclude(end.status if end else None, end.exit_code if end else None,
-                                                     launchers, oom_words, recorded,
+                                                     launchers, oom_evidence, recorded,
                                                      nccl)
         self._carry_out(out)
         return self._finish(status, exit_code)

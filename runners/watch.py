@@ -39,7 +39,7 @@ class Watch:
         self._no_cpu = dict(no_cpu or {})
         if host_load is not None and self._no_cpu and all(r in self._no_cpu for r in self.sample_targets()):
             host_load = None  # every rank runs on another node: this host's load says nothing of theirs
-        cpu, rss = {}, {}
+        cpu, rss, held = {}, {}, {}
         for rank, (pid, mono, used, size) in samples.items():
             t = self.s.tracks[rank]
             if self._cpu_pid.get(rank) != pid:  # another process now (started, restarted): history starts over
@@ -50,6 +50,10 @@ class Watch:
             if t.pid:
                 cpu[rank] = 100.0 * (used - prev[1]) / (mono - prev[0]) if prev and mono > prev[0] else 0.0
                 rss[rank] = size
+                t.rss_peak = max(t.rss_peak or 0, size)
+                held[pid] = size  # thread replicas share one process: counted once
+        if held:
+            self.s.rss_all_peak = max(self.s.rss_all_peak or 0, sum(held.values()))
         if (cpu or host_load is not None) and emit:
             load, cpus = host_load if host_load is not None else (None, None)
             self.s.emit(ev.Resources(cpu, rss, self.s.wall, load, cpus))

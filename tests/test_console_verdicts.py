@@ -43,3 +43,13 @@ def test_a_record_whose_slow_entry_is_malformed_is_reported_not_replayed_into_th
     assert problem(ok) is None
     assert problem(_summary(slow="slow")) == "summary.slow: expected dict | NoneType, got str"
     assert problem(_summary(slow={"ranks": [1], "text": "x", "verdict": "y"})).startswith("summary.slow.verdict")
+
+
+def test_a_record_whose_own_exit_entry_is_malformed_is_reported_not_replayed():
+    from ddptui.runners.eventcheck import problem
+    ok = {"text": "rank 0 exited with status 3, the program's own", "ranks": [0], "codes": {"0": 3}}
+    assert problem(_summary(own_exit=ok)) is None and problem(_summary(own_exit=None)) is None
+    assert problem(_summary(own_exit="exit 3")) == "summary.own_exit: expected dict | NoneType, got str"
+    assert problem(_summary(own_exit={"ranks": [0]})) == "summary.own_exit.text: expected str"
+    text = Console(io.StringIO(), color=False).render_summary(_summary(own_exit=ok))
+    assert f"\nexit: {ok['text']}\n" in text

@@ -17,7 +17,8 @@ from ddptui.runners import events as ev
 from ddptui.runners.crash import RankEvidence, decide, ended_by_our_stop, excerpt, kind, stopped_words
 from ddptui.runners.deathwatch import DeathWatch, parse_stat_exit
 from ddptui.runners.launcher_log import TorchrunLog, error_file_report
-from ddptui.runners.oom import cgroup_paths, kernel_log_kills, parse_oom_kill
+from ddptui.runners.kill_reading import KillEvidence, Limit, read_kill
+from ddptui.runners.oom import cgroup_paths, kernel_log_kills, limit_files, memory_limit, parse_limit, parse_oom_kill
 from ddptui.runners.session import EXIT_FAILED, EXIT_STALLED
 from tests.engine_helpers import run_profile
 
@@ -48,7 +49,7 @@ def test_sigkilled_rank_is_the_root_cause_not_the_rank_the_launcher_stopped():
     v = decide([RankEvidence(0, -15, died_at=T0 + 0.08, stopped_by="launcher", step=6),
                 RankEvidence(1, -9, died_at=T0, step=5, out_lines=("[rank 1] step 5 loss 0.2",))])
     assert v.root == 1 and v.what == "SIGKILL" and v.stopped == (0,) and v.victims == ()
-    assert v.text.startswith("rank 1 failed first: killed by SIGKILL (out of memory?) at step 5")
+    assert v.text.startswith("rank 1 failed first: killed by SIGKILL (sender unknown) at step 5")
     assert "rank 0 stopped by the launcher (SIGTERM) when rank 1 died" in v.text
     assert "failed after" not in v.text
     assert v.outcomes[0] == ("killed", "stopped by the launcher after rank 1 failed")
@@ -56,7 +57,8 @@ def test_sigkilled_rank_is_the_root_cause_not_the_rank_the_launcher_stopped():
 
 
 def test_deaths_are_ordered_by_when_they_happened_not_by_rank():
-    v = decide([RankEvidence(0, 3, died_at=T0 + 1.0), RankEvidence(1, 3, died_at=T0), RankEvidence(2, 3, died_at=T0 + 2)])
+    v = decide([RankEvidence(0, -6, died_at=T0 + 1.0), RankEvidence(1, -6, died_at=T0),
+                RankEvidence(2, -6, died_at=T0 + 2)])
     assert v.root == 1 and v.victims == (0, 2)
     assert "rank 0 failed 1.00 s after it" in v.text and "rank 2 failed 2.00 s after it" in v.text
 
@@ -86,8 +88,10 @@ def test_simultaneous_own_failures_are_not_called_failed_after_it():
 
 
 def test_sigkill_with_oom_evidence_says_out_of_memory():
-    v = decide([RankEvidence(1, -9, died_at=T0, oom="the kernel log says the OOM killer killed pid 42")])
+    oom = read_kill(42, KillEvidence(log_names=True), None, None)
+    v = decide([RankEvidence(1, -9, died_at=T0, kill=oom)])
     assert "killed by SIGKILL (out of memory: the kernel log says the OOM killer killed pid 42)" in v.text
+    assert v.outcomes[1] == ("failed", "failed first (killed by SIGKILL (out of memory))")
 
 
 def test_sigkill_sent_by_ddptui_is_not_out_of_memory():
@@ -145,10 +149,42 @@ def test_an_abort_from_a_cpp_exception_names_the_exception_not_aborted():
 
 
 def test_os_exit_says_no_python_exception_and_quotes_the_last_output():
+    # rank 1 chose exit 3 and its peer failed for it (the connection to it went): a crash, led by the chosen exit
     v = decide([RankEvidence(1, 3, died_at=T0, out_lines=("[rank 1] step 5", "[rank 1] saving", "")),
-                RankEvidence(0, -15, died_at=T0 + 0.1, stopped_by="launcher")])
-    assert v.what == "exit 3"
+                RankEvidence(0, 1, died_at=T0 + 0.1, err_lines=(GLOO_CLOSED,))])
+    assert v.what == "exit 3" and v.victims == (0,)
     assert "rank 1 failed first: exit 3 without a Python exception (last output: '[rank 1] saving')" in v.text
+
+
+def test_an_exit_status_of_the_programs_own_is_no_crash_and_says_its_last_words():
+    from ddptui.runners.own_exit import decide as own_exit
+    # rank 1 exits 3 after its own check; the launcher stops rank 0 on its way out: nobody failed on their own
+    ranks = [RankEvidence(1, 3, died_at=T0, step=20, out_lines=("[rank 1] replicas differ: [11, 12]", "")),
+             RankEvidence(0, -15, died_at=T0 + 0.1, stopped_by="launcher", step=20)]
+    assert decide(ranks) is None
+    o = own_exit(ranks)
+    assert o.text == ("rank 1 exited with status 3, the program's own (no exception, no signal: sys.exit or os._exit) "
+                      "at step 20; rank 1's last words: '[rank 1] replicas differ: [11, 12]'; rank 0 stopped by the "
+                      "launcher after rank 1 exited 3")
+    assert o.outcomes == {1: ("failed", "exited 3: its own exit status, no exception"),
+                          0: ("killed", "stopped by the launcher after rank 1 exited 3")}
+    # the program's own verdict text is its last words; two statuses are said apart
+    o = own_exit([RankEvidence(0, 3, died_at=T0, step=5), RankEvidence(1, 2, died_at=T0, step=5)],
+                 {0: "replicas differ"})
+    assert o.text.startswith("rank 0 exited with status 3") and "rank 0's last words: 'replicas differ'" in o.text
+    assert "; rank 1 exited with status 2, the program's own" in o.text and o.codes == {0: 3, 1: 2}
+    # not its own choice: an exception, a traceback or error line, a peer gone, a signal, a shell's 128+N
+    exc = {"type": "ValueError", "msg": "x", "where": "t.py:1"}
+    for e in (RankEvidence(0, 1, exc=exc), RankEvidence(0, 1, err_lines=("Traceback (most recent call last):",)),
+              RankEvidence(0, 1, err_lines=("[rank0]: RuntimeError: boom",)), RankEvidence(0, 1, err_lines=(GLOO_CLOSED,)),
+              RankEvidence(0, -9), RankEvidence(0, 137), RankEvidence(0, 1, stderr_seen=False)):
+        assert own_exit([e]) is None and decide([e]) is not None, e
+    assert own_exit([RankEvidence(0, 1, err_lines=("usage: train.py [-h]",))]) is not None  # argparse's exit
+    # its last words are its own, not a warning read after them (the streams are read apart)
+    said = ("replicas differ: [1.0, 2.5]", "/w/t.py:24: UserWarning: Converting a tensor with requires_grad=True",
+            "Consider using tensor.detach() first. (Triggered internally at x.cpp:822.)", "  mine = float(p.sum())")
+    assert "rank 0's last words: 'replicas differ: [1.0, 2.5]'" in own_exit([RankEvidence(0, 3, out_lines=said)]).text
+    assert "last words: 'bye'" in own_exit([RankEvidence(0, 3, out_lines=said + ("bye",))]).text
 
 
 def test_never_started_ranks_say_so():
@@ -168,7 +204,7 @@ def test_sigterm_without_a_sender_on_record_is_the_launchers_only_after_another_
 
 
 def test_torchruns_root_cause_breaks_ties_and_is_mentioned_when_it_disagrees():
-    v = decide([RankEvidence(0, 1, died_at=T0), RankEvidence(1, 1, died_at=T0)], launcher_root=1)
+    v = decide([RankEvidence(0, -6, died_at=T0), RankEvidence(1, -6, died_at=T0)], launcher_root=1)
     assert v.root == 1 and v.together == (0,)
     v = decide([RankEvidence(0, -15, died_at=T0 + 0.05, stopped_by="launcher"), RankEvidence(1, -9, died_at=T0)],
                launcher_root=0)
@@ -330,6 +366,51 @@ def test_cgroup_paths_for_v1_and_v2_and_the_oom_kill_count():
     assert parse_oom_kill("low 0\n") is None
 
 
+def test_memory_limit_files_for_v1_and_v2_and_what_they_say():
+    assert limit_files("4:memory:/process_api/abc\n0::/\n") == [
+        "/sys/fs/cgroup/memory/process_api/abc/memory.stat"]
+    assert limit_files("0::/user.slice/x.scope\n") == [  # the cgroup's own limit and each ancestor's
+        "/sys/fs/cgroup/user.slice/x.scope/memory.max", "/sys/fs/cgroup/user.slice/memory.max",
+        "/sys/fs/cgroup/unified/user.slice/x.scope/memory.max", "/sys/fs/cgroup/unified/user.slice/memory.max"]
+    assert parse_limit("x/memory.stat", "cache 0\nhierarchical_memory_limit 1500000000\n") == 1_500_000_000
+    assert parse_limit("x/memory.stat", "hierarchical_memory_limit 9223372036854771712\n") is None  # v1: none
+    assert parse_limit("x/memory.max", "max\n") is None and parse_limit("x/memory.max", "8589934592\n") == 8 << 30
+    here = memory_limit(os.getpid())  # this machine: its memory, or a cgroup limit below it
+    assert here is not None and here.size > 0 and here.what in ("the machine's memory", "its memory cgroup's limit")
+
+
+GB = 1_000_000_000
+MACHINE = Limit(24 * GB, "the machine's memory")
+
+
+@pytest.mark.parametrize("ev,own,together,level,words", [
+    # what the machine says first: the kernel log names the pid, or the cgroup counted a kill (no log to read)
+    (KillEvidence(log_names=True, counted=0), None, None, "oom", "out of memory: the kernel log says the OOM killer "
+                                                                  "killed pid 42"),
+    (KillEvidence(counted=2, limit=MACHINE), 20 * GB, None, "oom", "out of memory: its memory cgroup counted 2 OOM "
+                                                                     "kills during the run"),
+    # the log read whole names no kill of it, or the count stayed: not the OOM killer, whatever the RSS
+    (KillEvidence(log_names=False, counted=0, limit=MACHINE), 310_000_000, 620_000_000, "not oom",
+     "not the OOM killer: the kernel log names no OOM kill of pid 42; its memory cgroup counted no OOM kill during the "
+     "run; its RSS peaked at 310 MB (the ranks here together 620 MB), 1% of the machine's memory, 24.0 GB"),
+    (KillEvidence(log_names=False, counted=1, limit=MACHINE), 20 * GB, None, "not oom",  # another of the cgroup's
+     "not the OOM killer: the kernel log names no OOM kill of pid 42; its RSS peaked at 20.0 GB, 83% of"),
+    # nothing readable: the RSS samples against the limit
+    (KillEvidence(limit=Limit(8 * GB, "its memory cgroup's limit")), 7_600_000_000, None, "near",
+     "out of memory? its RSS peaked at 7.6 GB, 95% of its memory cgroup's limit, 8.0 GB"),
+    (KillEvidence(limit=MACHINE), 5 * GB, 20 * GB, "near", "out of memory? its RSS peaked at 5.0 GB (the ranks here "
+                                                             "together 20.0 GB), 21% of the machine's memory"),
+    (KillEvidence(limit=MACHINE), 300_000_000, 600_000_000, "far", "not for memory by the look of it: its RSS peaked "
+                                                                    "at 300 MB"),
+    (KillEvidence(limit=MACHINE), 5 * GB, 10 * GB, "unknown", "sender unknown: its RSS peaked at 5.0 GB"),
+    (KillEvidence(), None, None, "unknown", "sender unknown: no memory figure or OOM evidence read"),
+])
+def test_how_sure_a_sigkill_was_the_oom_killer(ev, own, together, level, words):
+    r = read_kill(42, ev, own, together)
+    assert r.level == level and r.words.startswith(words), r.words
+    assert r.memory == (level in ("oom", "near"))
+
+
 def test_kernel_log_names_the_killed_pids():
     recs = ["4,421,5109,-;oom-kill:constraint=CONSTRAINT_MEMCG,task=python3,pid=10019,uid=0\n",
             "3,422,5109,-;Memory cgroup out of memory: Killed process 10019 (python3) total-vm:323784kB\n",
@@ -409,7 +490,7 @@ def _assert_rank1_root_and_rank0_went_down_with_it(rec, session, words: str, exi
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("how,words,exit_", [
-    ("sigkill", "killed by SIGKILL (out of memory?) at step 5", "SIGKILL"),
+    ("sigkill", "killed by SIGKILL (", "SIGKILL"),  # then what the machine says of its memory: _assert_not_memory
     ("segfault", "SIGSEGV (segmentation fault) at step 5: Fatal Python error: Segmentation fault in die at "
                  "die_without_exception.py:", "SIGSEGV"),
     ("exit3", "exit 3 at step 5 without a Python exception", "exit 3"),
@@ -418,7 +499,30 @@ def test_torchrun_rank_dying_without_an_exception_is_the_root_cause(runs_dir, tm
     path = _profile(tmp_path, "die_without_exception.py", env={"DIE_HOW": how, "DIE_STEP": "5"})
     code, rec, session = run_profile(path, runs_dir)
     assert code == EXIT_FAILED
+    if how == "exit3" and not rec.of(ev.CrashVerdict):  # torchrun stopped rank 0 before its peer-gone error: no crash
+        own = rec.one(ev.RunFinished).summary["own_exit"]
+        assert own["ranks"] == [1] and own["text"].startswith("rank 1 exited with status 3, the program's own"), own
+        assert "at step 5; rank 1's last words: '[rank 1] dying (exit3) at step 5'" in own["text"]
+        return
     _assert_rank1_root_and_rank0_went_down_with_it(rec, session, words, exit_)
+    if how == "sigkill":
+        _assert_not_memory(rec)
+
+
+def _assert_not_memory(rec):
+    """A rank that printed it dies and SIGKILLed itself, holding a few hundred MB: never told to use less memory."""
+    crash = rec.one(ev.CrashVerdict)
+    assert ", no Python exception (last output: '[rank 1] dying (sigkill) at step 5')" in crash.text, crash.text
+    reading = crash.text.split("killed by SIGKILL (", 1)[1]
+    assert reading.startswith(("not the OOM killer: ", "not for memory by the look of it: ", "sender unknown: ")), \
+        crash.text
+    assert "its RSS peaked at " in reading  # the samples before its death are the evidence shown
+    hints = {h.code: h for h in rec.of(ev.HintRaised)}
+    assert hints.keys() & {"sigkill-not-oom", "sigkill"} and not hints.keys() & {"oom-kill", "oom-kill-maybe"}
+    assert not any("batch size" in h.fix for h in hints.values()), [h.fix for h in hints.values()]
+    outcome = rec.one(ev.RunFinished).summary["crash"]["outcomes"][1]
+    assert outcome.startswith("failed first (killed by SIGKILL (not ") or \
+        outcome == "failed first (killed by SIGKILL (sender unknown))", outcome
 
 
 @pytest.mark.timeout(150)
@@ -426,8 +530,44 @@ def test_env_runner_rank_killed_by_sigkill_is_the_root_cause(runs_dir, tmp_path)
     path = _profile(tmp_path, "die_without_exception.py", runner="env", env={"DIE_HOW": "sigkill", "DIE_STEP": "5"})
     code, rec, session = run_profile(path, runs_dir)
     assert code == EXIT_FAILED
-    _assert_rank1_root_and_rank0_went_down_with_it(rec, session, "killed by SIGKILL (out of memory?) at step 5",
-                                                   "SIGKILL")
+    _assert_rank1_root_and_rank0_went_down_with_it(rec, session, "killed by SIGKILL (", "SIGKILL")
+    _assert_not_memory(rec)
+
+
+@pytest.mark.timeout(150)
+def test_a_program_that_exits_3_after_its_own_replica_check_is_no_crash_anywhere(runs_dir, tmp_path):
+    """Its own check fails and it exits 3 by design: every front end says the program's own exit status and its last
+    words (the engine decides; the console, summary.json and the dashboard's banner and Verdict tab show it)."""
+    import io
+
+    from ddptui.tui.console import Console
+    from ddptui.tui.model import RunModel
+    from ddptui.tui.widgets.banner import banner_text
+    from ddptui.tui.widgets.verdict_view import headline, replica_line, summary_rows
+
+    path = _profile(tmp_path, "check_then_exit3.py")
+    code, rec, session = run_profile(path, runs_dir, ["replica_check=true"])
+    summary = json.loads((session.run_dir / "summary.json").read_text())
+    assert not rec.of(ev.CrashVerdict) and summary["crash"] is None, summary["crash"]
+    assert (code, summary["status"]) == (4, "replicas differ")  # ddptui's own replica check agrees with it
+    own = summary["own_exit"]
+    assert own["ranks"] and set(own["codes"].values()) == {3}, own  # the first to exit; torchrun may stop the other
+    assert "exited with status 3, the program's own (no exception, no signal: sys.exit or os._exit) at step 10" \
+        in own["text"] and "last words: 'replicas differ: checksums [" in own["text"], own["text"]
+    for r, info in summary["ranks"].items():
+        assert info["outcome"] in ("exited 3: its own exit status, no exception",
+                                   "stopped by the launcher after rank 1 exited 3",
+                                   "stopped by the launcher after rank 0 exited 3"), (r, info)
+    assert "failed first" not in json.dumps(summary)
+    out = io.StringIO()
+    Console(out, color=False).handle(rec.events)
+    shown = out.getvalue()
+    assert f"exit: {own['text']}" in shown and "crash:" not in shown and "failed first" not in shown
+    model = RunModel()
+    model.apply(rec.events)
+    assert banner_text(model)[1].endswith(f": {own['text']} · {replica_line(model.replica)}")
+    assert f"exit: {own['text']}" in headline(model).plain
+    assert {row[1].split(" ", 1)[1] for row in summary_rows(model)} <= {i["outcome"] for i in summary["ranks"].values()}
 
 
 @pytest.mark.timeout(150)
@@ -547,6 +687,8 @@ def test_a_real_oom_kill_is_called_out_of_memory_with_its_evidence(runs_dir, tmp
         assert crash.root_rank == 1 and crash.exit == "SIGKILL", crash.text
         assert "killed by SIGKILL (out of memory: " in crash.text, crash.text
         assert "out of memory?" not in crash.text
+        hint = next(h for h in rec.of(ev.HintRaised) if h.rank == 1)
+        assert hint.code == "oom-kill" and hint.fix.startswith("Lower the batch size")
     finally:
         for _ in range(50):
             try:

@@ -127,6 +127,11 @@ def test_diverge_names_parameter_and_rank(runs_dir):
     assert rep.table[0][1:] == rep.table[1][1:]  # every other parameter still identical
     summary = json.loads((session.run_dir / "summary.json").read_text())
     assert summary["status"] == "replicas differ" and summary["replica"]["param"] == rep.param
+    # ddp_mlp's own check then exits 3 by design: its own status and words, no crash ("failed first")
+    assert summary["crash"] is None and "failed first" not in json.dumps(summary)
+    own = summary["own_exit"]
+    assert "exited with status 3, the program's own" in own["text"], own
+    assert "last words: 'replicas differ: weight checksums [" in own["text"], own
 
 
 @pytest.mark.timeout(150)

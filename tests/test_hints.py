@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import runhelp  # noqa: E402
 
 from ddptui.runners.hints import Hint, HintMatcher, all_hints, by_code  # noqa: E402
+from ddptui.runners.kill_reading import Reading  # noqa: E402
 
 
 def _run(argv_or_popen, timeout: float = 90) -> str:
@@ -196,7 +197,7 @@ def test_each_hint_at_most_once_per_run():
 
 
 @pytest.mark.parametrize("rc,kw,code", [
-    (-9, {}, "oom-kill"), (137, {}, "oom-kill"),
+    (-9, {}, None), (137, {}, None),  # a SIGKILL's hint waits for its memory evidence: for_kill
     (-6, {"completed": True}, "exit-abort-no-barrier"), (134, {"completed": True}, "exit-abort-no-barrier"),
     (-11, {"in_process": True}, "mirage-in-process"), (-6, {"in_process": True}, "mirage-in-process"),
     (-11, {"env": {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}}, "debug-detail-segfault"),
@@ -211,7 +212,8 @@ def test_for_exit_once_and_shared_with_lines():
     m = HintMatcher()
     assert m.feed(1, "terminate called without an active exception").code == "exit-abort-no-barrier"
     assert m.for_exit(1, -signal.SIGABRT, completed=True) is None
-    assert m.for_exit(0, -9).code == "oom-kill" and m.for_exit(1, -9) is None
+    assert m.for_kill(Reading("oom", "out of memory", "")).code == "oom-kill"
+    assert m.for_kill(Reading("oom", "out of memory", "")) is None
 
 
 def test_catalogue_codes_unique_and_engine_codes_exist():
@@ -233,3 +235,14 @@ def test_feed_is_cheap_on_ordinary_lines():
     per_line = (time.perf_counter() - t0) / len(lines)
     print(f"HintMatcher.feed: {per_line * 1e6:.2f} us/line")
     assert per_line < 100e-6  # loose: the figure itself goes to the report/benchmarks
+
+
+@pytest.mark.parametrize("level,code", [("oom", "oom-kill"), ("near", "oom-kill-maybe"), ("not oom", "sigkill-not-oom"),
+                                        ("far", "sigkill-not-oom"), ("unknown", "sigkill")])
+def test_a_sigkill_hint_fits_its_memory_evidence(level, code):
+    hint = HintMatcher().for_kill(Reading(level, "", ""))
+    assert hint.code == code
+    lower = "lower the batch size" in hint.fix.lower()
+    # less memory is the fix only where memory ran out, and only "if" where that is not confirmed
+    assert lower == (level in ("oom", "near"))
+    assert hint.fix.startswith("If this was the kernel's OOM killer") == (level == "near")

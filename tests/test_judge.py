@@ -51,6 +51,12 @@ def torchrun_lines() -> list[str]:
     return [ln.split(" err ", 1)[1] for ln in (RECORD / "launcher.log").read_text().splitlines() if " err " in ln]
 
 
+def raised(j: Judge, dt: float = 2.0) -> None:
+    """Rank 1's uncaught exception on its stderr, as that run's record kept it."""
+    lines = [ln.split(" err ", 1)[1] for ln in (RECORD / "rank1.log").read_text().splitlines() if " err " in ln]
+    say(j, 1, dt, *[ln for ln in lines if "WorkerServer" not in ln], stream="err")
+
+
 def of(outs, cls) -> list:
     return [o for o in outs if isinstance(o, cls)]
 
@@ -85,9 +91,89 @@ def test_ranks_dying_within_half_a_second_failed_together():
     j = make()
     training(j)
     at(j, 3.0)
-    j.deaths([(PIDS[0], W0 + 2.3, 1), (PIDS[1], W0 + 2.0, 1)], own=set())
+    j.deaths([(PIDS[0], W0 + 2.3, -6), (PIDS[1], W0 + 2.0, -6)], own=set())
     end(j, 4.0)
     assert j.crash.root_rank == 1 and j.crash.together == (0,) and j.crash.victims == ()
+
+
+def test_ranks_that_chose_their_exit_status_after_their_own_check_are_no_crash():
+    """Both ranks finish, print their check's verdict and exit 3 (sys.exit(3)): the program's own status and its last
+    words, never "failed first"; the run fails (exit 1) all the same, and every front end reads the same words."""
+    j = make()
+    training(j, "step 20 loss 0.40")
+    say(j, 0, 2.0, "replicas differ: checksums [11, 12]", stream="err")
+    say(j, 1, 2.0, "rank 1 done")
+    at(j, 3.0)
+    j.deaths([(PIDS[0], W0 + 2.5, 3), (PIDS[1], W0 + 2.4, 3)], own=set())
+    outs, status, code = end(j, 4.0)
+    assert (status, code) == ("failed", EXIT_FAILED) and j.crash is None and not of(outs, ev.CrashVerdict)
+    own = j.summary(status, code, "runs/x", 4.0, 0.1, [], [])["own_exit"]
+    assert own["text"] == ("ranks 0, 1 exited with status 3, the program's own (no exception, no signal: sys.exit or "
+                           "os._exit) at step 20; rank 0's last words: 'replicas differ: checksums [11, 12]'")
+    assert own["ranks"] == [0, 1] and own["codes"] == {0: 3, 1: 3}
+    assert all(j.tracks[r].outcome == "exited 3: its own exit status, no exception" for r in (0, 1))
+    assert "failed first" not in json.dumps(j.summary(status, code, "runs/x", 4.0, 0.1, [], []))
+
+
+def test_a_rank_the_launcher_stops_as_its_peer_exits_3_is_stopped_not_a_crash():
+    """torchrun SIGTERMs the other ranks as soon as one exits non-zero: rank 0, on its way out after the same check,
+    is stopped by it; still no crash, and no rank "failed first"."""
+    j = make()
+    training(j, "step 5 loss 0.40")
+    say(j, 1, 2.0, "rank 1 done")
+    at(j, 3.0)
+    j.deaths([(PIDS[1], W0 + 2.4, 3), (PIDS[0], W0 + 2.5, -15)], own=set())
+    outs, status, code = end(j, 4.0)
+    assert (status, code) == ("failed", EXIT_FAILED) and j.crash is None
+    own = j.summary(status, code, "runs/x", 4.0, 0.1, [], [])["own_exit"]
+    assert own["text"] == ("rank 1 exited with status 3, the program's own (no exception, no signal: sys.exit or "
+                           "os._exit) at step 5; rank 1's last words: 'rank 1 done'; rank 0 stopped by the launcher "
+                           "after rank 1 exited 3")
+    assert (j.tracks[0].status, j.tracks[0].outcome) == ("killed", "stopped by the launcher after rank 1 exited 3")
+    assert own["ranks"] == [1] and own["outcomes"] == {0: "stopped by the launcher after rank 1 exited 3",
+                                                       1: "exited 3: its own exit status, no exception"}
+
+
+def test_an_exception_or_a_peer_gone_is_still_a_crash_beside_an_own_exit():
+    j = make()
+    training(j, "step 5 loss 0.40")
+    say(j, 0, 2.0, "Traceback (most recent call last):", "RuntimeError: Connection closed by peer", stream="err")
+    at(j, 3.0)
+    j.deaths([(PIDS[1], W0 + 2.0, 3), (PIDS[0], W0 + 2.5, 1)], own=set())
+    end(j, 4.0)
+    assert j.crash is not None and j.crash.root_rank == 1 and j.crash.victims == (0,)
+    assert j.summary("failed", EXIT_FAILED, "runs/x", 4.0, 0.1, [], [])["own_exit"] is None
+
+
+@pytest.mark.parametrize("rss,evidence,code,words", [
+    # RSS near the 1 GB limit and nothing else readable: "out of memory?", and less memory only "if" it was that
+    (900_000_000, {}, "oom-kill-maybe", "killed by SIGKILL (out of memory? its RSS peaked at 900 MB (the ranks here "
+                                        "together 1.0 GB), 90% of its memory cgroup's limit, 1.0 GB) at step 3"),
+    # far below it: not memory, by the look of it
+    (50_000_000, {}, "sigkill-not-oom", "killed by SIGKILL (not for memory by the look of it: its RSS peaked at 50 MB"),
+    # the cgroup counted no kill: not the OOM killer, whatever the RSS
+    (900_000_000, {"counted": 0}, "sigkill-not-oom", "killed by SIGKILL (not the OOM killer: its memory cgroup counted "
+                                                     "no OOM kill during the run; its RSS peaked at 900 MB"),
+])
+def test_a_sigkills_memory_reading_comes_from_the_rss_samples_before_its_death(rss, evidence, code, words):
+    from ddptui.runners.hints import HintMatcher
+    from ddptui.runners.kill_reading import KillEvidence, Limit
+    j = Judge(load_profile(ROOT / "profiles" / "cpu-ddp.yaml"), T0, W0, HintMatcher())
+    j.begin(2, 1)
+    training(j)
+    for s in (1.0, 2.0):  # rank 1 grows, then its last sample; rank 0 holds 100 MB
+        j.resources({0: (PIDS[0], T0 + s, 1.0, 100_000_000), 1: (PIDS[1], T0 + s, s, rss if s == 2.0 else rss // 2)})
+    at(j, 3.0)
+    j.deaths([(PIDS[1], W0 + 2.5, -9), (PIDS[0], W0 + 2.6, -15)], own=set())
+    at(j, 4.0)
+    j.settle()
+    assert j.oom_suspects() == [PIDS[1]]
+    outs, _, _ = j.conclude(None, None, [Launcher("torchrun", 1)],
+                            {PIDS[1]: KillEvidence(limit=Limit(1_000_000_000, "its memory cgroup's limit"), **evidence)})
+    assert j.crash.text.startswith(f"rank 1 failed first: {words}"), j.crash.text
+    (hint,) = [h for h in of(outs, ev.HintRaised) if h.rank == 1]
+    assert hint.code == code and hint.line.startswith("killed by SIGKILL (")
+    assert ("lower the batch size" in hint.fix.lower()) == (code == "oom-kill-maybe")
 
 
 def test_torchrun_log_gives_exit_codes_and_names_whom_it_stopped():
@@ -95,6 +181,7 @@ def test_torchrun_log_gives_exit_codes_and_names_whom_it_stopped():
     record) give them, and say it sent rank 0 SIGTERM: rank 0 was stopped by the launcher, not a victim."""
     j = make()
     training(j, "step 8 loss 11.2109")
+    raised(j)
     at(j, 3.0)
     j.deaths([(PIDS[1], W0 + 2.0, None), (PIDS[0], W0 + 2.4, None)], own=set())
     assert j.tracks[1].returncode is None and j.tracks[1].status == "running"
@@ -112,6 +199,7 @@ def test_a_rank_that_never_ran_is_never_started_not_a_victim():
     j = make()
     hello(j, 1)
     say(j, 1, 1.0, "epoch 1 step 1 loss 0.9")
+    raised(j)
     j.tracks[0].pid = PIDS[0]  # torchrun started it (its pid is known) but its program never printed a thing
     at(j, 3.0)
     j.deaths([(PIDS[1], W0 + 2.0, 1)], own=set())
@@ -333,11 +421,11 @@ def test_summary_holds_every_rank_and_the_verdicts():
     for r in (0, 1):
         hello(j, r)
     at(j, 2.0)
-    j.deaths([(PIDS[1], W0 + 1.5, 1), (PIDS[0], W0 + 1.6, 0)], own=set())
+    j.deaths([(PIDS[1], W0 + 1.5, -11), (PIDS[0], W0 + 1.6, 0)], own=set())
     _, status, code = end(j, 3.0)
     s = j.summary(status, code, "runs/x", 3.0, 0.1, [], [])
     assert s["status"] == "failed" and s["crash"]["root_rank"] == 1 and s["ranks"][0]["status"] == "exited"
-    assert json.loads(json.dumps(s))["ranks"]["1"]["returncode"] == 1
+    assert json.loads(json.dumps(s))["ranks"]["1"]["returncode"] == -11 and s["own_exit"] is None
 
 
 def test_a_ranks_node_comes_from_its_hello_into_the_event_and_the_summary_rows():
@@ -362,7 +450,7 @@ def test_ranks_ddptui_stopped_say_why(why, first, words):
     training(j)
     if first is not None:
         at(j, 2.0)
-        j.deaths([(PIDS[first], W0 + 2.0, 1)], own=set())
+        j.deaths([(PIDS[first], W0 + 2.0, -11)], own=set())
     at(j, 3.0)
     j.teardown_began(why)
     at(j, 3.5)
@@ -376,6 +464,7 @@ def test_ranks_ddptui_stopped_say_why(why, first, words):
 def test_the_crash_verdict_says_who_stopped_each_rank_and_replays_from_old_records():
     j = make()
     training(j, "step 8 loss 11.2109")
+    raised(j)
     at(j, 3.0)
     j.deaths([(PIDS[1], W0 + 2.0, None), (PIDS[0], W0 + 2.4, None)], own=set())
     say(j, None, 3.5, *torchrun_lines(), stream="err")
@@ -409,6 +498,7 @@ def test_the_judge_reads_no_clock(monkeypatch):
     for r in (0, 1):
         hello(j, r)
         say(j, r, 1.0, "epoch 1 step 8 loss 11.2109")
+    raised(j)
     at(j, 3.0)
     j.deaths([(PIDS[1], W0 + 2.0, None), (PIDS[0], W0 + 2.4, None)], own=set())
     say(j, None, 3.5, *torchrun_lines(), stream="err")

@@ -18,7 +18,7 @@ from ddptui.runners.watch import CRASH_GRACE, Watch
 ROOT = Path(__file__).resolve().parent.parent
 T0, W0 = 1000.0, 1_764_682_000.0
 PARTS = ("run_state", "ingest", "rank_lifecycle", "watch", "stack_verdicts", "conclusion", "judge", "job_follow",
-         "slurm_state", "rank_learn")
+         "slurm_state", "rank_learn", "own_exit", "kill_reading")
 
 
 def state(*over: str, world: int = 2) -> RunState:
@@ -148,15 +148,16 @@ def test_conclusion_settles_the_rest_as_stopped_and_sums_up():
     end = Conclusion(s, life, StackVerdicts(s))
     for r in (0, 1):
         s.tracks[r].pid, s.tracks[r].ran = 100 + r, True
-    life.deaths([(101, W0 + 2.0, 1)], own=set())
+    life.deaths([(101, W0 + 2.0, -11)], own=set())
     at(s, 3.0)
     end.settle()  # rank 0 never ended: it ends now, stopped (by the launcher: no teardown of ours began)
     assert end.conclude(None, None, [Launcher("torchrun", 1)]) == ("failed", EXIT_FAILED)
     assert s.tracks[0].outcome == "stopped by the launcher after rank 1 failed"
     # its exit is unknown: the crash verdict names only what its evidence decides
-    assert s.crash.root_rank == 1 and s.crash.stopped == () and s.crash.outcomes == {1: "failed first (exit 1)"}
+    first = "failed first (SIGSEGV (segmentation fault))"
+    assert s.crash.root_rank == 1 and s.crash.stopped == () and s.crash.outcomes == {1: first}
     summ = json.loads(json.dumps(end.summary("failed", EXIT_FAILED, "runs/x", 3.0, 0.1, [], [])))
-    assert summ["ranks"]["0"]["status"] == "killed" and summ["crash"]["outcomes"] == {"1": "failed first (exit 1)"}
+    assert summ["ranks"]["0"]["status"] == "killed" and summ["crash"]["outcomes"] == {"1": first}
     s = state("replica_check=false")
     end = Conclusion(s, RankLifecycle(s), StackVerdicts(s))
     RankLifecycle(s).process_exited("torchrun", (0, 1), 99, 0, W0 + 5.0, launcher=True)

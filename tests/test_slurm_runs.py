@@ -181,7 +181,10 @@ def test_rank_killed_on_node2_is_the_root_cause_and_the_job_is_cancelled(slurm_c
     assert nodes[1] == sorted(set(nodes.values()))[1], nodes  # srun's block layout: rank 1 on the second node
     (crash,) = of(run, "crash_verdict")
     assert crash["root_rank"] == 1, crash
-    assert crash["text"].startswith("rank 1 failed first: killed by SIGKILL (out of memory?) at step 5"), crash
+    # it killed itself: never "out of memory" (on another node its sender is unknown: no log or cgroup of it here)
+    assert crash["text"].startswith(("rank 1 failed first: killed by SIGKILL (sender unknown: ",
+                                     "rank 1 failed first: killed by SIGKILL (not ")), crash
+    assert " at step 5, no Python exception" in crash["text"], crash
     state = job_states(run)[-1]
     assert state == "CANCELLED", job_states(run)  # ddptui ended it (no --kill-on-bad-exit racing its scancel)
     assert_no_job_left(slurm_clean)

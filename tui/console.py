@@ -139,6 +139,8 @@ class Console:
             rows.append(f"stall: {s['hang']['text']}")
         if s.get("crash"):
             rows.append(f"crash: {s['crash']['text']}")
+        if s.get("own_exit"):  # ranks that chose their exit status: no crash
+            rows.append(f"exit: {s['own_exit']['text']}")
         for h in s.get("hints") or []:
             rows.append(f"hint: {h['title']}: {h['fix']}")
         rows.append(f"status: {s.get('status')} (exit {e.exit_code})   record: {s.get('run_dir')}")

@@ -9,7 +9,7 @@ from textual.widgets import Static
 
 from ddptui.tui.marks import mark
 from ddptui.tui.model import RunModel
-from ddptui.tui.widgets.verdict_view import preflight_problems, replica_line
+from ddptui.tui.widgets.verdict_view import own_exit, preflight_problems, replica_line
 
 KINDS = ("-stall", "-crash", "-ok", "-failed", "-info")
 _NAMES_RANKS = re.compile(r"ranks? \d")  # a verdict that begins with its ranks: "rank 1 is stuck in ..."
@@ -41,6 +41,9 @@ def banner_text(model: RunModel) -> tuple[str, str]:
             text += f": {first.get('message', '?')}" + (f" (fix: {first['fix']})" if first.get("fix") else "")
             if len(problems) > 1:
                 text += f" · {len(problems) - 1} more in the Verdict tab"
+        own = own_exit(model)
+        if own:  # the ranks chose their exit status (no crash): what they said
+            text += f": {own}"
         if model.replica is not None:
             text += f" · {replica_line(model.replica)}"
         return ("-ok" if f.status == "ok" else "-failed"), text

@@ -57,6 +57,12 @@ def preflight_problems(model: RunModel) -> list[dict]:
     return list((model.finished.summary.get("preflight") if model.finished else None) or [])
 
 
+def own_exit(model: RunModel) -> str:
+    """The engine's words for ranks that ended by an exit status of their own (summary.json's own_exit), or ""."""
+    own = model.finished.summary.get("own_exit") if model.finished else None
+    return str(own.get("text") or "") if isinstance(own, dict) else ""
+
+
 def summary_rows(model: RunModel) -> list[list[str]]:
     """One row per rank: the model's live state, completed by RunFinished.summary's per-rank outcome."""
     per = (model.finished.summary.get("ranks") if model.finished else None) or {}
@@ -81,6 +87,8 @@ def headline(model: RunModel) -> Text:
     else:
         t.append(f"status: {marked(f.status)}   exit code: {f.exit_code}\n",
                  style="bold green" if f.status == "ok" else "bold red")
+    if own_exit(model):
+        t.append(f"exit: {own_exit(model)}\n", style="bold red")
     for p in preflight_problems(model):
         t.append(f"preflight: {p.get('message', '?')}\n", style="bold red")
         if p.get("fix"):
