@@ -12,20 +12,25 @@ KMSG_RECORDS = 20000  # at most this many kernel log records are read: a log rea
 INIT_PID_NS = 4026531836  # the initial pid namespace's inode (PROC_PID_INIT_INO): only there are the log's pids ours
 
 
-def cgroup_paths(proc_cgroup: str, root: str = "/sys/fs/cgroup") -> list[str]:
-    """Files holding the oom_kill count of the memory cgroup named in /proc/<pid>/cgroup, most specific first."""
+def _memory_cgroups(proc_cgroup: str) -> list[tuple[bool, str]]:
+    """(v1?, the cgroup's path without slashes at its ends) of each memory cgroup line of /proc/<pid>/cgroup: v1's
+    memory controller, or v2's unified hierarchy (no controllers named)."""
     out = []
     for line in proc_cgroup.splitlines():
         parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, path = parts
-        path = path.strip().lstrip("/")
-        if "memory" in controllers.split(","):  # cgroup v1
+        if len(parts) == 3 and ("memory" in parts[1].split(",") or parts[1] == ""):
+            out.append(("memory" in parts[1].split(","), parts[2].strip().strip("/")))
+    return out
+
+
+def cgroup_paths(proc_cgroup: str, root: str = "/sys/fs/cgroup") -> list[str]:
+    """Files holding the oom_kill count of the memory cgroup named in /proc/<pid>/cgroup, most specific first."""
+    out = []
+    for v1, path in _memory_cgroups(proc_cgroup):
+        if v1:
             out.append(os.path.join(root, "memory", path, "memory.oom_control"))
-        elif controllers == "":  # cgroup v2 (unified), mounted at the root or beside v1
-            out.append(os.path.join(root, path, "memory.events"))
-            out.append(os.path.join(root, "unified", path, "memory.events"))
+        else:  # v2 (unified), mounted at the root or beside v1
+            out += [os.path.join(root, path, "memory.events"), os.path.join(root, "unified", path, "memory.events")]
     return [p.replace("//", "/") for p in out]
 
 
@@ -42,18 +47,13 @@ def limit_files(proc_cgroup: str, root: str = "/sys/fs/cgroup") -> list[str]:
     """Files holding the memory limit of the cgroup named in /proc/<pid>/cgroup: v1's memory.stat (its
     hierarchical_memory_limit counts the ancestors' limits in), v2's memory.max of the cgroup and each ancestor."""
     out = []
-    for line in proc_cgroup.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, path = parts
-        path = path.strip().strip("/")
-        if "memory" in controllers.split(","):
+    for v1, path in _memory_cgroups(proc_cgroup):
+        if v1:
             out.append(os.path.join(root, "memory", path, "memory.stat"))
-        elif controllers == "":
-            for base in (root, os.path.join(root, "unified")):
-                walk = path.split("/") if path else []
-                out += [os.path.join(base, *walk[:i], "memory.max") for i in range(len(walk), 0, -1)]
+            continue
+        walk = path.split("/") if path else []
+        for base in (root, os.path.join(root, "unified")):
+            out += [os.path.join(base, *walk[:i], "memory.max") for i in range(len(walk), 0, -1)]
     return out
 
 
