@@ -687,8 +687,9 @@ def test_a_real_oom_kill_is_called_out_of_memory_with_its_evidence(runs_dir, tmp
         assert crash.root_rank == 1 and crash.exit == "SIGKILL", crash.text
         assert "killed by SIGKILL (out of memory: " in crash.text, crash.text
         assert "out of memory?" not in crash.text
-        hint = next(h for h in rec.of(ev.HintRaised) if h.rank == 1)
-        assert hint.code == "oom-kill" and hint.fix.startswith("Lower the batch size")
+        codes = {h.code: h for h in rec.of(ev.HintRaised)}  # (a line naming "oom_kill" may raise it first)
+        assert codes["oom-kill"].fix.startswith("Lower the batch size")
+        assert not codes.keys() & {"oom-kill-maybe", "sigkill-not-oom", "sigkill"}
     finally:
         for _ in range(50):
             try:
