@@ -182,18 +182,60 @@ def locate(snap: Mapping[int, Proc], pid: int) -> Located:
             break
     if _spawn_parent(snap, kids, up):
         return _spawn_job(kids, up)
-    for q in _subtree(kids, pid):  # pid is above the job: a shell, tmux, the user's launcher
-        if is_torchrun(q.cmdline):
+    below = jobs_below(snap, kids, pid)  # pid is above the job: a shell, tmux, the user's launcher
+    if len(below) == 1:
+        kind, q = below[0]
+        if kind == "torchrun":
             return _env_job(snap, kids, "torchrun", q.pid, None)
-        if _spawn_parent(snap, kids, q):
+        if kind == "spawn":
             return _spawn_job(kids, q)
-        if has_rank(q):
-            return _env_job(snap, kids, "env", q.ppid, q)
+        return _env_job(snap, kids, "env", q.ppid, q)
     me = snap[pid]
+    if below:
+        raise NotAJob(f"pid {pid} ({name_of(me)}) is above {len(below)} PyTorch jobs, not one; attach to one of "
+                      "them by its pid:\n" + "\n".join(f"  {describe(snap, kids, k, q)}" for k, q in below))
     if me.environ is None:
         raise NotAJob(f"pid {pid} ({name_of(me)}) cannot be read: {me.error}")
     raise NotAJob(f"pid {pid} ({name_of(me)}) is not part of a PyTorch job: no process in its tree has "
                   "RANK/WORLD_SIZE in its environment")
+
+
+def jobs_below(snap: Mapping[int, Proc], kids: Mapping[int, list[Proc]], pid: int) -> list[tuple[str, Proc]]:
+    """Every job below `pid`, nearest first, as (kind, the process it was seen by): a torchrun agent, a spawn parent,
+    or the first rank of a group of env:// ranks (one group per MASTER_ADDR/PORT, WORLD_SIZE, run id); nothing below
+    a job's own process is looked at again (its ranks, their workers and helpers)."""
+    found: list[tuple[str, Proc]] = []
+    keys: set[tuple] = set()
+    todo = list(kids.get(pid, []))
+    while todo:
+        q = todo.pop(0)
+        if is_torchrun(q.cmdline):
+            found.append(("torchrun", q))
+        elif _spawn_parent(snap, kids, q):
+            found.append(("spawn", q))
+        elif has_rank(q):
+            if _job_key(q) not in keys:
+                keys.add(_job_key(q))
+                found.append(("env", q))
+        else:
+            todo += kids.get(q.pid, [])
+    return found
+
+
+def describe(snap: Mapping[int, Proc], kids: Mapping[int, list[Proc]], kind: str, q: Proc) -> str:
+    """One job in a line: its launcher's pid and command (the ranks' for env:// ranks, which have none)."""
+    def cmd(p: Proc) -> str:  # the interpreter and launcher by their names: the options are what tell jobs apart
+        args = [os.path.basename(a) if i < 2 and a.startswith("/") else a for i, a in enumerate(p.cmdline)]
+        text = " ".join(args) or name_of(p)
+        return text if len(text) <= 200 else text[:197] + "..."
+    if kind == "env":
+        pids = sorted(pr for pr in _env_job(snap, kids, "env", q.ppid, q).ranks)
+        env = q.environ or {}
+        at = f"{env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')}"
+        return f"env:// ranks (pids {', '.join(map(str, pids))}, rendezvous {at}): {cmd(q)}"
+    n = len(_spawn_job(kids, q).ranks) if kind == "spawn" else len(_env_job(snap, kids, "torchrun", q.pid, None).ranks)
+    what = "torchrun agent" if kind == "torchrun" else "torch.multiprocessing.spawn parent"
+    return f"{what} pid {q.pid} ({n} rank{'s' if n != 1 else ''} found): {cmd(q)}"
 
 
 def _job_key(p: Proc) -> tuple:

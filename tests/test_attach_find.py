@@ -58,6 +58,44 @@ def test_a_shell_above_the_job_finds_it_below():
     assert (got.kind, got.root, sorted(got.ranks)) == ("torchrun", 100, [101, 102])
 
 
+def test_a_process_above_several_jobs_names_each_and_picks_none():
+    """A shell running two torchrun jobs, a spawn script and two env:// groups (pid 1 sees all of them): no job is
+    picked; each is named by its launcher's pid and command (env:// ranks, which have none, by theirs)."""
+    s = torchrun_job()
+    second = {
+        200: Proc(200, 10, (PY, "/venv/bin/torchrun", "--nproc-per-node", "2", "other.py"), {}, 6.0),
+        201: Proc(201, 200, (PY, "-u", "other.py"), env(0, MASTER_PORT="29600"), 6.1),
+        202: Proc(202, 200, (PY, "-u", "other.py"), env(1, MASTER_PORT="29600"), 6.1),
+    }
+    s.update(second)
+    with pytest.raises(NotAJob) as e:
+        locate(s, 10)
+    lines = str(e.value).splitlines()
+    assert lines[0] == "pid 10 (bash) is above 2 PyTorch jobs, not one; attach to one of them by its pid:"
+    assert lines[1] == "  torchrun agent pid 100 (2 ranks found): python3.11 torchrun --nproc-per-node 2 train.py"
+    assert lines[2] == "  torchrun agent pid 200 (2 ranks found): python3.11 torchrun --nproc-per-node 2 other.py"
+    # each job is still found from its own processes
+    assert locate(s, 201).root == 200 and locate(s, 101).root == 100
+    # init above them all, with a spawn job and two groups of env:// ranks (one per rendezvous) besides
+    s.update({
+        300: Proc(300, 1, (PY, "spawner.py"), {"PATH": "/bin"}, 7.0),
+        301: Proc(301, 300, SPAWN, {"PATH": "/bin"}, 7.1, torch=True),
+        302: Proc(302, 300, SPAWN, {"PATH": "/bin"}, 7.2, torch=True),
+        400: Proc(400, 1, (PY, "a.py"), env(0, MASTER_PORT="29700"), 8.0),
+        401: Proc(401, 1, (PY, "a.py"), env(1, MASTER_PORT="29700"), 8.0),
+        402: Proc(402, 400, (PY, "a.py"), env(0, MASTER_PORT="29700"), 8.5),  # rank 0's DataLoader worker
+        500: Proc(500, 1, (PY, "b.py"), env(0, world=1, MASTER_PORT="29800"), 9.0),
+    })
+    with pytest.raises(NotAJob) as e:
+        locate(s, 1)
+    text = str(e.value)
+    assert text.startswith("pid 1 (init) is above 5 PyTorch jobs, not one")
+    assert "torch.multiprocessing.spawn parent pid 300 (2 ranks found)" in text
+    assert "env:// ranks (pids 400, 401, rendezvous 127.0.0.1:29700): python3.11 a.py" in text
+    assert "env:// ranks (pids 500, rendezvous 127.0.0.1:29800): python3.11 b.py" in text
+    assert "pid 100 " in text and "pid 200 " in text
+
+
 def test_not_a_job_and_no_process():
     with pytest.raises(NotAJob) as e:
         locate(torchrun_job(), 104)

@@ -253,3 +253,40 @@ def test_torchrun_in_a_terminal_without_redirects_says_the_pane_cannot_read_it(t
         stop(job)
         os.close(main)
         reader.join(timeout=10)
+
+
+@pytest.mark.timeout(180)
+def test_attach_to_a_shell_running_two_jobs_or_to_init_names_every_job_and_attaches_to_none(tmp_path):
+    """A shell that started two torchrun jobs in the background (and init above everything): not one job, so exit 2
+    with a line per job (its launcher's pid and command); nothing is py-spied, no record is written."""
+    ports = random.sample(range(20000, 30000), 2)
+    line = " & ".join(f"{TORCHRUN} --nproc-per-node 2 --master-port {p} {FIXTURES / 'healthy_ddp_loop.py'} "
+                      ">/dev/null 2>&1" for p in ports) + " & wait"
+    shell = subprocess.Popen(["bash", "-c", line], env=_env(), cwd=tmp_path, stdin=subprocess.DEVNULL,
+                             start_new_session=True)
+    cli = [sys.executable, "-m", "ddptui.tui.cli", "attach"]
+    try:
+        def agents():
+            kids = [c for c in psutil.Process(shell.pid).children() if "torchrun" in " ".join(c.cmdline())]
+            return kids if len(kids) == 2 and all(job_with_ranks(k.pid) for k in kids) else None
+        found = wait_for(agents, 120, "both jobs' ranks started", shell)
+        for asked in (shell.pid, 1):
+            r = subprocess.run(cli + [str(asked), "--no-ui", "--runs-dir", str(tmp_path / "runs")],
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode == 2 and r.stdout == "", (asked, r.stdout[-2000:], r.stderr[-2000:])
+            lines = r.stderr.splitlines()
+            assert lines[0].startswith(f"ddptui: pid {asked} (") and "PyTorch jobs, not one" in lines[0], r.stderr
+            for agent in found:
+                job_line = next(ln for ln in lines if f"torchrun agent pid {agent.pid} " in ln)
+                assert f"--master-port {agent.cmdline()[agent.cmdline().index('--master-port') + 1]}" in job_line
+            assert "Traceback" not in r.stderr
+        assert not (tmp_path / "runs").exists()
+    finally:
+        for k in psutil.Process(shell.pid).children():
+            if "torchrun" in " ".join(k.cmdline()):
+                k.terminate()
+        try:
+            shell.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        stop(shell)
