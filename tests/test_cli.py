@@ -318,17 +318,79 @@ def test_dump_never_signals_a_process_a_stale_pid_file_names(runs_dir, tmp_path)
             other.wait()
 
 
-def test_pid_file_check_decisions():
+def test_pid_file_check_decisions(tmp_path):
     from ddptui.tui.pidfile import is_ddptui, parse, refusal
-    rec = {"pid": 42, "create_time": 1000.0}
-    me = {"create_time": 1000.0, "cmdline": ["/venv/bin/python", "-m", "ddptui.tui.cli", "--no-ui", "x"]}
-    assert refusal(rec, me) is None
+    run = tmp_path / "runs" / "20261202-130241-cpu-ddp"
+    rec = {"pid": 42, "create_time": 1000.0, "run_dir": str(run)}
+    me = {"create_time": 1000.0, "cmdline": ["/venv/bin/python", "-m", "ddptui.tui.cli", "--no-ui", "x"],
+          "sigusr1": True, "open": {str(run / "events.jsonl"), str(run / "rank0.log")}}
+    assert refusal(rec, me) is None and refusal(rec, me, run) is None
+    assert refusal(rec, me, tmp_path / "runs" / ".." / "runs" / run.name) is None  # the same record, spelled otherwise
+    copy = tmp_path / "copy"
+    assert refusal(rec, me, copy) == f"it names the run {run}, not this record (a copy of a record is no live run)"
+    assert refusal({**rec, "run_dir": None}, me, run) == "it does not say which run its ddptui serves"
+    dashboard = {**me, "cmdline": ["/venv/bin/python", "-m", "ddptui.tui.cli", "x"], "sigusr1": False}
+    assert refusal(rec, dashboard, run) == ("pid 42 does not handle SIGUSR1: it is no headless ddptui (a dashboard "
+                                            "would die of it)")
+    assert refusal(rec, {**me, "open": {str(copy / "events.jsonl")}}, run) == (
+        "pid 42 is not writing this record (it does not hold its events.jsonl open)")
     assert refusal(rec, {**me, "cmdline": ["/venv/bin/python", "/venv/bin/ddptui", "x"]}) is None
     assert "another process" in refusal(rec, {**me, "create_time": 1003.0})
     assert "not a ddptui" in refusal(rec, {**me, "cmdline": ["sleep", "60"]})
     assert "not running" in refusal(rec, None)
     assert refusal(None, me) and parse("1234") is None and parse('{"pid": "x", "create_time": 1}') is None
     assert parse('{"pid": 7, "create_time": 5.5}')["pid"] == 7 and not is_ddptui(["python", "train.py"])
+
+
+@pytest.mark.timeout(150)
+def test_dump_of_a_copied_record_signals_neither_the_original_run_nor_a_dashboard(runs_dir, tmp_path):
+    """`cp -r` of a live run's record keeps its ddptui.pid: `ddptui dump COPY` must not reach the original run. A pid
+    file naming a dashboard (which has no SIGUSR1 handler: SIGUSR1 would kill it) is refused too."""
+    import shlex
+    import shutil
+
+    from tests.tmux_term import TMUX, Term
+    with live_ddptui(runs_dir, *train_args()) as proc:
+        wait_for_rank1(runs_dir, "step 3")
+        run = only_run(runs_dir)
+        copy = tmp_path / "copied" / run.name
+        shutil.copytree(run, copy)
+        p = ddptui("dump", str(copy), runs_dir=runs_dir)
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert f"it names the run {run.resolve()}, not this record" in p.stderr and "nothing signalled" in p.stderr
+        time.sleep(1.0)
+        assert not list(run.glob("stacks/*")) and not list(copy.glob("stacks/*"))  # no dump taken anywhere
+        assert ddptui("dump", str(run), runs_dir=runs_dir).returncode == 0  # the run itself is still asked
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    if not Path(TMUX).exists():
+        pytest.skip("tmux not installed: the dashboard half needs a terminal")
+    dash_runs = tmp_path / "dash-runs"
+    cmd = (f"unset COLUMNS LINES; cd {shlex.quote(str(ROOT))} && {shlex.quote(sys.executable)} -m ddptui.tui.cli "
+           f"--runs-dir {shlex.quote(str(dash_runs))} --set nproc=2 -- {shlex.quote(sys.executable)} "
+           f"{shlex.quote(str(TRAIN_LONG))}; echo DDPTUI-EXITED $?; sleep 30")
+    term = Term(cmd)
+    try:
+        term.wait_for("rank 1", 60)
+        dash_runs.mkdir(exist_ok=True)
+        wait_for_rank1(dash_runs, "step 3")
+        run = only_run(dash_runs)
+        (dash,) = [q for q in psutil.process_iter(["cmdline"]) if "ddptui.tui.cli" in (q.info["cmdline"] or [])
+                   and str(dash_runs) in q.info["cmdline"]]
+        forged = {"pid": dash.pid, "create_time": dash.create_time(), "run_dir": str(run.resolve())}
+        (run / "ddptui.pid").write_text(json.dumps(forged))
+        p = ddptui("dump", str(run), runs_dir=dash_runs)
+        assert p.returncode == 2 and "does not handle SIGUSR1" in p.stderr and "nothing signalled" in p.stderr
+        time.sleep(1.0)
+        assert dash.is_running() and not _pending_signals(dash.pid)
+        (run / "ddptui.pid").unlink()
+        term.keys("q")
+        term.wait_for("Stop every rank and quit?", 20)
+        term.keys("y")
+        term.wait_for("DDPTUI-EXITED", 60)
+        assert (run / "summary.json").exists()
+    finally:
+        term.close()
 
 
 @pytest.mark.timeout(120)

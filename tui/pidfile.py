@@ -1,10 +1,13 @@
-"""A live headless run's ddptui.pid, and the check that its pid is still that run's ddptui before anything signals it."""
+"""A live headless run's ddptui.pid, and the check that its pid is still that run's headless ddptui before anything
+signals it."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import psutil
+
+from ddptui.runners.stacks import catches_sigusr1
 
 NAME = "ddptui.pid"
 _SAME_START = 0.05  # seconds: create times are in clock ticks (10 ms); a reused pid starts later than that
@@ -46,10 +49,11 @@ def is_ddptui(cmdline: list[str]) -> bool:
                for a in cmdline[:3])
 
 
-def refusal(recorded: dict | None, live: dict | None) -> str | None:
-    """Why the recorded pid must not be signalled, or None when it is that run's live ddptui.
+def refusal(recorded: dict | None, live: dict | None, run_dir: Path | str | None = None) -> str | None:
+    """Why the recorded pid must not be signalled, or None when it is the live headless ddptui of the run `run_dir`.
 
-    `live` is what the pid is now: {"create_time", "cmdline"}, or None when no such process exists."""
+    `live` is what the pid is now: {"create_time", "cmdline", "sigusr1" (it handles SIGUSR1), "open" (the paths of the
+    regular files it holds open)}, or None when no such process exists."""
     if recorded is None:
         return "it does not hold a pid and start time written by ddptui"
     pid = recorded["pid"]
@@ -59,7 +63,22 @@ def refusal(recorded: dict | None, live: dict | None) -> str | None:
         return f"pid {pid} now belongs to another process, started after that ddptui"
     if not is_ddptui(live["cmdline"]):
         return f"pid {pid} is not a ddptui ({' '.join(live['cmdline'])[:80]})"
+    if run_dir is None:
+        return None
+    named = recorded.get("run_dir")
+    if not isinstance(named, str):
+        return "it does not say which run its ddptui serves"
+    if _resolved(named) != _resolved(run_dir):  # a copied record keeps the original's pid file
+        return f"it names the run {named}, not this record (a copy of a record is no live run)"
+    if not live.get("sigusr1"):
+        return f"pid {pid} does not handle SIGUSR1: it is no headless ddptui (a dashboard would die of it)"
+    if str(Path(_resolved(run_dir)) / "events.jsonl") not in live.get("open", ()):
+        return f"pid {pid} is not writing this record (it does not hold its events.jsonl open)"
     return None
+
+
+def _resolved(path: Path | str) -> str:
+    return str(Path(path).resolve())
 
 
 def _live(pid: int) -> dict | None:
@@ -67,20 +86,25 @@ def _live(pid: int) -> dict | None:
         p = psutil.Process(pid)
         if p.status() == psutil.STATUS_ZOMBIE:
             return None
-        return {"create_time": p.create_time(), "cmdline": p.cmdline()}
+        live = {"create_time": p.create_time(), "cmdline": p.cmdline(), "sigusr1": catches_sigusr1(pid)}
+        try:
+            live["open"] = {f.path for f in p.open_files()}
+        except psutil.Error:
+            live["open"] = set()
+        return live
     except psutil.Error:
         return None
 
 
 def live_ddptui(run_dir: Path) -> tuple[int | None, str | None]:
-    """(pid of the run's live ddptui, None) or (None, why there is none to signal)."""
+    """(pid of the run's live headless ddptui, None) or (None, why there is none to signal)."""
     path = Path(run_dir) / NAME
     try:
         text = path.read_text()
     except OSError:
         return None, f"no live ddptui for this run ({path} is missing: it has finished)"
     recorded = parse(text)
-    why = refusal(recorded, _live(recorded["pid"]) if recorded else None)
+    why = refusal(recorded, _live(recorded["pid"]) if recorded else None, run_dir)
     if why:
         return None, f"no live ddptui for this run: {path}: {why}; nothing signalled"
     return recorded["pid"], None
