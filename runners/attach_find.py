@@ -156,7 +156,17 @@ class Located:
 
 
 def locate(snap: Mapping[int, Proc], pid: int) -> Located:
-    """The job `pid` belongs to, from a snapshot of every process; NotAJob when there is none."""
+    """The job `pid` belongs to, from a snapshot of every process; NotAJob when there is none, or when it has no rank
+    running (a launcher whose ranks have ended, or not started yet): there is nothing to watch."""
+    found = _locate(snap, pid)
+    if not found.ranks and not found.unreadable:
+        root = snap.get(found.root)
+        who = f"{found.kind} job of pid {found.root} ({name_of(root)})" if root is not None else f"{found.kind} job"
+        raise NotAJob(f"the {who} has no rank running: its ranks have ended, or have not started yet")
+    return found
+
+
+def _locate(snap: Mapping[int, Proc], pid: int) -> Located:
     if pid not in snap:
         raise NotAJob(f"no process {pid}")
     kids = _children(snap)

@@ -132,16 +132,22 @@ class AttachSession(Session):
         how = self.stop_how
         if how is None:
             return self.stop_said
+        # the ranks' deaths from now on are this stop ("stopped by ddptui on request"), as in a launched run; dated by
+        # the engine's last turn (this runs on the UI thread), which is before the signal
+        self.judge.teardown_began("stopped")
+        ok = True
         if isinstance(how, list):
             r = subprocess.run(how, capture_output=True, text=True, timeout=30)
-            done = " ".join(how) + ("" if r.returncode == 0 else f" failed: {(r.stderr or r.stdout).strip()}")
+            ok = r.returncode == 0
+            done = " ".join(how) + ("" if ok else f" failed: {(r.stderr or r.stdout).strip()}")
         else:
             try:
                 os.kill(how, signal.SIGTERM)
                 done = f"SIGTERM sent to pid {how}"
             except OSError as e:
-                done = f"SIGTERM to pid {how} failed: {e.strerror or e}"
-        self.stopped_job = done
+                ok, done = False, f"SIGTERM to pid {how} failed: {e.strerror or e}"
+        if ok:
+            self.stopped_job = done
         self._launcher_line(f"ddptui: stop asked: {done}")
         return done
 
@@ -366,6 +372,8 @@ class AttachSession(Session):
 
     def _end(self, end: TearDown | None) -> int:
         gone = self._every_rank_gone()
+        if gone and self.stopped_job is not None and end is None:  # the user's stop ended it: no crash of its own
+            return self._conclude(TearDown("stopped", EXIT_FAILED))
         if gone or end is not None:  # the job ended (or failed) while attached: the crash verdict, as a launched run
             return self._conclude(end)
         st = self.judge.stall_info

@@ -33,12 +33,14 @@ def xla_calls(profile, results: dict) -> dict:
 
 
 def hang_without_stacks(stalled, steps: dict, since: float, rdv, wall: float, finding=None,
-                        xla: bool = False) -> ev.HangVerdict:
+                        xla: bool = False, attached: bool = False) -> ev.HangVerdict:
     """The stall said in words when there are no stacks to read (on_stall: wait, or none could be taken); led by the
-    Flight Recorder finding when there is one (`finding`: fr_analysis.Finding)."""
+    Flight Recorder finding when there is one (`finding`: fr_analysis.Finding). `attached`: a job ddptui did not
+    launch, which it never sends SIGUSR1."""
     at = ", ".join(f"rank {r} at step {steps.get(r)}" for r in stalled)
+    how = "press d for stacks (py-spy)" if attached else "press d / send SIGUSR1 for stacks"
     text = (f"{verdict.ranks_text(stalled)} made no progress since "
-            f"{time.strftime('%H:%M:%S', time.localtime(since))} ({at}); press d / send SIGUSR1 for stacks")
+            f"{time.strftime('%H:%M:%S', time.localtime(since))} ({at}); {how}")
     text = with_xla(rdv, text, (), tuple(stalled), {}, {}, {})[0]
     if xla:
         text = xla_without_fr(text, False, rdv)

@@ -65,7 +65,7 @@ class StackVerdicts:
         if s.xla_rdv is not None:
             self.xla_fix_hint({}, ())
         s.hang = run_verdicts.hang_without_stacks(stalled, {r: s.tracks[r].step for r in stalled}, since,
-                                                  s.xla_rdv, s.wall, finding, s.profile.runner == "xla")
+                                                  s.xla_rdv, s.wall, finding, s.profile.runner == "xla", s.attached)
         s.emit(s.hang)
         s.say(f"ddptui: {s.hang.text}")
 

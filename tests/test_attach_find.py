@@ -291,3 +291,12 @@ def test_a_pipe_names_its_reader_and_a_socket_is_said(tmp_path):
         tee.wait(timeout=10)
         a.close()
         b.close()
+
+
+def test_a_launcher_with_no_rank_running_is_no_job_to_attach_to():
+    """torchrun's agent after its ranks ended (or before it started them): nothing to watch, said in one line."""
+    s = snap(Proc(100, 10, (PY, "/venv/bin/torchrun", "--nproc-per-node", "2", "train.py"), {}, 5.0))
+    with pytest.raises(NotAJob) as e:
+        locate(s, 100)
+    assert str(e.value) == ("the torchrun job of pid 100 (python3.11) has no rank running: its ranks have ended, or "
+                            "have not started yet")

@@ -231,15 +231,28 @@ def test_attach_dashboard_s_asks_n_keeps_the_job_y_stops_it_through_torchrun_q_d
                 while app.running and time.monotonic() < end:
                     await pilot.pause(0.2)
                 assert not app.running, f"the job ended through torchrun, and attach with it: {_states(found)}"
+                # the user's own stop, said as a launched run says it: no crash, no failure
+                assert app.model.finished.status == "stopped" and app.model.crash is None, app.model.crash
+                assert {rv.status for rv in app.model.ranks.values()} == {"killed"}
+                # r: the job is gone; nothing to attach to again (never its dead pids)
+                await pilot.press("r")
+                await pilot.pause(0.5)
+                assert not app.running and app.model.finished.status == "stopped"
+                said = [n.message for n in app._notifications if n.message.startswith("cannot attach again: ")]
+                assert said and ("no process" in said[0] or "has no rank running" in said[0]), said
                 await pilot.press("q")
             app.shutdown(30)
             return app
 
         app = drive()
         assert job.wait(timeout=60) is not None
-        assert app.model.finished is not None and app.model.finished.status in ("ok", "failed")
-        lines = (record(tmp_path) / "launcher.log").read_text()
+        assert app.model.finished is not None and app.model.finished.status == "stopped"
+        run = record(tmp_path)  # one record: r attached to nothing
+        lines = (run / "launcher.log").read_text()
         assert f"ddptui: stop asked: SIGTERM sent to pid {job.pid}" in lines
+        summary = json.loads((run / "summary.json").read_text())
+        assert (summary["status"], summary["crash"]) == ("stopped", None)
+        assert {summary["ranks"][r]["outcome"] for r in ("0", "1")} == {"stopped by ddptui on request"}
     finally:
         stop(job)
 

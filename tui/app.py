@@ -88,7 +88,11 @@ class AttachSource(_SessionSource):
         return self.session.stop_job() if self.session is not None else "not attached"
 
     def again(self) -> "AttachSource":
-        return AttachSource(self.job, self.runs_root, self.stall_after, self.stack_every, self.pyspy)
+        """The job found again from what the user asked (a pid, a Slurm job), never its old pids: a job that has ended
+        raises NotAJob, whose words say why."""
+        from ddptui.runners.attach_find import find_job, find_slurm_job
+        job = find_slurm_job(self.job.slurm_job) if self.job.kind == "slurm" else find_job(int(self.job.asked))
+        return AttachSource(job, self.runs_root, self.stall_after, self.stack_every, self.pyspy)
 
 
 class ReplaySource:
@@ -494,7 +498,13 @@ class DdpApp(App):
             self.notify(f"replay of {self.source.run_dir}: r reruns live runs only{again}", severity="warning",
                         timeout=8, markup=False)
             return
-        self.start_source(self.source.again())
+        from ddptui.runners.attach_find import NotAJob
+        try:
+            again = self.source.again()
+        except NotAJob as e:  # an attached job that has ended: nothing to attach to again
+            self.notify(f"cannot attach again: {e}", severity="warning", timeout=8, markup=False)
+            return
+        self.start_source(again)
 
     def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
         self.deliver_screenshot(filename, path)
