@@ -90,3 +90,48 @@ def liveness_words(rank: int, state: str, quiet: float, cpu_pct: float | None, r
     if frame is not None:
         parts.append(f"in {frame[2]} {os.path.basename(frame[0])}:{frame[1]}")
     return f"rank {rank} {state} ({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One attached rank over a headless attach's watch: what it showed, for whether to watch on and the words."""
+
+    rank: int
+    blind: bool  # none of its output can be read (a terminal, a pipe, /dev/null)
+    progressed: bool  # it wrote a line, or its frame moved between two samples, while watched
+    samples: int  # stack samples of it that could be read while watched
+    frame: tuple[str, int, str] | None  # its newest sampled frame
+    cpu: float | None  # share of a core, recent
+    asleep_since: float | None = None  # wall time its threads last ran, when the scheduler dated it (attach_sched.py)
+    how: str = ""  # what showed its progress: "it wrote 460 KB", "its frame moved", "it wrote lines"
+
+
+def waiting(seen: list[Seen]) -> list[Seen]:
+    """The ranks that showed no progress while watched: a headless attach may not call the job healthy while there
+    is one (a blind rank above all: its silence says nothing)."""
+    return [s for s in seen if not s.progressed]
+
+
+def seen_words(s: Seen) -> str:
+    """'rank 1 (output not readable): asleep since 19:01:12 (the kernel's scheduler), in wait_for_lock
+    lock_wait_ddp.py:9, CPU 0 %'; 'rank 0: progressing'."""
+    import os
+    import time
+    who = f"rank {s.rank}" + (" (output not readable)" if s.blind else "")
+    if s.progressed:
+        return f"{who}: progressing" + (f" ({s.how})" if s.how else "")
+    parts = []
+    if s.asleep_since is not None:
+        parts.append(f"asleep since {time.strftime('%H:%M:%S', time.localtime(s.asleep_since))} (the kernel's "
+                     "scheduler)")
+    elif s.samples >= 2:
+        parts.append(f"running, the same frame in {s.samples} samples")
+    elif s.samples == 1:
+        parts.append("running, one stack sample so far")
+    else:
+        parts.append("running, no stack sample readable")
+    if s.frame is not None:
+        parts.append(f"in {s.frame[2]} {os.path.basename(s.frame[0])}:{s.frame[1]}")
+    if s.cpu is not None:
+        parts.append(f"CPU {s.cpu * 100:.0f} %")
+    return f"{who}: {', '.join(parts)}"

@@ -16,7 +16,7 @@ from typing import Callable
 from . import events as ev
 from .attach_find import AttachedJob
 from .attach_output import last_lines
-from .attach_liveness import STACK_EVERY, Liveness, decide, frame_key, liveness_words
+from .attach_liveness import STACK_EVERY, Liveness, Seen, decide, frame_key, liveness_words, seen_words, waiting
 from .deathwatch import DeathWatch
 from .judge import EXIT_FAILED, EXIT_OK, EXIT_STALLED, TearDown
 from .profile import Profile, Workload
@@ -29,6 +29,10 @@ BACKLOG_LINES = 20  # the last lines of each output file shown at attach
 REPORT_EVERY = 10.0  # --watch: a liveness line per rank this often
 ENDED_WAIT = 10.0  # after a rank failed: how long ddptui waits for the job's own launcher to end the rest
 CODES_WAIT = 2.0  # every rank's process is gone: how long the launcher's output may still bring their exit codes
+# --no-ui on a rank that showed no progress in OBSERVE s (a blind rank's silence says nothing): watch on, a stack sample
+# this often, until every rank moved, the stall rule decided, or the stall limit (+ EXTEND_MARGIN for its check) passed
+EXTEND_EVERY = 2.0
+EXTEND_MARGIN = 2.0
 
 
 def attach_profile(job: AttachedJob, stall_after: float) -> Profile:
@@ -105,7 +109,8 @@ class AttachSession(Session):
     def __init__(self, job: AttachedJob, runs_root: Path | str = "runs", emit: Callable[[list], None] | None = None,
                  watch: bool = False, stall_after: float = 30.0, stack_every: float = STACK_EVERY,
                  pyspy: str | None = None, observe: float = OBSERVE) -> None:
-        super().__init__(attach_profile(job, stall_after), runs_root, emit, pyspy=pyspy, stack_method="py-spy")
+        # py-spy, then torch's debug server where the rank runs one; never faulthandler's SIGUSR1
+        super().__init__(attach_profile(job, stall_after), runs_root, emit, pyspy=pyspy, stack_method="no-signal")
         self.job, self.watch, self.stack_every, self.observe = job, watch, stack_every, observe
         self.judge.state.attached = True
         self._deaths = _NotingDeaths()
@@ -114,6 +119,16 @@ class AttachSession(Session):
         self._cpu: dict[int, float] = {}  # rank -> CPU % of its last sample
         self._rss: dict[int, int] = {}
         self._from_output: set[int] = set()  # ranks whose root cause was read from the traceback in their output
+        self.blind: dict[int, str] = {}  # rank -> why none of its own output can be read ("output not readable")
+        self._asleep: dict[int, float] = {}  # rank -> wall time its threads last ran, as the scheduler dated it
+        self._samples: dict[int, int] = {}  # rank -> stack samples read while watching
+        self._watch_start = 0.0
+        self.undecided: list[Seen] = []  # --no-ui: the ranks that showed nothing either way by the bound
+        self._written: dict[int, dict | None] = {}  # rank -> bytes its threads had written (attach_sched.written)
+        self._wrote: dict[int, int] = {}  # rank -> bytes it wrote while watched
+        self._moved: set[int] = set()  # ranks whose sampled frame moved while watched
+        self._servers = None  # the search for the ranks' debug servers (a Future of attach_debug.Servers)
+        self._fr_on: set[int] = set()  # ranks that keep Flight Recorder entries (TORCH_FR_BUFFER_SIZE set)
         if job.slurm_job:  # remote ranks' stacks are taken on their node inside the job (Session._collect_stacks)
             self.slurm = SimpleNamespace(job_id=job.slurm_job, own_job=False)
         self.stop_said, self.stop_how = stop_words(job)
@@ -193,7 +208,11 @@ class AttachSession(Session):
         for r, a in sorted(job.ranks.items()):
             self._tick()
             self._carry_out(self.judge.rank_found(r, a.pid, a.host, a.node, wall))
+        self._find_servers()
         self._follow(tailer)
+        for r in sorted(job.ranks):
+            self._carry_out(self.judge.rank_running(r, self.blind.get(r, "")))
+        self._date_blind()
         self._flush()
         end = self._loop_attached(tailer)
         for rank, stream, lines in tailer.poll():
@@ -230,6 +249,10 @@ class AttachSession(Session):
             if path not in taken:
                 taken.add(path)
                 backlog += self._open(tailer, path, None, "err")
+        for rank in self.job.ranks:
+            if not any((rank, s) in self.followed for s in ("out", "err")):
+                shared = any(rank in rs and len(rs) > 1 for rs in readers.values())
+                self.blind[rank] = "output shared with other ranks" if shared else "output not readable"
         now_wall, now_mono = time.time(), time.monotonic()
         for rank, stream, lines, mtime in sorted(backlog, key=lambda b: b[3]):
             self._tick()
@@ -254,8 +277,9 @@ class AttachSession(Session):
         return [(rank, stream, lines, mtime)] if lines else []
 
     def _loop_attached(self, tailer: Tailer) -> TearDown | None:
-        started = time.monotonic()
+        started = self._watch_start
         deadline = None if self.watch else started + self.observe
+        bound = started + max(self.observe, float(self.profile.stall_after) + EXTEND_MARGIN)
         next_sample, next_check = 0.0, started + FIRST_CHECK
         next_stack = started + (self.stack_every if self.watch else float("inf"))
         next_report = started + REPORT_EVERY
@@ -269,6 +293,7 @@ class AttachSession(Session):
             for rank, stream, lines in got:
                 self.ingest(rank, stream, lines, wall, mono)
             self._check_rank_pids()
+            self._take_servers()
             if mono >= next_sample:
                 self._sample_resources()
                 next_sample = mono + 1.0
@@ -304,8 +329,15 @@ class AttachSession(Session):
             if self._stop.is_set():
                 self._launcher_line("ddptui: detaching; the job runs on")
                 return None
+            if not self.watch and self.judge.stall_info is not None:
+                return None  # stalled: the verdict came with the stacks
             if deadline is not None and mono >= deadline:
-                return None
+                self._sample_stacks()  # the newest sample: whether each rank's frame moved since the one before
+                self._tick()
+                end = self._carry_out(self._check()) or end
+                if self.judge.stall_info is not None or not self._watch_on(mono, bound):
+                    return end
+                deadline = min(bound, time.monotonic() + EXTEND_EVERY)
             self._flush()
             if not got:
                 select.select([tailer.watch.fd], [], [], IDLE_POLL)
@@ -334,20 +366,148 @@ class AttachSession(Session):
             if isinstance(e, ev.Resources):
                 self._cpu.update(e.cpu)
                 self._rss.update(e.rss)
+        if emit:
+            self._sample_writes()
 
-    def _sample_stacks(self) -> None:
+    def _sample_writes(self) -> None:
+        """Bytes each local rank's threads wrote since the last look (its lines wherever they go, its collectives'
+        traffic; torch's debug server answering ddptui left out): a rank that writes is alive to the stall rule, as
+        one whose lines ddptui reads is, even when nobody can read them."""
+        from . import attach_sched
+        mono, wall = time.monotonic(), time.time()
+        for r, t in sorted(self.tracks.items()):
+            if not t.alive or not t.pid or not _is_local(t.host):
+                continue
+            now = attach_sched.written(t.pid)
+            n = attach_sched.wrote_since(self._written.get(r), now)
+            self._written[r] = now
+            if n > 0:
+                self._wrote[r] = self._wrote.get(r, 0) + n
+                self.judge.stack_moved(r, mono, wall)
+
+    def _sample_stacks(self) -> dict:
         """One py-spy pass over the live local ranks (a ptrace read, a few ms of pause each): a rank whose innermost
-        user frame changed is alive to the stall rule, whatever its output and CPU say."""
+        user frame changed is alive to the stall rule, whatever its output and CPU say. Returns rank -> StackResult."""
         from . import stacks
         targets = [stacks.Target(r, pid, None, None) for r, pid in self.judge.stack_targets()
                    if _is_local(self.tracks[r].host)]
         if not targets:
-            return
-        results = stacks.collect(targets, method="py-spy", pyspy=self.pyspy)
+            return {}
+        results = stacks.collect(targets, method="py-spy", pyspy=self.pyspy, workers=False)
         mono, wall = time.monotonic(), time.time()
         for rank, res in results.items():
-            if self.liveness.observe(rank, mono, frame_key(res)):
+            key = frame_key(res)
+            if key is not None:
+                self._samples[rank] = self._samples.get(rank, 0) + 1
+            if self.liveness.observe(rank, mono, key):
+                self._moved.add(rank)
                 self.judge.stack_moved(rank, mono, wall)
+        return results
+
+    def _date_blind(self) -> None:
+        """The watch begins: every rank's first stack sample. A rank with no output of its own to read is dated by the
+        kernel's scheduler, read before that sample pauses it: when its Python threads last ran (their ids from the
+        sample). A hang minutes old is then minutes old to the stall rule, as a file's last write would make it."""
+        from . import attach_sched
+        here = {r: t.pid for r, t in self.tracks.items() if r in self.blind and t.pid and _is_local(t.host)}
+        readings = {r: attach_sched.read(pid) for r, pid in here.items()}
+        results = self._sample_stacks()
+        self._watch_start = time.monotonic()
+        now_mono, now_wall = time.monotonic(), time.time()
+        for r, reading in sorted(readings.items()):
+            res = results.get(r)
+            tids = {th.tid for th in res.threads if th.tid} if res is not None and res.method == "py-spy" else set()
+            since = attach_sched.quiet_since(reading, tids, now_mono)
+            if since is None or now_mono - since < 1.0:
+                continue
+            wall = now_wall - (now_mono - since)
+            self._asleep[r] = wall
+            said = time.strftime("%H:%M:%S", time.localtime(wall))
+            self._tick()
+            self.judge.quiet_since(r, since, wall, f"{self.blind[r]}: its Python threads have not run since {said}, "
+                                                   "the kernel's scheduler says")
+            self._launcher_line(f"ddptui: rank {r} ({self.blind[r]}): its Python threads have not run since {said} "
+                                f"({now_mono - since:.0f} s ago, read from the kernel's scheduler before any stack "
+                                "sample)")
+
+    def _find_servers(self) -> None:
+        """Look for the ranks' own debug servers in the background (a store read imports torch: seconds)."""
+        import concurrent.futures
+
+        from . import attach_debug
+        local = {r: a.pid for r, a in self.job.ranks.items() if _is_local(a.host)}
+        if not local:
+            return
+        self._fr_on = {r for r, pid in local.items() if attach_debug.fr_on(attach_debug.environ(pid))}
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ddptui-debug-servers")
+        self._servers = pool.submit(attach_debug.find, local, self.world, {socket.gethostname(), "localhost"})
+        pool.shutdown(wait=False)
+
+    def _take_servers(self, wait: float = 0.0) -> None:
+        """The debug servers found, once the search is done (`wait`: seconds to wait for it)."""
+        import concurrent.futures
+        if self._servers is None:
+            return
+        try:
+            found = self._servers.result(timeout=wait)
+        except concurrent.futures.TimeoutError:
+            return
+        except Exception as e:  # noqa: BLE001 - a failed search leaves py-spy, as before
+            self._servers = None
+            self._launcher_line(f"ddptui: the ranks' debug servers could not be looked for: {type(e).__name__}: {e}")
+            return
+        self._servers = None
+        for line in found.said:
+            self._launcher_line(f"ddptui: {line}")
+        for r, addr in sorted(found.addresses.items()):
+            self._tick()
+            self._carry_out(self.judge.debug_server_found(r, addr, time.time()))
+
+    def _collect_stacks(self, req):
+        from .attach_debug import STORE_TIMEOUT
+        self._take_servers(wait=STORE_TIMEOUT)  # a stall's stacks and records: with the debug servers when there are
+        return super()._collect_stacks(req)
+
+    def _fr_sockets(self, targets) -> tuple[dict[int, str], str]:
+        """Only ranks that keep Flight Recorder entries: an empty dump from one that keeps none is no evidence."""
+        socks = {t.rank: t.debug_sock for t in targets if t.debug_sock and t.rank in self._fr_on}
+        return socks, ("no Flight Recorder in the rank: it runs no torch debug server "
+                       "(torch.distributed.debug.start_debug_server(), TORCH_WORKER_SERVER_SOCKET), or keeps no "
+                       "entries (TORCH_FR_BUFFER_SIZE not set above 0)")
+
+    def _seen(self) -> list[Seen]:
+        """Every live rank as the watch saw it since it began."""
+        out = []
+        for r, t in sorted(self.tracks.items()):
+            if not t.alive:
+                continue
+            cpu = self._cpu.get(r)
+            asleep = self._asleep.get(r) if t.quiet_by else None  # dated, and nothing since
+            how = ", ".join(x for x in (f"it wrote {_size(self._wrote[r])}" if self._wrote.get(r) else "",
+                                        "its frame moved" if r in self._moved else "") if x)
+            out.append(Seen(r, r in self.blind, t.last_progress >= self._watch_start, self._samples.get(r, 0),
+                            self.liveness.frame(r), None if cpu is None else cpu / 100.0, asleep,
+                            how or ("it wrote lines" if t.last_progress >= self._watch_start else "")))
+        return out
+
+    def _watch_on(self, mono: float, bound: float) -> bool:
+        """--no-ui at the end of a look: every rank showed progress (a line, a frame that moved): done. Otherwise its
+        silence is no evidence of health: watch on, saying so, until the bound; there, what was seen is said."""
+        left = waiting(self._seen())
+        if not left:
+            self.undecided = []
+            return False
+        if mono >= bound:
+            self.undecided = left
+            return False
+        if not self.undecided:  # said once, when the watch is extended
+            self._launcher_line(f"ddptui: no verdict yet after {mono - self._watch_start:.0f} s: "
+                                + "; ".join(seen_words(s) for s in left)
+                                + f". Watching up to {bound - mono:.0f} s more (until each rank moves, or the stall "
+                                  f"limit --stall-after {float(self.profile.stall_after):g} s is reached), a stack "
+                                  f"sample every {EXTEND_EVERY:g} s")
+        self.undecided = left
+        return True
 
     def _report_liveness(self) -> None:
         from .stall import BLOCKED_CPU
@@ -379,10 +539,24 @@ class AttachSession(Session):
         st = self.judge.stall_info
         if st is not None:
             return self._finish("stalled", EXIT_STALLED)
+        status = "detached"
         if not self.watch:
+            seen = self._seen()
+            if self.undecided:  # the bound passed with a rank that showed neither progress nor a stall
+                status = "undecided"
+                self._launcher_line(f"ddptui: no verdict after {time.monotonic() - self._watch_start:.0f} s: "
+                                    + "; ".join(seen_words(s) for s in self.undecided)
+                                    + ". Neither progress nor a stall was shown: this is no all-clear (`ddptui attach "
+                                      f"{self.job.asked} --watch` keeps watching)")
+            elif seen:
+                self._launcher_line("ddptui: every rank showed progress while watched ("
+                                    + ", ".join(f"rank {s.rank}" for s in seen) + "): no stall")
+            for s in seen:  # what each rank was doing, for the summary (no rank is "starting" after minutes)
+                doing = seen_words(s).split(": ", 1)[1]
+                self.tracks[s.rank].outcome = f"{self.blind[s.rank]}; {doing}" if s.blind else doing
             self._tick()
             self._carry_out(self.judge.dump_requested())  # the stacks of every rank now, no verdict: nothing is stuck
-        return self._finish("detached", EXIT_OK)
+        return self._finish(status, EXIT_OK)
 
     def _finish(self, status: str, exit_code: int) -> int:
         if self.judge.crash is not None:
@@ -413,6 +587,10 @@ class AttachSession(Session):
                 cause.append(f"torchrun's output ({self.followed[(None, 'err')]})")
             self._launcher_line(f"ddptui: rank {r}: exit status {code}; evidence: "
                                 + (", ".join(cause) or "none readable"))
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} KB" if n >= 1e3 else f"{n} bytes"
 
 
 def _is_local(host: str) -> bool:

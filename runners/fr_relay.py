@@ -1,4 +1,5 @@
-"""Talks to torch's per-rank debug server on its unix socket; stdlib only, so `python3 -S -c` runs it on another node."""
+"""Talks to torch's per-rank debug server on its unix socket (or at the http://host:port a rank of
+torch.distributed.debug.start_debug_server() published); stdlib only, so `python3 -S -c` runs it on another node."""
 # This file is both a module (runners/fr_client.py imports `post`) and the program srun runs on a rank's node:
 # `python3 -S -c <this file's text> HANDLER TIMEOUT SOCK...` prints one JSON line per socket, {"sock", "body"} or
 # {"sock", "error"}. Keep it free of imports outside the standard library and of anything newer than Python 3.8.
@@ -58,15 +59,32 @@ def _chunked(sock: socket.socket, buf: bytearray, deadline: float) -> bytes:
         _read_exactly(sock, buf, 2, deadline)  # the chunk's CRLF
 
 
+def _tcp(path: str):
+    """(host, port) of an `http://host:port` address; None for a unix socket path."""
+    if not path.startswith("http://"):
+        return None
+    host, _, port = path[len("http://"):].rstrip("/").rpartition(":")
+    return host.strip("[]"), int(port)
+
+
 def post(path: str, handler: str, timeout: float) -> bytes:
-    """The body of `POST /handler/<handler>` on the debug server listening on unix socket `path`. torch's
-    WorkerServer answers HTTP/1.1 with Content-Length and closes the connection; chunked bodies are read too."""
+    """The body of `POST /handler/<handler>` on the debug server listening on unix socket `path`, or at `path`
+    http://host:port (TCP). torch's WorkerServer answers HTTP/1.1 with Content-Length and closes the connection;
+    chunked bodies are read too."""
     deadline = time.monotonic() + timeout
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.settimeout(timeout)
+        tcp = _tcp(path)
+    except ValueError:
+        raise DebugServerError(f"not a debug server address: {path}")
+    sock = None
+    try:
         try:
-            sock.connect(path)
+            if tcp is None:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(timeout)
+                sock.connect(path)
+            else:
+                sock = socket.create_connection(tcp, timeout=timeout)
         except FileNotFoundError:
             raise DebugServerError(f"no debug server socket {path} (the rank ended, or never started its server)")
         except ConnectionRefusedError:
@@ -107,7 +125,8 @@ def post(path: str, handler: str, timeout: float) -> bytes:
     except OSError as e:
         raise DebugServerError(f"the debug server at {path}: {e.strerror or e}")
     finally:
-        sock.close()
+        if sock is not None:
+            sock.close()
 
 
 def post_all(paths: list, handler: str, timeout: float) -> dict:

@@ -92,8 +92,32 @@ class Judge:
                             rank, wall, self.state.mono)
         return self.state.take()
 
+    def rank_running(self, rank: int, detail: str = "") -> list:
+        """An attached rank found alive is running (not starting: ddptui cannot tell how far it is); `detail` says
+        what is known of it ("output not readable")."""
+        t = self.state.tracks.get(rank)
+        if t is not None and t.alive:
+            t.output_note = detail
+            self.state.set_status(t, "running", detail)
+        return self.state.take()
+
+    def quiet_since(self, rank: int, mono: float, wall: float, why: str) -> None:
+        """An attached rank with no output to read shows no sign of progress since `mono`, as `why` says (its threads
+        have not run since then, says the kernel): its stall clock counts from there, as a file's last write dates a
+        rank that writes into one. Only ever earlier than what it has."""
+        t = self.state.tracks.get(rank)
+        if t is not None and t.alive and mono < t.last_progress:
+            t.last_progress, t.last_progress_wall, t.quiet_by = mono, wall, why
+
+    def debug_server_found(self, rank: int, address: str, wall: float) -> list:
+        """An attached rank serves torch's debug server at `address` (runners/attach_debug.py), as a launched rank's
+        `debug_server` report says: its stacks (without ptrace) and Flight Recorder records are read there."""
+        self.ingest._report({"k": "debug_server", "path": address}, rank, wall, self.state.mono)
+        return self.state.take()
+
     def stack_moved(self, rank: int, mono: float, wall: float) -> None:
-        """An attached rank's sampled stack moved (runners/attach_liveness.py): a sign of life, as a line is."""
+        """An attached rank showed a sign of life, as a line is: its sampled stack moved (runners/attach_liveness.py),
+        or its threads wrote bytes nobody may read (runners/attach_sched.py)."""
         t = self.state.tracks.get(rank)
         if t is not None and t.alive:
             t.saw_output(mono, wall)

@@ -22,6 +22,8 @@ class RankTrack:
     summary_loss: dict | None = None  # the workload's own "loss: A -> B over N steps"
     last_progress: float = 0.0  # monotonic
     last_progress_wall: float = 0.0
+    output_note: str = ""  # an attached rank's output ddptui cannot read ("output not readable"): no step is seen
+    quiet_by: str = ""  # what dates its quiet when no output does (an attached rank's threads asleep: attach_sched.py)
     clock: StepClock = field(default_factory=StepClock)  # step durations
     cpu_hist: deque = field(default_factory=lambda: deque(maxlen=16))  # (monotonic, CPU seconds) samples
     pid: int | None = None
@@ -62,6 +64,7 @@ class RankTrack:
     def saw_output(self, mono: float, wall: float) -> None:
         self.last_progress, self.last_progress_wall = mono, wall
         self.ran = True
+        self.quiet_by = ""
 
     def saw_step(self, step: int | None, loss: float | None, mono: float, wall: float, reported: bool = False) -> bool:
         """Record a step/loss (`reported`: from the rank's own report, not a parsed log line); True if it is news."""

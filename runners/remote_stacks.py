@@ -187,7 +187,7 @@ def collect(targets: list[RemoteTarget], job_id: str | None, method: str = "auto
     errors: dict[int, str] = {}
     unreachable: set[int] = set()
     by_rank = {t.rank: t for t in targets}
-    if method in ("auto", "py-spy"):
+    if method in ("auto", "py-spy", "no-signal"):
         spy = stacks.find_pyspy(pyspy)
         if spy is None:
             errors = {t.rank: "py-spy not found" for t in targets}
@@ -208,7 +208,7 @@ def collect(targets: list[RemoteTarget], job_id: str | None, method: str = "auto
                 if o.unreachable:
                     unreachable.add(rank)
     todo = [t for t in targets if t.rank not in res and t.rank not in unreachable]
-    if method in ("auto", "debug-server") and todo:
+    if method in ("auto", "debug-server", "no-signal") and todo:
         res.update(_debug_server(todo, job_id, timeout, errors))
         todo = [t for t in todo if t.rank not in res]
     if method in ("auto", "faulthandler") and todo:

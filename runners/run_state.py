@@ -34,6 +34,15 @@ class TearDown:
     exit_code: int
 
 
+class Steps(dict):
+    """rank -> its step (None: none seen), and `unread`: the ranks whose steps cannot be seen at all (an attached rank
+    whose output cannot be read): their None is no evidence that they never stepped."""
+
+    def __init__(self, steps: dict, unread: set[int] = frozenset()) -> None:
+        super().__init__(steps)
+        self.unread = set(unread)
+
+
 class RunState:
     """One run's shared state. The parts (ingest, rank_lifecycle, watch, stack_verdicts, conclusion) read and write
     it; what they decide goes to the outbox (`emit`, `say`) in order, and the facade hands it out with `take`."""
@@ -110,4 +119,5 @@ class RunState:
         return {t.pid: t.rank for t in self.tracks.values() if t.pid}
 
     def steps(self) -> dict[int, int | None]:
-        return {r: t.step for r, t in self.tracks.items()}
+        return Steps({r: t.step for r, t in self.tracks.items()},
+                     {r for r, t in self.tracks.items() if t.step is None and t.output_note})

@@ -505,7 +505,7 @@ class Session:
         same time through its debug server (runners/fr_client.py)."""
         import concurrent.futures
 
-        from . import fr_client, fr_env, remote_stacks, stacks
+        from . import fr_client, remote_stacks, stacks
         targets = [stacks.Target(rank, pid, self._stderr_path(rank), self.tracks[rank].debug_sock)
                    for rank, pid in self.judge.stack_targets()]
         if not targets:
@@ -514,10 +514,10 @@ class Session:
         t0 = time.monotonic()
         hosts, here = {r: (t.host, t.node) for r, t in self.tracks.items()}, socket.gethostname()
         job_id = self.slurm.job_id if self.slurm is not None else None
+        socks, no_socket = self._fr_sockets(targets)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            fr_job = pool.submit(fr_client.take, [t.rank for t in targets], {t.rank: t.debug_sock for t in targets},
-                                 hosts, here, job_id, len(self.tracks),
-                                 fr_client.why_no_socket(self.profile.flight_recorder, fr_env.enabled(self.profile)),
+            fr_job = pool.submit(fr_client.take, [t.rank for t in targets], socks, hosts, here, job_id,
+                                 len(self.tracks), no_socket,
                                  fr_client.known_groups({r: t.collectives for r, t in self.tracks.items()}))
             # ranks on other nodes are dumped there, through srun in their job (runners/remote_stacks.py)
             results = remote_stacks.collect_everywhere(targets, hosts, here, job_id, method=self.stack_method,
@@ -550,6 +550,12 @@ class Session:
             self._tick()
             out += self.judge.node_lost(node, ranks, why)
         return out
+
+    def _fr_sockets(self, targets) -> tuple[dict[int, str], str]:
+        """The debug servers to take Flight Recorder dumps from (rank -> socket), and why a rank without one has none."""
+        from . import fr_client
+        return ({t.rank: t.debug_sock for t in targets},
+                fr_client.why_no_socket(self.profile.flight_recorder, fr_env.enabled(self.profile)))
 
     # ---- the end -------------------------------------------------------------------------------------
     def _conclude(self, end: TearDown | None) -> int:

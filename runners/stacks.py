@@ -383,7 +383,8 @@ def await_dumps(pending: dict, errors: dict, wait: float = FAULTHANDLER_WAIT) ->
 def collect(targets: list[Target], method: str = "auto", pyspy: str | None = None, timeout: float = 5.0,
             workers: bool = True) -> dict[int, StackResult]:
     """Stacks of every target, by rank. method: "auto" (py-spy, then torch's debug server where the rank has one,
-    then faulthandler), "py-spy", "debug-server" or "faulthandler".
+    then faulthandler), "no-signal" (py-spy, then the debug server: never SIGUSR1, for a job ddptui did not launch),
+    "py-spy", "debug-server" or "faulthandler".
 
     Targets sharing a pid (thread replicas) are dumped once. py-spy runs for all pids at the same time, the
     ranks' worker processes (``workers``) included; a worker's stack is py-spy's or none (its stderr is the
@@ -401,7 +402,7 @@ def collect(targets: list[Target], method: str = "auto", pyspy: str | None = Non
         by_pid.setdefault(pid, Target(t.rank, pid, t.stderr_path, t.debug_sock))
     errors: dict[int, str] = {}
     kids: dict[int, list[int]] = {}  # rank pid -> its worker pids
-    if method in ("auto", "py-spy"):
+    if method in ("auto", "py-spy", "no-signal"):
         exe = find_pyspy(pyspy)
         if workers and exe is not None:
             kids = {pid: [w for w in ws if w not in by_pid] for pid, ws in worker_pids(list(by_pid)).items()}
@@ -441,7 +442,7 @@ def collect(targets: list[Target], method: str = "auto", pyspy: str | None = Non
                     continue
             errors[pid] = _pyspy_error(err.decode("utf-8", "replace"), p.returncode)
     todo = [t for pid, t in by_pid.items() if pid not in results]
-    if method in ("auto", "debug-server") and todo:
+    if method in ("auto", "debug-server", "no-signal") and todo:
         if method == "debug-server":
             errors.update({t.pid: f"{DEBUG_SERVER}: the rank has no debug socket" for t in todo if not t.debug_sock})
         results.update(_debug_server(todo, errors, timeout))

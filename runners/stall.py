@@ -30,6 +30,13 @@ class Quiet:
     # why there can be no CPU evidence at all ("runs on node1": another machine's process): such a rank is neither
     # busy nor idle to the busy test; its stacks, taken on its node, tell whether it waits
     no_cpu: str = ""
+    by: str = ""  # what dates its quiet when no output does (RankTrack.quiet_by); "" for its last step or line
+
+    def words(self) -> str:
+        """'no step or output for 42 s', or what dated it: 'no sign of progress for 42 s (its output cannot be read;
+        ...)'."""
+        return (f"no sign of progress for {self.quiet:.0f} s ({self.by})" if self.by
+                else f"no step or output for {self.quiet:.0f} s")
 
     @property
     def over(self) -> bool:
@@ -111,7 +118,8 @@ def quiet_ranks(profile, tracks, now: float, with_cpu: bool = True, no_cpu: dict
         quiet = now - t.last_progress
         why = no_cpu.get(t.rank, "")
         cpu = cpu_share(t.cpu_hist, now, min(BUSY_WINDOW, quiet)) if with_cpu and not why else None
-        out.append(Quiet(t.rank, quiet, limit_for(profile, t.past_first_step, median), cpu, why))
+        out.append(Quiet(t.rank, quiet, limit_for(profile, t.past_first_step, median), cpu, why,
+                         getattr(t, "quiet_by", "")))
     return out
 
 
@@ -132,7 +140,7 @@ def judge(quiet: list[Quiet], floor: float) -> Stall | Held | None:
     trigger = max(over, key=lambda q: (q.quiet / q.limit.seconds, q.quiet))
     stalled = sorted({q.rank for q in over} | {q.rank for q in quiet if q.quiet > QUIET})
     progressing = sorted(q.rank for q in quiet if q.rank not in stalled)
-    said = f"no step or output for {trigger.quiet:.0f} s ({trigger.limit.rule})"
+    said = f"{trigger.words()} ({trigger.limit.rule})"
     blind = [q for q in quiet if q.rank in stalled and q.no_cpu]
     if blind:
         said += f"; {_no_cpu_words(blind)}"

@@ -135,7 +135,7 @@ class Watch:
             if q.rank in stalled:
                 t = s.tracks[q.rank]
                 t.stalled = True
-                s.set_status(t, "stalled", f"no step or output for {q.quiet:.0f} s ({q.limit.rule})"
+                s.set_status(t, "stalled", f"{q.words()} ({q.limit.rule})"
                              + ("" if q.cpu is None else f", {q.cpu * 100:.0f} % of a core")
                              + (f", CPU not measured ({q.no_cpu})" if q.no_cpu else ""))
         s.emit(ev.StallDetected(tuple(stalled), tuple(progressing), since, limit.seconds, wall, found.reason))

@@ -70,6 +70,7 @@ RANKS_ONLY = {
     "test_attach_runs": "plain torchrun and torch.multiprocessing.spawn jobs started outside ddptui on the test's own interpreter",
     "test_attach_slurm": "real Slurm clusters (one host; two namespaced hosts) whose tasks run the test's own interpreter",
     "test_attach_session": _LONG + "; plain torchrun jobs started outside ddptui on the test's own interpreter",
+    "test_attach_blind": _LONG + "; plain torchrun jobs started outside ddptui, writing to a pty, a pipe, /dev/null",
     "test_dashboard_items_runs": "its wrapped torchrun runs on the test's own interpreter",
     "test_tui_chart_live": _LONG + "; its ad-hoc ranks run on the test's own interpreter",
     "test_installed": "pip-installs the checkout with the test's interpreter (test-pythons installs it on each Python)",

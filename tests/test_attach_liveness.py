@@ -88,3 +88,112 @@ def test_the_judge_sees_the_attached_ranks_as_hellos():
     j.stack_moved(1, 20.0, 1020.0)  # its frame changed: the stall clock starts over, as with a line
     assert j.tracks[1].last_progress == 20.0
     assert job_json(job())["ranks"][1]["stdout"]["kind"] == "terminal"
+
+
+# ---- a rank whose output cannot be read: the kernel's evidence (attach_sched), the words (attach_liveness.Seen) -----
+
+def test_quiet_since_is_the_last_run_of_the_ranks_python_threads_only():
+    from ddptui.runners.attach_sched import ThreadRun, quiet_since
+    threads = {10: ThreadRun(10, "python3.11", "S", 100.0),  # MainThread, asleep in the user's wait since 100
+               11: ThreadRun(11, "gloo_tcp_loop", "S", 299.5),  # gloo's own loop wakes all the time: no evidence
+               12: ThreadRun(12, "python3.11", "S", 140.0)}  # a Python helper thread of the program's
+    assert quiet_since(threads, {10, 12}, 300.0) == 140.0  # the latest of the program's own threads
+    assert quiet_since(threads, {10}, 300.0) == 100.0
+    running = {**threads, 12: ThreadRun(12, "python3.11", "R", 140.0)}
+    assert quiet_since(running, {10, 12}, 300.0) == 300.0  # one runs now (or waits for a core): active
+    in_io = {**threads, 10: ThreadRun(10, "python3.11", "D", 100.0)}
+    assert quiet_since(in_io, {10}, 300.0) == 300.0  # writing a checkpoint is no stall
+    assert quiet_since(threads, {99}, 300.0) is None  # no Python thread known: no dating
+    assert quiet_since(None, {10}, 300.0) is None
+    unknown = {10: ThreadRun(10, "python3.11", "S", None)}  # a kernel without /proc/PID/task/TID/sched
+    assert quiet_since(unknown, {10}, 300.0) is None
+
+
+def test_bytes_written_count_threads_seen_twice_only():
+    from ddptui.runners.attach_sched import wrote_since
+    assert wrote_since({1: 100, 2: 50}, {1: 160, 2: 50, 3: 9000}) == 60  # thread 3 is new: its past is not news
+    assert wrote_since({1: 100, 2: 50}, {1: 100}) == 0  # a thread ended: its count went with it
+    assert wrote_since(None, {1: 5}) == 0 and wrote_since({1: 5}, None) == 0
+
+
+def test_this_kernel_says_when_a_sleeping_thread_last_ran(tmp_path):
+    """The I/O edge on a real process: a child asleep for a while is dated to when it fell asleep."""
+    import subprocess
+    import sys
+    import time
+
+    from ddptui.runners import attach_sched
+    if attach_sched.clock_offset() is None:
+        import pytest
+        pytest.skip("this kernel has no /proc/PID/task/TID/sched (CONFIG_SCHED_DEBUG)")
+    child = subprocess.Popen([sys.executable, "-c", "import time; print('asleep', flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "asleep"
+        fell = time.monotonic()
+        time.sleep(1.5)
+        threads = attach_sched.read(child.pid)
+        since = attach_sched.quiet_since(threads, {child.pid}, time.monotonic())
+        assert since is not None and fell - 1.0 < since <= fell + 0.05, (fell, since, threads)
+        assert threads[child.pid].state == "S" and attach_sched.written(child.pid)[child.pid] >= len("asleep\n")
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_what_a_headless_attach_says_of_each_rank_and_whom_it_waits_for():
+    from ddptui.runners.attach_liveness import Seen, seen_words, waiting
+    ok = Seen(0, True, True, 2, ("/u/train.py", 40, "step"), 0.9, how="it wrote 460 KB")
+    asleep = Seen(1, True, False, 2, ("/u/train.py", 9, "wait_for_lock"), 0.0, asleep_since=0.0)
+    same = Seen(2, True, False, 3, ("/u/train.py", 16, "<module>"), 0.08)
+    unread = Seen(3, False, False, 0, None, None)
+    assert waiting([ok, asleep, same, unread]) == [asleep, same, unread]
+    assert seen_words(ok) == "rank 0 (output not readable): progressing (it wrote 460 KB)"
+    assert seen_words(asleep).startswith("rank 1 (output not readable): asleep since ")
+    assert seen_words(asleep).endswith(" (the kernel's scheduler), in wait_for_lock train.py:9, CPU 0 %")
+    assert seen_words(same) == "rank 2 (output not readable): running, the same frame in 3 samples, in <module> " \
+                               "train.py:16, CPU 8 %"
+    assert seen_words(unread) == "rank 3: running, no stack sample readable"
+
+
+def test_a_blind_ranks_stall_is_dated_from_the_kernel_and_said_so():
+    """The judge: an attached rank whose output cannot be read is 'running, output not readable', not starting; dated
+    quiet (its threads asleep for 200 s) makes the stall at once, in words that say what dated it; its steps are
+    'cannot be read', not 'no step yet'."""
+    from ddptui.runners.hang_verdict import _step
+    p = attach_profile(job(), 30.0)
+    j = Judge(p, 1000.0, 5000.0)
+    j.begin(2, 1)
+    for r in (0, 1):
+        j.rank_found(r, 101 + r, "h", "h", 5000.0)
+    out = j.rank_running(1, "output not readable")
+    assert out == [ev.RankState(1, "running", "output not readable", 5000.0)] and j.tracks[1].status == "running"
+    j.quiet_since(1, 800.0, 4800.0, "output not readable: its Python threads have not run since 12:00:00, the "
+                                    "kernel's scheduler says")
+    j.quiet_since(1, 900.0, 4900.0, "later: ignored")  # only ever earlier
+    assert (j.tracks[1].last_progress, j.tracks[1].last_progress_wall) == (800.0, 4800.0)
+    for t in (1000.0, 1001.0, 1002.0):  # idle CPU samples over the busy window
+        j.tick(t, 4000.0 + t)
+        j.resources({0: (101, t, 1.0, 1 << 20), 1: (102, t, 1.0, 1 << 20)})
+    j.tick(1002.0, 5002.0)
+    j.stack_moved(0, 1002.0, 5002.0)  # rank 0 shows progress: only rank 1 is quiet
+    got = j.check(cores=2, load=0.5)
+    stall = next(e for e in got if isinstance(e, ev.StallDetected))
+    assert stall.stalled == (1,) and stall.since == 4800.0
+    assert stall.reason == ("no sign of progress for 202 s (output not readable: its Python threads have not run "
+                            "since 12:00:00, the kernel's scheduler says) (stall_after 30 s)")
+    assert _step(j.state.steps(), 1) == "its steps cannot be read" and _step(j.state.steps(), 0) == "no step yet"
+    j.tracks[1].saw_output(1003.0, 5003.0)  # a line after all: its quiet is its own again
+    assert j.tracks[1].quiet_by == ""
+
+
+def test_debug_server_addresses_from_the_store_and_the_ranks_own_torch():
+    from ddptui.runners.attach_debug import fr_on, site_dir, store_answer
+    maps = ("7f00-7f01 r-xp 0 08:01 5 /home/u/.venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so\n"
+            "7f02-7f03 r-xp 0 08:01 6 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
+    assert site_dir(maps) == "/home/u/.venv/lib/python3.11/site-packages" and site_dir("") == ""
+    said = '{"0": "http://vm:44273", "1": "http://node7:47945", "x": "http://vm:1", "2": "ftp://vm:9"}\n'
+    assert store_answer(said, {"vm", "localhost"}) == {0: "http://localhost:44273", 1: "http://node7:47945"}
+    assert store_answer("Traceback ...\n", {"vm"}) == {} and store_answer("", {"vm"}) == {}
+    assert fr_on({"TORCH_FR_BUFFER_SIZE": "2000"}) and fr_on({"TORCH_NCCL_TRACE_BUFFER_SIZE": "10"})
+    assert not fr_on({}) and not fr_on({"TORCH_FR_BUFFER_SIZE": "0"}) and not fr_on({"TORCH_FR_BUFFER_SIZE": "x"})

@@ -26,8 +26,13 @@ class Server:
 
     def __init__(self, path: str, reply: bytes | None) -> None:
         self.path, self.reply, self.requests = path, reply, []
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(path)
+        if path == "tcp":  # a TCP server on an ephemeral port, as a rank's start_debug_server() runs
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.sock.bind(("127.0.0.1", 0))
+            self.path = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        else:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.bind(path)
         self.sock.listen(8)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -100,6 +105,25 @@ def test_post_reads_content_length_and_chunked_bodies_and_sends_a_post(serve):
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.timeout(30)
+def test_post_reaches_a_debug_server_at_an_http_address_over_tcp():
+    """torch.distributed.debug.start_debug_server() publishes http://host:port: the same POST, over TCP."""
+    body = b'{"entries": [], "pg_status": {}}'
+    srv = Server("tcp", _http(body))
+    try:
+        assert fr_relay.post(srv.path, "fr_trace_json", 5) == body
+        assert srv.requests[0].startswith("POST /handler/fr_trace_json HTTP/1.1\r\n")
+        port = srv.path.rsplit(":", 1)[1]
+    finally:
+        srv.close()
+    with pytest.raises(fr_relay.DebugServerError) as e:  # the rank has ended: nothing listens there any more
+        fr_relay.post(f"http://127.0.0.1:{port}", "fr_trace_json", 5)
+    assert "refused the connection" in str(e.value)
+    with pytest.raises(fr_relay.DebugServerError) as e:
+        fr_relay.post("http://127.0.0.1:notaport", "ping", 1)
+    assert str(e.value) == "not a debug server address: http://127.0.0.1:notaport"
+
+
 def test_post_says_why_in_words(serve, sockdir):
     missing = os.path.join(sockdir, "gone.sock")
     with pytest.raises(fr_relay.DebugServerError, match="no debug server socket .*gone.sock"):

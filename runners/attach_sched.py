@@ -1,0 +1,115 @@
+"""What the kernel says of an attached rank's threads, read without ptrace or a signal: when they last ran (its
+scheduler), and how many bytes they wrote (their lines, wherever they go, and their collectives' traffic): the evidence
+of a stall or of progress where the rank's output cannot be read (a terminal, a pipe, /dev/null)."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+RUNNING = frozenset("RD")  # running or runnable, or in an uninterruptible wait (I/O): active now, whatever ran last
+
+
+@dataclass(frozen=True)
+class ThreadRun:
+    """One thread as /proc/PID/task/TID says: its state letter and when it last ran (time.monotonic() seconds; None
+    when the kernel does not say: no /proc/PID/task/TID/sched)."""
+
+    tid: int
+    comm: str
+    state: str
+    last_ran: float | None
+
+
+def _exec_start(path: str) -> float | None:
+    """se.exec_start of a /proc/.../sched file, in seconds of the scheduler's clock."""
+    try:
+        with open(path) as f:
+            for ln in f:
+                if ln.startswith("se.exec_start"):
+                    return float(ln.split(":", 1)[1]) / 1000.0
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def clock_offset() -> float | None:
+    """time.monotonic() minus the scheduler's clock: this thread runs now, so its own se.exec_start is now (to a tick).
+    The two clocks differ (the scheduler's is not slewed; under a VM by much), so every reading is converted with it."""
+    mono = time.monotonic()
+    own = _exec_start("/proc/thread-self/sched")
+    return None if own is None else mono - own
+
+
+def read(pid: int) -> dict[int, ThreadRun] | None:
+    """Every thread of `pid` (None: the process is gone or cannot be read)."""
+    offset = clock_offset()
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except (OSError, ValueError):
+        return None
+    out: dict[int, ThreadRun] = {}
+    for tid in tids:
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            with open(f"{base}/stat") as f:
+                stat = f.read()
+            with open(f"{base}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue  # ended between the listing and now
+        state = stat[stat.rfind(")") + 2:][:1]  # after the command in parentheses, which may hold spaces
+        started = _exec_start(f"{base}/sched") if offset is not None else None
+        out[tid] = ThreadRun(tid, comm, state, None if started is None else started + offset)
+    return out or None
+
+
+def quiet_since(threads: dict[int, ThreadRun] | None, python_tids: set[int], now: float) -> float | None:
+    """The last moment any of the rank's Python threads ran (monotonic), read before anything paused the rank: its
+    program can have moved on no later than that. A thread running or in I/O now makes it `now`. None when this
+    cannot be told: no reading, no Python thread among the threads read, or a kernel that keeps no last-ran time.
+    Threads without Python (gloo's, OpenMP's, a debug server's) wake on their own and say nothing of the program."""
+    if not threads:
+        return None
+    mine = [threads[t] for t in python_tids if t in threads]
+    if not mine:
+        return None
+    if any(t.state in RUNNING for t in mine):
+        return now
+    if any(t.last_ran is None for t in mine):
+        return None
+    return min(now, max(t.last_ran for t in mine))
+
+
+SERVER_THREADS = frozenset({"pt_workerserver"})  # torch's debug server answering ddptui: its writes are no progress
+
+
+def written(pid: int) -> dict[int, int] | None:
+    """tid -> bytes the thread has written (wchar of /proc/PID/task/TID/io: write(), writev(), send() of any file or
+    socket), torch's debug server threads left out; None when the process cannot be read."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    out: dict[int, int] = {}
+    for tid in tids:
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            with open(f"{base}/comm") as f:
+                if f.read().strip() in SERVER_THREADS:
+                    continue
+            with open(f"{base}/io") as f:
+                for ln in f:
+                    if ln.startswith("wchar:"):
+                        out[int(tid)] = int(ln.split()[1])
+                        break
+        except (OSError, ValueError):
+            continue
+    return out or None
+
+
+def wrote_since(before: dict[int, int] | None, now: dict[int, int] | None) -> int:
+    """Bytes written between two readings, by the threads in both (a thread that ended took its count with it)."""
+    if not before or not now:
+        return 0
+    return sum(max(0, n - before[t]) for t, n in now.items() if t in before)
