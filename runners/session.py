@@ -531,7 +531,8 @@ class Session:
         for rank, res in sorted(results.items()):
             (folder / f"rank{rank}.txt").write_text(_stack_file(self.tracks[rank], res, stacks), encoding="utf-8")
             threads[rank] = stacks.to_json(res)
-            method[rank] = res.method if res.threads else f"unavailable: {res.error}"
+            method[rank] = res.method if res.threads or res.method.startswith("unavailable: ") else \
+                f"unavailable: {res.error or res.method}"  # never "unavailable: None"
             if res.workers:
                 workers[rank] = stacks.workers_json(res)
         for rank, dump in fr_dumps.items():

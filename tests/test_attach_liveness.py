@@ -197,3 +197,10 @@ def test_debug_server_addresses_from_the_store_and_the_ranks_own_torch():
     assert store_answer("Traceback ...\n", {"vm"}) == {} and store_answer("", {"vm"}) == {}
     assert fr_on({"TORCH_FR_BUFFER_SIZE": "2000"}) and fr_on({"TORCH_NCCL_TRACE_BUFFER_SIZE": "10"})
     assert not fr_on({}) and not fr_on({"TORCH_FR_BUFFER_SIZE": "0"}) and not fr_on({"TORCH_FR_BUFFER_SIZE": "x"})
+
+
+def test_an_attached_stall_without_stacks_never_offers_sigusr1():
+    from ddptui.runners.run_verdicts import hang_without_stacks
+    attached = hang_without_stacks((0, 1), {0: 3, 1: None}, 0.0, None, 1.0, attached=True).text
+    assert attached.endswith("; press d for stacks (py-spy)") and "SIGUSR1" not in attached
+    assert "send SIGUSR1" in hang_without_stacks((0,), {0: 3}, 0.0, None, 1.0).text  # a launched run's own ranks
