@@ -28,10 +28,24 @@ def frame_key(res: StackResult | None) -> tuple[str, int, str] | None:
     return (f.file, f.line, f.func)
 
 
+def motion_key(res: StackResult | None) -> tuple | None:
+    """What must differ between two samples for the rank to have moved: the main thread's chain of functions (file,
+    function), innermost first, without line numbers. A training step passes through the model's, autograd's and the
+    optimizer's functions; a loop spinning in one function (`while time.time() < end: x += 1`) shows other lines of it,
+    never another function: by lines it would look like progress. None when the stack could not be taken."""
+    if res is None or not res.threads:
+        return None
+    t = main_thread(res.threads)
+    if t is None or not t.frames:
+        return None
+    return tuple((f.file, f.func) for f in t.frames)
+
+
 @dataclass
 class _Seen:
-    key: tuple[str, int, str] | None
+    key: tuple | None
     since: float  # monotonic time of the first sample that showed this key
+    shown: tuple[str, int, str] | None = None  # its frame as said to the user (frame_key)
 
 
 class Liveness:
@@ -40,15 +54,18 @@ class Liveness:
     def __init__(self) -> None:
         self._seen: dict[int, _Seen] = {}
 
-    def observe(self, rank: int, mono: float, key: tuple[str, int, str] | None) -> bool:
-        """A new sample of `rank` taken at `mono`. True when its innermost user frame differs from the last sample's
-        (a frame that could not be read is no evidence either way: False, and the last good one stays)."""
+    def observe(self, rank: int, mono: float, key: tuple | None, shown: tuple[str, int, str] | None = None) -> bool:
+        """A new sample of `rank` taken at `mono`: `key` what must change for it to have moved (`motion_key`, or a
+        frame_key), `shown` its frame for the words (frame_key; `key` when not given). True when the key differs
+        from the last sample's (a sample that could not be read is no evidence either way: False, the last stays)."""
         if key is None:
             return False
         prev = self._seen.get(rank)
+        shown = shown if shown is not None else key
         if prev is not None and prev.key == key:
+            prev.shown = shown
             return False
-        self._seen[rank] = _Seen(key, mono)
+        self._seen[rank] = _Seen(key, mono, shown)
         return prev is not None
 
     def same_for(self, rank: int, mono: float) -> float | None:
@@ -58,7 +75,7 @@ class Liveness:
 
     def frame(self, rank: int) -> tuple[str, int, str] | None:
         s = self._seen.get(rank)
-        return None if s is None else s.key
+        return None if s is None else s.shown
 
 
 def decide(quiet: float, same_frame: float | None, cpu: float | None, limit: float, busy: float) -> str:

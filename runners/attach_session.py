@@ -16,7 +16,8 @@ from typing import Callable
 from . import events as ev
 from .attach_find import AttachedJob
 from .attach_output import last_lines
-from .attach_liveness import STACK_EVERY, Liveness, Seen, decide, frame_key, liveness_words, seen_words, waiting
+from .attach_liveness import (STACK_EVERY, Liveness, Seen, decide, frame_key, liveness_words, motion_key, seen_words,
+                              waiting)
 from .deathwatch import DeathWatch
 from .judge import EXIT_FAILED, EXIT_OK, EXIT_STALLED, TearDown
 from .profile import Profile, Workload
@@ -123,6 +124,7 @@ class AttachSession(Session):
         self._asleep: dict[int, float] = {}  # rank -> wall time its threads last ran, as the scheduler dated it
         self._samples: dict[int, int] = {}  # rank -> stack samples read while watching
         self._watch_start = 0.0
+        self._bound = 0.0  # --no-ui: when it stops watching without a verdict (monotonic)
         self.undecided: list[Seen] = []  # --no-ui: the ranks that showed nothing either way by the bound
         self._written: dict[int, dict | None] = {}  # rank -> bytes its threads had written (attach_sched.written)
         self._wrote: dict[int, int] = {}  # rank -> bytes it wrote while watched
@@ -279,7 +281,7 @@ class AttachSession(Session):
     def _loop_attached(self, tailer: Tailer) -> TearDown | None:
         started = self._watch_start
         deadline = None if self.watch else started + self.observe
-        bound = started + max(self.observe, float(self.profile.stall_after) + EXTEND_MARGIN)
+        self._bound = started + max(self.observe, float(self.profile.stall_after) + EXTEND_MARGIN)
         next_sample, next_check = 0.0, started + FIRST_CHECK
         next_stack = started + (self.stack_every if self.watch else float("inf"))
         next_report = started + REPORT_EVERY
@@ -335,9 +337,9 @@ class AttachSession(Session):
                 self._sample_stacks()  # the newest sample: whether each rank's frame moved since the one before
                 self._tick()
                 end = self._carry_out(self._check()) or end
-                if self.judge.stall_info is not None or not self._watch_on(mono, bound):
+                if self.judge.stall_info is not None or not self._watch_on(mono):
                     return end
-                deadline = min(bound, time.monotonic() + EXTEND_EVERY)
+                deadline = min(self._bound, time.monotonic() + EXTEND_EVERY)
             self._flush()
             if not got:
                 select.select([tailer.watch.fd], [], [], IDLE_POLL)
@@ -396,10 +398,10 @@ class AttachSession(Session):
         results = stacks.collect(targets, method="py-spy", pyspy=self.pyspy, workers=False)
         mono, wall = time.monotonic(), time.time()
         for rank, res in results.items():
-            key = frame_key(res)
+            key = motion_key(res)
             if key is not None:
                 self._samples[rank] = self._samples.get(rank, 0) + 1
-            if self.liveness.observe(rank, mono, key):
+            if self.liveness.observe(rank, mono, key, frame_key(res)):
                 self._moved.add(rank)
                 self.judge.stack_moved(rank, mono, wall)
         return results
@@ -490,20 +492,32 @@ class AttachSession(Session):
                             how or ("it wrote lines" if t.last_progress >= self._watch_start else "")))
         return out
 
-    def _watch_on(self, mono: float, bound: float) -> bool:
+    def _watch_on(self, mono: float) -> bool:
         """--no-ui at the end of a look: every rank showed progress (a line, a frame that moved): done. Otherwise its
-        silence is no evidence of health: watch on, saying so, until the bound; there, what was seen is said."""
+        silence is no evidence of health: watch on, saying so, until the bound; there, what was seen is said. A stall
+        held off because a quiet rank burns CPU moves the bound to the hold's end (at most BUSY_HOLD x the limit)."""
+        from .stall import BUSY_HOLD
         left = waiting(self._seen())
         if not left:
             self.undecided = []
             return False
-        if mono >= bound:
+        held = self.judge.held
+        if mono >= self._bound and held is not None:
+            limit = float(self.profile.stall_after)
+            hold_end = EXTEND_MARGIN + min(mono + held.until - held.trigger.quiet,
+                                           self._watch_start + BUSY_HOLD * limit)
+            if hold_end > self._bound + 1.0:
+                self._launcher_line(f"ddptui: {held.reason}: watching until the hold ends, up to "
+                                    f"{hold_end - mono:.0f} s more")
+                self._bound = hold_end
+        if mono >= self._bound:
             self.undecided = left
             return False
         if not self.undecided:  # said once, when the watch is extended
             self._launcher_line(f"ddptui: no verdict yet after {mono - self._watch_start:.0f} s: "
                                 + "; ".join(seen_words(s) for s in left)
-                                + f". Watching up to {bound - mono:.0f} s more (until each rank moves, or the stall "
+                                + f". Watching up to {self._bound - mono:.0f} s more (until each rank moves, or the "
+                                  f"stall "
                                   f"limit --stall-after {float(self.profile.stall_after):g} s is reached), a stack "
                                   f"sample every {EXTEND_EVERY:g} s")
         self.undecided = left

@@ -233,7 +233,7 @@ def ranks_text(rs: Iterable[int]) -> str:
 def _step(steps: dict[int, int | None], r: int) -> str:
     s = steps.get(r)
     if s is None and r in getattr(steps, "unread", ()):  # run_state.Steps: its output cannot be read
-        return "its steps cannot be read"
+        return "steps unreadable"
     return f"step {s}" if s is not None else "no step yet"
 
 

@@ -40,6 +40,7 @@ class Judge:
     hints = property(lambda self: self.state.hints)
     stall_info = property(lambda self: self.state.stall_info)
     slow_info = property(lambda self: self.state.slow_info)
+    held = property(lambda self: self.watch.held)  # stall.Held: ranks past their limit, held off as busy, or None
     hang = property(lambda self: self.state.hang)
     crash = property(lambda self: self.state.crash)
     replica = property(lambda self: self.state.replica)

@@ -22,6 +22,7 @@ class Watch:
         self.verdicts = verdicts
         self._slow_samples: list[float] = []  # when stacks were sampled to find the slow rank
         self._held_said = False  # the current stall hold (busy ranks past their limit) was said
+        self.held: stall_rule.Held | None = None  # the hold of the last check, if any
         self._cpu_pid: dict[int, int] = {}  # rank -> pid its CPU history belongs to
         self._no_cpu: dict[int, str] = {}  # rank -> why it has no CPU sample at all (it runs on another node)
 
@@ -94,6 +95,7 @@ class Watch:
                 return
         if s.first_failure is None:
             found = self._xla_stall(self._judge_stall(cores, load))
+            self.held = found if isinstance(found, stall_rule.Held) else None
             if isinstance(found, stall_rule.Stall) and s.stall_info is None:
                 self._stalled(found)
                 return

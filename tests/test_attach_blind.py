@@ -112,7 +112,7 @@ def test_a_hung_job_writing_to_a_terminal_a_pipe_or_dev_null_is_stalled_dated_be
             assert "no sign of progress for" in out and "(output not readable: its Python threads have not run " \
                                                          "since " in out, (how, out[-3000:])
             assert "rank 1 is stuck in wait_for_lock() at lock_wait_ddp.py:" in out, (how, out[-3000:])
-            assert "rank 0 waits in all_reduce at lock_wait_ddp.py:" in out and "its steps cannot be read" in out
+            assert "rank 0 waits in all_reduce at lock_wait_ddp.py:" in out and "steps unreadable" in out
             summary = json.loads((run / "summary.json").read_text())
             assert summary["status"] == "stalled" and summary["hang"]["culprits"] == [1], how
             # dated from the evidence: when the hang began (the mark), seconds before the attach
@@ -211,4 +211,28 @@ def test_a_job_running_torchs_debug_server_is_read_through_it_where_py_spy_canno
         if holder is not None:
             holder.kill()
             holder.wait()
+        job.stop()
+
+
+@pytest.mark.timeout(300)
+def test_a_culprit_spinning_in_one_function_is_no_progress(tmp_path):
+    """rank 1 spins in `while time.time() < end: x += 1` (100 % of what core it gets, no step), rank 0 waits for it in
+    DDP's all-reduce, output to /dev/null. The spin's samples land on its two lines by turns: that is no progress. The
+    stall is held while rank 1 burns CPU, the watch goes on to the hold's end (saying so), then names rank 1 busy but
+    not progressing in culprit_wait(), never 'slow but still progressing'."""
+    mark = tmp_path / "spinning"
+    job = Job(tmp_path, "hang_ddp.py", "null", HANG_MODE="spin", HANG_MARK=str(mark))
+    try:
+        wait_for(lambda: mark.exists(), 240, "rank 1 spins", job.proc)
+        while time.time() - mark.stat().st_mtime < 6:  # older than --stall-after 4, younger than its 3 x hold
+            time.sleep(0.2)
+        r, run, _ = attach(tmp_path, job, "--stall-after", "4")
+        out = r.stdout
+        assert r.returncode == 3, (out[-3000:], r.stderr[-2000:])
+        assert "busy, not stalled; held until 12 s" in out and "busy but not progressing" in out, out[-3000:]
+        assert "slow but still progressing" not in out, out[-3000:]
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["hang"]["culprits"] == [1] and "culprit_wait() at hang_ddp.py:" in summary["hang"]["text"]
+        assert summary["stall"]["stalled"] == [0, 1], summary["stall"]
+    finally:
         job.stop()

@@ -182,7 +182,7 @@ def test_a_blind_ranks_stall_is_dated_from_the_kernel_and_said_so():
     assert stall.stalled == (1,) and stall.since == 4800.0
     assert stall.reason == ("no sign of progress for 202 s (output not readable: its Python threads have not run "
                             "since 12:00:00, the kernel's scheduler says) (stall_after 30 s)")
-    assert _step(j.state.steps(), 1) == "its steps cannot be read" and _step(j.state.steps(), 0) == "no step yet"
+    assert _step(j.state.steps(), 1) == "steps unreadable" and _step(j.state.steps(), 0) == "no step yet"
     j.tracks[1].saw_output(1003.0, 5003.0)  # a line after all: its quiet is its own again
     assert j.tracks[1].quiet_by == ""
 
@@ -204,3 +204,20 @@ def test_an_attached_stall_without_stacks_never_offers_sigusr1():
     attached = hang_without_stacks((0, 1), {0: 3, 1: None}, 0.0, None, 1.0, attached=True).text
     assert attached.endswith("; press d for stacks (py-spy)") and "SIGUSR1" not in attached
     assert "send SIGUSR1" in hang_without_stacks((0,), {0: 3}, 0.0, None, 1.0).text  # a launched run's own ranks
+
+
+def test_a_loop_spinning_in_one_function_does_not_move_a_training_step_does():
+    """Progress by stack samples: the chain of functions, not the line: `while time.time() < end: x += 1` shows
+    lines 25 and 26 of culprit_wait by turns, which is no progress; a training step passes through other functions."""
+    from ddptui.runners.attach_liveness import motion_key
+    spin_a = res(("culprit_wait", "/u/hang.py", 25), ("main", "/u/hang.py", 43))
+    spin_b = res(("culprit_wait", "/u/hang.py", 26), ("main", "/u/hang.py", 43))
+    assert frame_key(spin_a) != frame_key(spin_b) and motion_key(spin_a) == motion_key(spin_b)
+    fwd = res(("forward", "/v/lib/python3.11/site-packages/torch/nn/modules/linear.py", 125), ("<module>", "/u/t.py", 14))
+    bwd = res(("backward", "/v/lib/python3.11/site-packages/torch/_tensor.py", 630), ("<module>", "/u/t.py", 16))
+    assert motion_key(fwd) != motion_key(bwd)
+    lv = Liveness()
+    assert lv.observe(1, 0.0, motion_key(spin_a), frame_key(spin_a)) is False
+    assert lv.observe(1, 2.0, motion_key(spin_b), frame_key(spin_b)) is False  # spinning: not moved
+    assert lv.frame(1) == ("/u/hang.py", 26, "culprit_wait") and lv.same_for(1, 4.0) == 4.0  # the newest frame shown
+    assert motion_key(None) is None and motion_key(StackResult(0, 1, "unavailable: ptrace")) is None
