@@ -41,23 +41,33 @@ def clock_offset() -> float | None:
     return None if own is None else mono - own
 
 
-def read(pid: int) -> dict[int, ThreadRun] | None:
-    """Every thread of `pid` (None: the process is gone or cannot be read)."""
-    offset = clock_offset()
+def _threads(pid: int) -> list[tuple[int, str, str]] | None:
+    """(tid, its /proc folder, its name) of every thread of `pid`; None when the process is gone or cannot be read."""
     try:
         tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
     except (OSError, ValueError):
         return None
-    out: dict[int, ThreadRun] = {}
+    out = []
     for tid in tids:
         base = f"/proc/{pid}/task/{tid}"
         try:
-            with open(f"{base}/stat") as f:
-                stat = f.read()
             with open(f"{base}/comm") as f:
-                comm = f.read().strip()
+                out.append((tid, base, f.read().strip()))
         except OSError:
             continue  # ended between the listing and now
+    return out
+
+
+def read(pid: int) -> dict[int, ThreadRun] | None:
+    """Every thread of `pid` (None: the process is gone or cannot be read)."""
+    offset = clock_offset()
+    out: dict[int, ThreadRun] = {}
+    for tid, base, comm in _threads(pid) or ():
+        try:
+            with open(f"{base}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
         state = stat[stat.rfind(")") + 2:][:1]  # after the command in parentheses, which may hold spaces
         started = _exec_start(f"{base}/sched") if offset is not None else None
         out[tid] = ThreadRun(tid, comm, state, None if started is None else started + offset)
@@ -87,23 +97,14 @@ SERVER_THREADS = frozenset({"pt_workerserver"})  # torch's debug server answerin
 def written(pid: int) -> dict[int, int] | None:
     """tid -> bytes the thread has written (wchar of /proc/PID/task/TID/io: write(), writev(), send() of any file or
     socket), torch's debug server threads left out; None when the process cannot be read."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return None
     out: dict[int, int] = {}
-    for tid in tids:
-        base = f"/proc/{pid}/task/{tid}"
+    for tid, base, comm in _threads(pid) or ():
+        if comm in SERVER_THREADS:
+            continue
         try:
-            with open(f"{base}/comm") as f:
-                if f.read().strip() in SERVER_THREADS:
-                    continue
             with open(f"{base}/io") as f:
-                for ln in f:
-                    if ln.startswith("wchar:"):
-                        out[int(tid)] = int(ln.split()[1])
-                        break
-        except (OSError, ValueError):
+                out[tid] = next(int(ln.split()[1]) for ln in f if ln.startswith("wchar:"))
+        except (OSError, ValueError, StopIteration):
             continue
     return out or None
 
