@@ -221,3 +221,31 @@ def test_a_loop_spinning_in_one_function_does_not_move_a_training_step_does():
     assert lv.observe(1, 2.0, motion_key(spin_b), frame_key(spin_b)) is False  # spinning: not moved
     assert lv.frame(1) == ("/u/hang.py", 26, "culprit_wait") and lv.same_for(1, 4.0) == 4.0  # the newest frame shown
     assert motion_key(None) is None and motion_key(StackResult(0, 1, "unavailable: ptrace")) is None
+
+
+def test_a_rank_started_with_torch_worker_server_socket_is_read_there(tmp_path):
+    """`@worker_main` serves torch's debug server on the unix socket TORCH_WORKER_SERVER_SOCKET names: found from the
+    process's environment (no store to read), and only where that socket exists."""
+    import socket as so
+    import subprocess
+    import sys
+
+    from ddptui.runners.attach_debug import find
+    path = str(tmp_path / "r0.sock")
+    srv = so.socket(so.AF_UNIX, so.SOCK_STREAM)
+    srv.bind(path)
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              env={"PATH": "/usr/bin:/bin", "RANK": str(r),
+                                   "TORCH_WORKER_SERVER_SOCKET": path if r == 0 else str(tmp_path / "gone.sock")})
+             for r in (0, 1)]
+    try:
+        got = find({0: procs[0].pid, 1: procs[1].pid}, 2, {"localhost"})
+        assert got.addresses == {0: path}
+        assert got.said == (f"rank 0 serves torch's debug server at {path} (TORCH_WORKER_SERVER_SOCKET): its stacks and "
+                            "Flight Recorder records are read there (Flight Recorder is off in it: "
+                            "TORCH_FR_BUFFER_SIZE is not set above 0)",)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        srv.close()

@@ -14,8 +14,9 @@ their stacks read with py-spy; the same stall, hang and crash verdicts and run r
 as a launched run. ddptui never signals the job: Ctrl-C detaches; only the dashboard's s stops it, after asking,
 through its own launcher (SIGTERM to torchrun's agent, scancel)."""
 EPILOG = """\
-exit codes: 0 detached or the job ended well, 1 the job failed while attached, 2 not a job (one line says why) or
-bad usage, 3 stalled (the verdict names the culprit)."""
+exit codes: 0 detached (every rank showed progress), undecided (neither progress nor a stall shown by the bound)
+or the job ended well, 1 the job failed while attached, 2 not a job or several (one line says why) or bad usage,
+3 stalled (the verdict names the culprit)."""
 STALL_AFTER = 30.0
 
 
@@ -26,7 +27,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--slurm", metavar="JOB", help="a Slurm job id: every step and node of it")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--no-ui", action="store_true",
-                      help="headless: a few seconds of output and CPU, the stacks of every rank, the verdict, detach")
+                      help="headless: 3 s of output, CPU and stacks, longer (bounded, said) while a rank shows no "
+                           "progress; the stacks of every rank, the verdict, detach")
     mode.add_argument("--watch", action="store_true",
                       help="headless and stay: liveness, CPU, RSS, stalls and verdicts until the job ends or Ctrl-C")
     p.add_argument("--stall-after", type=float, default=STALL_AFTER, metavar="S",
