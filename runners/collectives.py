@@ -109,6 +109,21 @@ def laggards(by_rank: ByRank) -> tuple[int, ...]:
     return tuple(sorted({r for rs in lagging(by_rank).values() for r in rs}))
 
 
+def conflict(by_rank: ByRank) -> bool:
+    """Two members of a group report their frontier at the same collective with a different call (op, sizes or dtypes):
+    a mismatch, whatever the moment each rank looked at (a sequence number names one collective in a group)."""
+    seen: dict[tuple[str, int], tuple] = {}
+    for groups in by_rank.values():
+        for pg, e in groups.items():
+            fr = e.get("frontier")
+            if fr is None or e.get("enqueued", -1) <= e.get("completed", -1):
+                continue
+            call = (fr.get("op"), repr(fr.get("sizes")), repr(fr.get("dtypes")))
+            if seen.setdefault((pg, fr["seq"]), call) != call:
+                return True
+    return False
+
+
 def group_label(name: str, e: dict) -> str:
     """How a group is named in the grid: its description (torch's group_desc; new_group's default "undefined" is none),
     else "group NAME" (the default group's: default_pg), with its member count."""
@@ -148,25 +163,35 @@ class Row:
     enqueued: int
     completed: int
     pending: str  # the frontier collective when the rank waits in one, else ""
-    state: str  # "behind" (a laggard in this group), "waiting" (in a collective others have not entered), "ok"
+    # "mismatch" (pending in a call the group's other members do not make at that collective), "behind" (a laggard in
+    # this group, or a rank the finding names missing), "waiting" (in a collective others have not entered), "ok"
+    state: str
     behind_of: int | None = None  # the collective the others wait in, on a laggard's row
 
 
-def rows(by_rank: ByRank, laggard_ranks=None) -> list[Row]:
+def rows(by_rank: ByRank, laggard_ranks=None, finding: dict | None = None) -> list[Row]:
     """Every (rank, group) row, by rank then group name. `laggard_ranks`: the engine's decision (the event's
-    laggards); this group's rows of such a rank are marked behind (every row of it when no group says where)."""
+    laggards); this group's rows of such a rank are marked behind (every row of it when no group says where).
+    `finding`: the engine's Flight Recorder finding (fr_analysis.Finding.to_dict(): the hang verdict's, or the live
+    mismatch): in its group, the sides of a mismatch are marked mismatch, the ranks it names missing behind."""
     lag = lagging(by_rank)
     waits = waits_at(by_rank)
     named = set(laggard_ranks) if laggard_ranks is not None else {r for rs in lag.values() for r in rs}
+    f = finding or {}
+    sides = {int(r) for r in f.get("sides") or {}} if str(f.get("kind", "")).endswith("mismatch") else set()
+    missing = {int(r) for r in f.get("missing") or ()} if f.get("kind") == "missing" else set()
     out = []
     for r in sorted(by_rank):
         groups = by_rank[r]
         anywhere = any(r in rs for rs in lag.values())
         for pg in sorted(groups, key=lambda k: (len(k), k)):
             e = groups[pg]
-            behind = r in named and (r in lag.get(pg, ()) or not anywhere)
+            here = pg == str(f.get("pg"))
+            behind = (r in named and (r in lag.get(pg, ()) or not anywhere)) or (here and r in missing)
             fr = e.get("frontier") if e.get("enqueued", -1) > e.get("completed", -1) else None
-            state = "behind" if behind else "waiting" if fr is not None else "ok"
+            state = ("mismatch" if here and r in sides else "behind" if behind else "waiting" if fr is not None
+                     else "ok")
+            of = (f.get("seq") if here and r in missing else waits.get(pg)) if behind else None
             out.append(Row(r, pg, group_label(pg, e), e.get("enqueued", -1), e.get("completed", -1),
-                           frontier_text(fr), state, waits.get(pg) if behind else None))
+                           frontier_text(fr), state, of))
     return out

@@ -159,7 +159,7 @@ class Conclusion:
             "slow": s.slow_info,
             "hang": None if hang is None else {"text": hang.text, "culprits": list(hang.culprits),
                                                "waiting": list(hang.waiting), "where": hang.where,
-                                               "collective": hang.collective},
+                                               "collective": hang.collective, "fix": hang.fix},
             "crash": None if crash is None else {"text": crash.text, "root_rank": crash.root_rank,
                                                  "victims": list(crash.victims), "exit": crash.exit,
                                                  "excerpt": list(crash.excerpt), "together": list(crash.together),

@@ -203,6 +203,9 @@ class HangVerdict(Event):
     # what Flight Recorder said (runners/fr_analysis.py Finding.to_dict()): {"kind": "missing" | "op mismatch" |
     # "size mismatch" | "dtype mismatch" | "none", "pg", "seq", "op", ...}; {} when no dump could be read
     collective: dict[str, Any] = field(default_factory=dict)
+    # what to do about it, from the same evidence (runners/fix_lines.py): "every rank must call the same collectives
+    # in the same order; the barrier at train.py:19 runs on rank 0 only, ..."; "" when the evidence names nothing
+    fix: str = ""
 
 
 @dataclass(frozen=True)
@@ -272,6 +275,9 @@ class CollectiveProgress(Event):
     by_rank: dict[int, dict[str, dict[str, Any]]]
     laggards: tuple[int, ...]
     wall: float
+    # two members of a group pending at one collective with different calls (runners/collectives.py `conflict`): the
+    # finding (fr_analysis.Finding.to_dict()) with its `fix` (runners/fix_lines.py); {} when there is none
+    mismatch: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from . import collectives
 from . import events as ev
-from . import parse, xla_evidence
+from . import fix_lines, fr_analysis, parse, xla_evidence
 from .rank_lifecycle import RankLifecycle
 from .run_state import RunState
 from .steptime import take_report
@@ -31,13 +31,22 @@ class Ingest:
             t = self.s.tracks[rank]
             self.s.emit(ev.Progress(rank, t.step, t.loss, wall, source, t.take_new_losses(), t.samples))
         self._pending_progress.clear()
-        if self._coll_changed:  # the ranks that changed (each with all its groups), and the laggards of all
+        if self._coll_changed:  # the ranks that changed (each with all its groups), the laggards and a mismatch of all
             tracks = self.s.tracks
+            every = {r: t.collectives for r, t in tracks.items() if t.collectives}
             self.s.emit(ev.CollectiveProgress({r: dict(tracks[r].collectives) for r in sorted(self._coll_changed)},
-                                              collectives.laggards({r: t.collectives for r, t in tracks.items()
-                                                                    if t.collectives}),
-                                              max(self._coll_changed.values())))
+                                              collectives.laggards(every), max(self._coll_changed.values()),
+                                              self._mismatch(every)))
             self._coll_changed.clear()
+
+    def _mismatch(self, every) -> dict:
+        """The ranks' live reports disagree at a pending collective: the finding the hang verdict will lead with."""
+        if not collectives.conflict(every):
+            return {}
+        f = fr_analysis.from_collectives(every, self.s.world)
+        if f is None or not f.kind.endswith("mismatch") or f.completed:
+            return {}
+        return {**f.to_dict(), "fix": fix_lines.for_finding(f)}
 
     def lines(self, rank: int | None, stream: str, lines: list[str], wall: float, mono: float) -> None:
         """Lines read from one source in one go (rank None: a launcher's own output): their LogLines (with reports

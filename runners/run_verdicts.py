@@ -5,7 +5,7 @@ import dataclasses
 import time
 
 from . import events as ev
-from . import fr_analysis
+from . import fix_lines, fr_analysis
 from . import hang_verdict as verdict
 from . import xla_evidence
 from .crash import RankEvidence
@@ -46,7 +46,7 @@ def hang_without_stacks(stalled, steps: dict, since: float, rdv, wall: float, fi
         text = xla_without_fr(text, False, rdv)
     if finding is not None and finding.kind != "none" and not finding.completed:
         return ev.HangVerdict(f"{finding.sentence()}; {text}", finding.culprits, finding.waiting, {}, wall,
-                              collective=finding.to_dict())
+                              collective=finding.to_dict(), fix=fix_lines.for_finding(finding))
     return ev.HangVerdict(text, (), tuple(stalled), {}, wall,
                           collective=finding.to_dict() if finding is not None else {})
 
@@ -102,9 +102,11 @@ def xla_without_fr(text: str, stacks: bool, rdv) -> str:
 
 
 def hang_event(text: str, culprits, waiting, where: dict, steps: dict, wall: float, folder: str,
-               slow: bool, collective: dict | None = None) -> ev.HangVerdict:
+               slow: bool, finding=None) -> ev.HangVerdict:
+    """The verdict as an event, with its fix line read from the same evidence (runners/fix_lines.py)."""
     return ev.HangVerdict(text, tuple(culprits), tuple(waiting), {r: w.to_dict(steps.get(r)) for r, w in where.items()},
-                          wall, folder, "slow" if slow else "stall", collective or {})
+                          wall, folder, "slow" if slow else "stall", finding.to_dict() if finding is not None else {},
+                          fix_lines.fix_line(finding, where, culprits, waiting, slow))
 
 
 def rank_evidence(t, stopped_by: str | None, exc: dict | None, kill=None, stderr_seen: bool = True) -> RankEvidence:

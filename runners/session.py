@@ -546,7 +546,8 @@ class Session:
         out = self.judge.stacks_collected(req, results, str(folder), fr_dumps)
         for e in out:
             if isinstance(e, ev.HangVerdict) and e.path == str(folder):
-                (folder / "verdict.txt").write_text(e.text + "\n", encoding="utf-8")
+                (folder / "verdict.txt").write_text(e.text + "\n" + (f"fix: {e.fix}\n" if e.fix else ""),
+                                                    encoding="utf-8")
         for node, (ranks, why) in remote_stacks.unreachable_nodes(results).items():
             self._tick()
             out += self.judge.node_lost(node, ranks, why)

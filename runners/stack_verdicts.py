@@ -44,8 +44,7 @@ class StackVerdicts:
         if not slow and s.profile.runner == "xla":
             text = run_verdicts.xla_without_fr(text, True, s.xla_rdv)
         text, culprits, waiting = run_verdicts.with_collective(finding, text, culprits, waiting, where, steps, since)
-        hv = run_verdicts.hang_event(text, culprits, waiting, where, steps, s.wall, folder, slow,
-                                     finding.to_dict() if finding is not None else None)
+        hv = run_verdicts.hang_event(text, culprits, waiting, where, steps, s.wall, folder, slow, finding)
         if not slow:
             s.hang = hv  # the run's hang verdict comes from stalls only
         s.emit(hv)

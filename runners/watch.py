@@ -231,7 +231,8 @@ class Watch:
                                     "one out)")
         if self.s.slow_info is not None and hv is not None:
             self.s.slow_info["verdict"] = {"text": hv.text, "culprits": list(hv.culprits),
-                                           "waiting": list(hv.waiting), "where": hv.where, "stacks": hv.path}
+                                           "waiting": list(hv.waiting), "where": hv.where, "stacks": hv.path,
+                                           "fix": hv.fix}
 
     def _slow_ranks(self, downs, why: str) -> None:
         for d in downs:

@@ -158,3 +158,48 @@ def test_a_coll_report_beside_a_real_line_still_counts_the_line():
         hello(j, r, 0.0)
     say(j, 1, 8.0, coll(1, _0=pg(1, 1)), "loading shard 3")
     assert j.tracks[1].last_progress == T0 + 8.0
+
+
+# ---- issue 23 item 9: ranks pending in different calls are a mismatch, live and marked ------------------------------
+BARRIER11 = {"seq": 11, "op": "barrier", "sizes": [], "dtypes": []}
+AR11 = {"seq": 11, "op": "all_reduce", "sizes": [[161]], "dtypes": ["Float"]}
+
+
+def test_a_conflict_is_two_members_pending_at_one_collective_in_different_calls():
+    assert co.conflict(by(r0={"0": pg(11, 10, BARRIER11)}, r1={"0": pg(11, 10, AR11)}))
+    assert not co.conflict(by(r0={"0": pg(11, 10, AR11)}, r1={"0": pg(11, 10, AR11)}))  # the same call: no mismatch
+    assert not co.conflict(by(r0={"0": pg(57, 56, FR)}, r1={"0": pg(56, 56)}))  # a laggard is not a mismatch
+    # one rank's frontier from before it completed: not pending, nothing to compare
+    assert not co.conflict(by(r0={"0": pg(11, 11, BARRIER11)}, r1={"0": pg(11, 10, AR11)}))
+
+
+def test_rows_mark_the_sides_of_the_engines_mismatch_and_the_ranks_it_names_missing():
+    grid = by(r0={"0": pg(11, 10, BARRIER11)}, r1={"0": pg(11, 10, AR11)})
+    assert [r.state for r in co.rows(grid, ())] == ["waiting", "waiting"]  # before: nothing said they disagree
+    mm = {"kind": "op mismatch", "pg": "0", "seq": 11, "sides": {"0": {"op": "barrier"}, "1": {"op": "all_reduce"}}}
+    assert [r.state for r in co.rows(grid, (), mm)] == ["mismatch", "mismatch"]
+    grid = by(r0={"0": pg(16, 15, FR)}, r1={"0": pg(15, 15)})
+    missing = {"kind": "missing", "pg": "0", "seq": 16, "missing": [1], "sides": {}}
+    rows = co.rows(grid, (), missing)  # the verdict's finding, before the laggard rule's two looks named rank 1
+    assert [(r.state, r.behind_of) for r in rows] == [("waiting", None), ("behind", 16)]
+
+
+def test_the_engine_says_a_live_mismatch_with_its_fix_and_drops_it_once_the_calls_agree():
+    j = make()
+    for r in (0, 1):
+        hello(j, r)
+    say(j, 0, 2.0, coll(0, _0=pg(11, 10, BARRIER11)))
+    say(j, 1, 2.0, coll(1, _0=pg(11, 10)))
+    assert of(j.progress(), ev.CollectiveProgress)[0].mismatch == {}  # rank 1's call not known yet
+    say(j, 1, 4.0, coll(1, _0=pg(11, 10, AR11)))
+    (cp,) = of(j.progress(), ev.CollectiveProgress)
+    assert cp.mismatch["kind"] == "op mismatch" and cp.mismatch["seq"] == 11 and cp.laggards == ()
+    assert cp.mismatch["sentence"].startswith("ranks disagree at collective #11 in the default group: rank 0 called "
+                                              "barrier, rank 1 all_reduce [161]")
+    assert cp.mismatch["fix"].startswith("every rank must call the same collectives in the same order; the barrier "
+                                         "runs on rank 0 only")
+    back = ev.from_json(json.loads(json.dumps(cp.to_json())))
+    assert problem(back) is None and back.mismatch["kind"] == "op mismatch"
+    say(j, 0, 6.0, coll(0, _0=pg(12, 12)))
+    say(j, 1, 6.0, coll(1, _0=pg(12, 12)))
+    assert of(j.progress(), ev.CollectiveProgress)[0].mismatch == {}

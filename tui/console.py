@@ -75,6 +75,8 @@ class Console:
                                         f"({', '.join(sorted(set(e.method.values())))}) -> {e.path}"))
             elif isinstance(e, ev.HangVerdict):
                 parts.append(self._note(e.wall, e.text, "slow" if e.reason == "slow" else "stall"))
+                if e.fix:
+                    parts.append(f"    fix: {e.fix}\n")
                 parts += [f"{ln}\n" for ln in culprit_stacks(e, self.stacks)]
             elif isinstance(e, ev.CrashVerdict):
                 parts.append(self._note(e.wall, e.text, "crash"))
@@ -133,10 +135,14 @@ class Console:
             sampled = s["slow"].get("verdict") or {}
             if sampled.get("text"):  # what the stack sample of the slowed run showed: a slow-down, not a stall
                 rows.append(f"slow: {sampled['text']}")
+            if sampled.get("fix"):
+                rows.append(f"  fix: {sampled['fix']}")
         if s.get("stall") and s["stall"].get("reason"):
             rows.append(f"stall: {s['stall']['reason']}")
         if s.get("hang"):
             rows.append(f"stall: {s['hang']['text']}")
+            if s["hang"].get("fix"):
+                rows.append(f"  fix: {s['hang']['fix']}")
         if s.get("crash"):
             rows.append(f"crash: {s['crash']['text']}")
         if s.get("own_exit"):  # ranks that chose their exit status: no crash
