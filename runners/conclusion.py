@@ -47,12 +47,14 @@ class Conclusion:
         oom, recorded = oom or {}, recorded or {}
         rep = None
         if s.profile.replica_check:
+            cut_short = status is not None or any(t.status == "failed" and not t.completed for t in s.tracks.values())
             res = replica.compare({r: t.digests for r, t in s.tracks.items() if t.digests is not None},
-                                  s.world, {r: d for r, (d, _) in s.first_digests.items()}, self._replica_kind())
+                                  s.world, {r: d for r, (d, _) in s.first_digests.items()}, self._replica_kind(),
+                                  cut_short)
             if res.hint:
                 s.raise_hint(res.hint, None, res.text)
             text = res.text
-            if status is not None or any(t.status == "failed" and not t.completed for t in s.tracks.values()):
+            if cut_short and res.status != "unavailable":
                 text += " (digests taken when the ranks exited, not after a completed run)"
             rep = ev.ReplicaVerdict(res.status, text, res.param, res.ranks, res.params, res.table, s.wall)
             s.emit(rep)

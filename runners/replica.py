@@ -91,14 +91,18 @@ def origin(first: dict[int, list] | None, ranks: set[int], kind: str) -> tuple[s
 
 
 def compare(digests: dict[int, list], world_size: int, first: dict[int, list] | None = None,
-            kind: str = "plain") -> ReplicaResult:
+            kind: str = "plain", cut_short: bool = False) -> ReplicaResult:
     """digests: rank -> [[name, hex, shape, dtype], ...] in named_parameters() order, at the end.
 
     first: the same, taken before each rank's first optimizer step (tells "differed from the first step" from
-    "drifted apart"); kind: "xla" | "ddp" | "plain", who could have made the initial weights equal.
+    "drifted apart"); kind: "xla" | "ddp" | "plain", who could have made the initial weights equal; cut_short: the run
+    was torn down or a rank failed (the ranks report their weights as they exit on their own).
     """
     if not digests:
-        return ReplicaResult("unavailable", "no rank reported parameter digests", None, (), (), {})
+        return ReplicaResult("unavailable", "replicas not compared: " + (
+            "the ranks were stopped before they reported their weights (a rank reports them when it exits on its own)"
+            if cut_short else "no rank reported its weights (a DistributedDataParallel model's, at exit)"),
+            None, (), (), {})
     names = _names(digests)
     table = {r: tuple(dict((e[0], e[1]) for e in d).get(n, "-") for n in names) for r, d in digests.items()}
     missing = sorted(set(range(world_size)) - set(digests))

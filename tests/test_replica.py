@@ -68,3 +68,24 @@ def test_no_origin_when_the_first_step_cannot_tell():
 def test_identical_at_the_end_ignores_the_first_step():
     r = replica.compare({0: SAME, 1: SAME}, 2, {0: SAME, 1: _d("x", "b", "c")}, "xla")
     assert r.status == "identical" and r.origin is None
+
+
+def test_after_a_stall_no_digests_is_one_sentence_that_says_why():
+    """Issue 23 item 10: `replicas unavailable: no rank reported parameter digests (digests taken when the ranks
+    exited, not after a completed run)`: the ranks were torn down, they never exited on their own to report."""
+    from ddptui.runners.conclusion import Conclusion
+    from ddptui.runners.rank_lifecycle import RankLifecycle
+    from ddptui.runners.stack_verdicts import StackVerdicts
+    from tests.test_fr_analysis import _state
+    s = _state()
+    Conclusion(s, RankLifecycle(s), StackVerdicts(s)).conclude("stalled", 3)
+    assert s.replica.status == "unavailable"
+    assert s.replica.text == ("replicas not compared: the ranks were stopped before they reported their weights (a rank "
+                              "reports them when it exits on its own)")
+    assert replica.compare({}, 2).text == ("replicas not compared: no rank reported its weights (a "
+                                           "DistributedDataParallel model's, at exit)")
+    s = _state()  # digests that came at exit from a stopped run still say when they were taken
+    for r in (0, 1):
+        s.tracks[r].digests = SAME
+    Conclusion(s, RankLifecycle(s), StackVerdicts(s)).conclude("stalled", 3)
+    assert s.replica.text.endswith("(digests taken when the ranks exited, not after a completed run)")
