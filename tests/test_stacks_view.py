@@ -1,10 +1,18 @@
 """The dashboard shows the engine's stack verdict only with the stacks it was read from, and never re-decides it."""
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from ddptui.runners import events as ev
+from ddptui.tui.app import DdpApp, ReplaySource
 from ddptui.tui.model import RunModel
 from ddptui.tui.widgets.banner import banner_text
 from ddptui.tui.widgets.stacks_view import render_stacks
+from tests.test_tui_app import aio, screen_text, settle
+
+RECORDS = Path(__file__).resolve().parent / "fixtures" / "records"
 
 T = 1_700_000_000.0
 SP = "/venv/lib/python3.11/site-packages"
@@ -35,7 +43,9 @@ def test_verdict_shown_with_its_own_stacks():
     text = render_stacks(STALL_STACKS, VERDICT).plain
     assert text.startswith("rank 1 is stuck in wait_for_lock()") and "rank 1 (culprit)" in text
     assert "sleep: waits on threading (wait) · wait_for_lock() at train.py:9 (calls threading.Event.wait)" in text
-    assert text.index("thread MainThread") < text.index("thread ddptui-report (idle) (ddptui's own helper thread)")
+    # ddptui's own threads: one line after the rank's, their frames left to the stacks file
+    assert text.index("thread MainThread") < text.index("ddptui's own threads: ddptui-report (idle, 1 frame folded")
+    assert "_flush_quiet" not in text and "thread ddptui-report" not in text
 
 
 def test_a_later_dump_on_request_shows_no_earlier_verdict():
@@ -58,3 +68,34 @@ def test_banner_says_what_the_engine_decided():
     assert banner_text(m)[0] == "-info" and banner_text(m)[1].startswith("SLOW: the run slowed down")
     m.apply([ev.StallDetected((0, 1), (), T, 3.0, T + 20), VERDICT])
     assert banner_text(m) == ("-stall", f"STALL: {VERDICT.text}")
+
+
+# ---- issue 23 item 11: the Stacks tab at 80x24 -----------------------------------------------------------------------------------
+def test_the_culprit_comes_first_then_the_ranks_waiting_for_it():
+    from ddptui.tui.widgets.stacks_view import rank_order, render_stacks
+    helper = {"thread": "ddptui-collectives", "idle": True, "helper": True,
+              "frames": [["_loop", "/x/runners/inject/ddptui_fr.py", 156, ""]] * 6}
+    main = {"thread": "MainThread", "idle": True, "frames": [["main", "/w/train.py", 9, ""]]}
+    stacks = ev.StacksCollected({r: "py-spy" for r in range(4)}, {r: [main, helper] for r in range(4)}, 0.1,
+                                "runs/x/stacks/01-stall", T)
+    hv = ev.HangVerdict("rank 2 is stuck in main() at train.py:9", (2,), (0, 3), {}, T, "runs/x/stacks/01-stall")
+    assert rank_order(range(4), hv) == [2, 0, 3, 1]
+    plain = render_stacks(stacks, hv).plain
+    heads = [ln.split(" ·")[0] for ln in plain.split("\n") if ln.startswith("━━ rank ")]
+    assert heads == ["━━ rank 2 (culprit)", "━━ rank 0 (waiting)", "━━ rank 3 (waiting)", "━━ rank 1"]
+    assert plain.count("ddptui's own threads: ddptui-collectives (idle, 6 frames folded") == 4 and "_loop" not in plain
+
+
+@pytest.mark.timeout(60)
+@aio
+async def test_at_80x24_the_culprits_stack_is_on_the_first_screen_and_y_names_the_file():
+    app = DdpApp(source=ReplaySource(RECORDS / "hang"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app, 30)
+        assert app.screen.query_one("#tabs").active == "stacks"
+        text = screen_text(app)
+        assert "━━ rank 1 (culprit)" in text and "◀ Injector.at_step" in text, text  # rank 0 and helpers came first
+        await pilot.press("y")
+        said = app._notifications
+        msg = [n.message for n in said if "copied rank 1's stacks" in n.message]
+        assert msg and "runs/hang/stacks/01-stall/rank1.txt" in msg[-1], [n.message for n in said]

@@ -11,7 +11,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ddptui.runners.events import HangVerdict, StacksCollected
-from ddptui.runners.stacks import HELPER_THREAD
+from ddptui.runners.stacks import HELPER_THREADS
 from ddptui.runners.hang_verdict import collective_frame
 
 
@@ -54,14 +54,28 @@ def _frames(t: Text, frames: list, where: dict) -> None:
         t.append("\n")
 
 
+def _helper(th: dict) -> bool:
+    """One of ddptui's own threads in the rank (stacks.is_helper decided it when they were taken; older records: by
+    name)."""
+    return bool(th.get("helper") or th.get("thread") in HELPER_THREADS)
+
+
 def _threads(t: Text, threads: list, where: dict, indent: str = "  ") -> None:
-    # ddptui's own helper thread goes last whatever order a (replayed) record holds
-    for th in sorted(threads, key=lambda th: bool(th.get("helper") or th.get("thread") == HELPER_THREAD)):
-        helper = bool(th.get("helper") or th.get("thread") == HELPER_THREAD)
+    """The rank's own threads, then ddptui's own helper threads folded into one line (their frames are in the stacks
+    file): they are never the user's problem and took a dozen rows of every rank."""
+    helpers = [th for th in threads if _helper(th)]
+    for th in threads:
+        if _helper(th):
+            continue
         idle = " (idle)" if th.get("idle") else ""
-        label = " (ddptui's own helper thread)" if helper else ""
-        t.append(f"{indent}thread {th.get('thread', '?')}{idle}{label}\n", style="dim" if idle or helper else "cyan")
+        t.append(f"{indent}thread {th.get('thread', '?')}{idle}\n", style="dim" if idle else "cyan")
         _frames(t, th.get("frames", []), where if not where.get("thread") or th.get("thread") == where["thread"] else {})
+    if helpers:
+        frames = sum(len(th.get("frames") or ()) for th in helpers)
+        idle = all(th.get("idle") for th in helpers)
+        t.append(f"{indent}ddptui's own threads: {', '.join(str(th.get('thread', '?')) for th in helpers)}"
+                 f" ({'idle, ' if idle else ''}{frames} frame{'' if frames == 1 else 's'} folded: the stacks file has "
+                 "them)\n", style="dim")
 
 
 def _said(ranks) -> str:
@@ -115,6 +129,21 @@ def section_at(sections: list[tuple[int, int, int]], top: int, prefer: tuple[int
     return first[0] if first else None
 
 
+def rank_order(ranks, hang: HangVerdict | None) -> list[int]:
+    """The culprits first (in the verdict's order), then the ranks waiting for them, then the rest by rank: at 80x24
+    the culprit's stack is the first thing under the verdict, not 40 rows down."""
+    ranks = set(ranks)
+    first = [r for r in (hang.culprits if hang else ()) if r in ranks]
+    then = [r for r in sorted(hang.waiting if hang else ()) if r in ranks and r not in first]
+    return first + then + sorted(ranks - set(first) - set(then))
+
+
+def stack_file(stacks: StacksCollected, rank: int | None) -> str:
+    """Where the stacks are in the run record: the rank's file, or the folder for every rank."""
+    folder = stacks.path.rstrip("/")
+    return f"{folder}/rank{rank}.txt" if rank is not None else f"{folder}/"
+
+
 def render_stacks(stacks: StacksCollected | None, hang: HangVerdict | None = None) -> Text:
     if stacks is None:
         return Text("No stacks collected yet: press d to dump every rank's stacks now.", style="dim")
@@ -130,7 +159,7 @@ def render_stacks(stacks: StacksCollected | None, hang: HangVerdict | None = Non
              "Y every rank)\n", style="dim")
     culprits = set(hang.culprits) if hang else set()
     workers = getattr(stacks, "workers", None) or {}
-    for r in sorted(set(stacks.threads) | set(stacks.method)):
+    for r in rank_order(set(stacks.threads) | set(stacks.method), hang):
         role = " (culprit)" if r in culprits else (" (waiting)" if hang and r in hang.waiting else "")
         t.append(f"\n━━ rank {r}{role} · {stacks.method.get(r, '?')}\n", style="bold red" if role == " (culprit)" else "bold")
         where = (hang.where.get(r) or {}) if hang else {}
@@ -174,9 +203,12 @@ class StacksView(VerticalScroll):
                           round(self.scroll_y))
         part = None if every else section_at(rank_sections(plain), top, hang.culprits if hang else ())
         if part is None:
-            text, what = plain, "every rank's stacks"
+            text, what, rank = plain, "every rank's stacks", None
         else:
-            r, a, b = part
-            text, what = "\n".join(lines[a:b]).strip("\n") + "\n", f"rank {r}'s stacks"
+            rank, a, b = part
+            text, what = "\n".join(lines[a:b]).strip("\n") + "\n", f"rank {rank}'s stacks"
         self.app.copy_to_clipboard(text)
-        self.app.notify(f"copied {what} to the clipboard ({text.count(chr(10))} lines)", title="stacks")
+        # OSC 52 gets no answer: a terminal that drops it (tmux without set-clipboard, many over ssh) says nothing,
+        # so the toast cannot know it worked and names the file that has the same stacks
+        self.app.notify(f"copied {what} to the clipboard ({text.count(chr(10))} lines) by OSC 52, if the terminal "
+                        f"allows it; the same stacks are in {stack_file(stacks, rank)}", title="stacks", timeout=10)
