@@ -20,7 +20,7 @@ ANY_PYTHON = frozenset({
     "test_tui_rate", "test_tui_throughput",
     "test_tui_dashboard_items",
     "test_chart_scale", "test_tui_loss_chart",
-    "test_fix_lines",
+    "test_fix_lines", "test_final_view",
 })
 
 # Long end-to-end rank runs (20-40 s a test; 5 of these modules took 9 min on 3.10 on a loaded 2-core machine), while

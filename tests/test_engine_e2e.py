@@ -160,6 +160,18 @@ def test_slow_rank_is_not_a_hang(runs_dir):
     said = out.getvalue()
     assert "[slow] the run slowed down (rank 1's" in said and "\nslow: the run slowed down (rank 1's" in said
     assert "[stall]" not in said and "\nstall:" not in said
+    # issue 23 items 8, 9: the slow-down's fix from its own evidence, and the finished dashboard still says it all
+    fix = summary["slow"]["verdict"]["fix"]
+    assert re.fullmatch(r"rank 1 is in at_step\(\) at _faults\.py:\d+ \(calls time\.sleep\) and every rank waits "
+                        r"for it at the next collective: remove that sleep or shorten it", fix), fix
+    assert f"\n    fix: {fix}\n" in said and f"\n  fix: {fix}\n" in said
+    import asyncio
+    from tests.test_final_view import replayed_views
+    views = asyncio.run(replayed_views(session.run_dir))
+    assert "✓ run ok (exit code 0) · SLOW: the run slowed down (rank 1's" in views["banner"], views["banner"]
+    assert "⚠ slow-down: the run slowed down (rank 1's" in views["verdict"] and f"fix: {fix}" in views["verdict"]
+    assert re.search(r"✓ exited ok · ⚠ was slow \(steps take 0\.5", views["rows"]), views["rows"]
+    assert f"fix: {fix}" in views["hints"]
 
 
 @pytest.mark.timeout(60)

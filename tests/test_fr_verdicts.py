@@ -108,6 +108,25 @@ def test_rank_conditional_barrier_is_named_as_the_collective_the_ranks_disagree_
     assert summary["hang"]["collective"] == coll
     assert _verdict_lines(out, text), out[-40:]
     assert (run / "stacks" / "01-stall" / "verdict.txt").read_text().strip().startswith(text)
+    # issue 23 item 9: the fix line, from the same evidence, wherever the verdict is said
+    fix = hv["fix"]
+    assert fix.startswith(f"every rank must call the same collectives in the same order; the barrier at {script}:"
+                          f"{barrier} runs on rank 0 only (collective #{seq} in the default group), while rank 1 is in "
+                          f"all_reduce inside backward (DDP bucket all-reduce) at {script}:{backward}"), fix
+    assert summary["hang"]["fix"] == fix and f"    fix: {fix}" in out and f"  fix: {fix}" in out
+    assert f"fix: {fix}" in (run / "stacks" / "01-stall" / "verdict.txt").read_text()
+    # item 10: after the stall, one sentence for the replicas
+    assert summary["replica"]["text"] == ("replicas not compared: the ranks were stopped before they reported their "
+                                          "weights (a rank reports them when it exits on its own)")
+    # the dashboard of the record: the Collectives tab says the banner's mismatch and marks both sides
+    import asyncio
+    from tests.test_final_view import replayed_views
+    views = asyncio.run(replayed_views(run))
+    assert f"fix: {fix[:60]}" in views["banner"], views["banner"]
+    assert views["collectives"].startswith(f"OP MISMATCH: ranks disagree at collective #{seq}"), views["collectives"]
+    assert "no laggard" not in views["collectives"] and f"fix: {fix}" in views["collectives"]
+    assert {k[0]: state for k, (text, state) in views["coll_rows"].items()} == {0: "mismatch", 1: "mismatch"}
+    assert not views["replica_heading"] and "replicas not compared" in views["verdict"]
 
 
 @pytest.mark.timeout(180)

@@ -122,7 +122,8 @@ SORT_COLUMN = {"rank": "rank", "step": "step", "step_time": "step time", "loss":
 
 
 def status_words(rv: "RankView", why: int) -> str:
-    b = rv.badge()
+    past = rv.past(short=True)  # a rank that was slow or stalled and went on: said after its status
+    b = rv.badge() + (f" · {past}" if past else "")
     if why == ROOT:
         return f"{b} · root cause"
     if why == BEHIND:

@@ -64,6 +64,19 @@ class RankView:
     samples: int | None = None  # samples in its newest optimizer step (Progress.samples); None when unknown
     phase: str = ""  # what a rank not yet training is doing, in words (spawning, importing torch, rendezvous...)
     phase_since: float | None = None  # wall time it entered `phase`
+    # the engine's words when it named the rank slow (None: never), kept once its status moves on (exited...)
+    slowed: str | None = None
+    stalled: str | None = None  # the same for a stall
+
+    def past(self, short: bool = False) -> str:
+        """What the rank went through that its status no longer says: "was slow (steps take 0.50 s, ...)", "was
+        stalled (...)"; short: without the numbers (a pane's title). "" when its status says it all."""
+        said = []
+        if self.slowed is not None and self.status != "slow":
+            said.append("was slow" + ("" if short or not self.slowed else f" ({self.slowed})"))
+        if self.stalled is not None and self.status != "stalled" and "stall" not in self.detail:
+            said.append("was stalled" + ("" if short or not self.stalled else f" ({self.stalled})"))
+        return ", ".join(said)
 
     def badge(self) -> str:
         """The status word shown in the pane title: running, stalled, exited ok, failed (exit 1 / SIGSEGV)."""
@@ -110,6 +123,7 @@ class RunModel:
         # rank -> pg name -> its Flight Recorder numbers, merged from CollectiveProgress (each names changed ranks)
         self.collectives: dict[int, dict[str, dict]] = {}
         self.laggards: tuple[int, ...] = ()  # the engine's latest word on who lags behind in collectives
+        self.coll_mismatch: dict = {}  # the engine's latest word on ranks pending in different calls (its finding)
         self.load: float | None = None  # the engine host's 1-minute load average, and its CPUs (Resources)
         self.cpus: int | None = None
         self._rates: dict[int, rate.StepRate] = {}  # rank -> its progress points (RankView.step_time)
@@ -174,6 +188,17 @@ class RunModel:
         if self.stacks is not None and self.slow is not None and self.slow.path == self.stacks.path:
             return self.slow
         return self.hang
+
+    def collective_finding(self) -> tuple[dict, str]:
+        """(finding, fix) the Collectives tab leads with: the current stall's Flight Recorder finding, as the banner
+        says it (HangVerdict.collective and .fix), else the engine's live word on ranks pending in different calls
+        (CollectiveProgress.mismatch); ({}, "") when there is neither."""
+        hv = self.stall_hang if self.stall is not None else None
+        c = hv.collective if hv is not None else {}
+        if c and c.get("kind") not in (None, "none") and not c.get("completed"):
+            return c, hv.fix
+        m = self.coll_mismatch
+        return (m, str(m.get("fix") or "")) if m else ({}, "")
 
     def pace(self) -> rate.Pace | None:
         """The run's pace: steps/s and time left of the rank that finishes last (tui/rate.py)."""
@@ -302,6 +327,10 @@ class RunModel:
         elif isinstance(e, ev.RankState):
             rv = self.rank(e.rank)
             rv.status, rv.detail = e.status, e.detail
+            if e.status == "slow":
+                rv.slowed = e.detail
+            elif e.status == "stalled":
+                rv.stalled = e.detail
             self.changes.ranks.add(rv.rank)
             if e.status in rate.ENDED:
                 self._phase(rv, "", None)
@@ -372,9 +401,16 @@ class RunModel:
             if laggards != self.laggards:  # rows that turn behind or back
                 self.changes.coll.update(set(laggards) ^ set(self.laggards))
                 self.laggards = laggards
+            if e.mismatch != self.coll_mismatch:  # rows that turn mismatched or back
+                self.changes.coll.update(_ranks_of(e.mismatch) | _ranks_of(self.coll_mismatch))
+                self.coll_mismatch = e.mismatch
         elif isinstance(e, ev.RunFinished):
             self.finished = e
             self.changes.run = True
+
+
+def _ranks_of(finding: dict) -> set[int]:
+    return {int(r) for r in (finding.get("sides") or {})}
 
 
 def human_bytes(n: int | None) -> str:

@@ -20,6 +20,7 @@ from ddptui.tui.marks import marked
 from ddptui.tui.sizes import SHORT_BELOW, wide_columns
 from ddptui.tui.model import Changes, RunModel
 from ddptui.tui.rate import fmt_duration, fmt_rate, fmt_samples_rate, load_text, overloaded
+from ddptui.tui.verdicts import said
 from ddptui.tui.widgets.banner import Banner, banner_text
 from ddptui.tui.widgets.collectives_view import CollectivesView
 from ddptui.tui.widgets.crash_view import CrashView
@@ -48,37 +49,41 @@ class RanksBox(Vertical):
 
 
 def head_text(model: RunModel, source_kind: str) -> Text:
+    """The header, most needed first, since a narrow terminal cuts its end: the profile and status (a replay says so),
+    the job, the time, pace and ETA, an overloaded machine; then the run's shape, samples/s, a calm load, the record."""
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append(" ddptui ", style="bold reverse")
     t.append(f" {model.profile or '…'} ", style="bold")
-    # the status right after the profile: the first thing an 80-column header cuts is the end
     state = model.finished.status if model.finished else ("live" if model.start_wall else "starting")
     job = model.job
     if job is not None and job.state == "PENDING" and not model.finished:
         state = "pending"
     t.append("· ")
     t.append(marked(state), style="bold green" if state in ("live", "ok") else "bold red" if model.finished else "")
+    if source_kind == "replay":
+        t.append(" · replay", style="bold yellow")
     if job is not None:
         t.append(f" · job {job.job_id}")
         if job.state != "RUNNING":  # pending (and why), or how it ended
             t.append(f" {job.state}" + (f" ({job.reason})" if job.reason else ""), style="bold yellow")
-    t.append(f" · {model.runner or '?'} · {len(model.rank_ids())} ranks")
-    if model.steps:
-        t.append(f" · {model.steps} steps")
     t.append(f" · {model.elapsed():.1f}s")
     pace = model.pace()
     if pace is not None:  # the rank that finishes last sets the run's pace and its time left
         t.append(f" · {fmt_rate(pace.steps_per_s)}")
+        if pace.eta is not None:
+            t.append(f" · ETA {fmt_duration(pace.eta)}")
+    busy = model.load is not None and bool(model.cpus) and overloaded(model.load, model.cpus)
+    if busy:  # a loaded machine slows every rank: not the model's fault, and said before the figures
+        t.append(f" · {load_text(model.load, model.cpus)}", style="bold yellow")
+    t.append(f" · {model.runner or '?'} · {len(model.rank_ids())} ranks")
+    if model.steps:
+        t.append(f" · {model.steps} steps")
+    if pace is not None:
         samples = model.samples_rate()
         if samples is not None:
             t.append(f" · {fmt_samples_rate(samples)}")
-        if pace.eta is not None:
-            t.append(f" · ETA {fmt_duration(pace.eta)}")
-    if model.load is not None:  # a loaded machine slows every rank: not the model's fault
-        t.append(f" · {load_text(model.load, model.cpus)}",
-                 style="bold yellow" if model.cpus and overloaded(model.load, model.cpus) else "")
-    if source_kind == "replay":
-        t.append(" · replay", style="bold yellow")
+    if model.load is not None and not busy:
+        t.append(f" · {load_text(model.load, model.cpus)}")
     if model.run_dir:
         t.append(f" · {model.run_dir}", style="dim")
     return t
@@ -215,7 +220,7 @@ class RunScreen(Screen):
         elif tab == "crash":
             self._the(CrashView).crash = m.crash
         elif tab == "hints":
-            self._the(HintsView).hints = (tuple(m.hints), m.start_wall)
+            self._the(HintsView).hints = (tuple(m.hints), m.start_wall, tuple((v.title, v.fix) for v in said(m) if v.fix))
         elif tab == "verdict":
             self._the(VerdictView).shown = verdict_shown(m)
 

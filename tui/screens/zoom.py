@@ -7,10 +7,9 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Log, ProgressBar, Static
 
-from ddptui.tui.marks import marked
 from ddptui.tui.model import RunModel
 from ddptui.tui.widgets.keybar import KeyBar
-from ddptui.tui.widgets.rank_pane import status_line
+from ddptui.tui.widgets.rank_pane import badge_words, status_line
 
 
 class ZoomScreen(Screen):
@@ -49,7 +48,7 @@ class ZoomScreen(Screen):
         filt = f"   filter: {self.needle!r}" if self.needle else ""
         where = f" · {m.where(self.rank)}" if m.where(self.rank) else ""
         self.query_one("#zoom-head", Static).update(
-            Text(f" rank {self.rank} · {marked(rv.badge())} · pid {rv.pid or '-'}{where} · {status_line(rv, m.steps, m.last_wall)}{filt}",
+            Text(f" rank {self.rank} · {badge_words(rv)} · pid {rv.pid or '-'}{where} · {status_line(rv, m.steps, m.last_wall)}{filt}",
                  no_wrap=True, overflow="ellipsis", style="bold"))
         if m.steps:
             self.query_one(ProgressBar).update(total=m.steps, progress=min(rv.step or 0, m.steps))

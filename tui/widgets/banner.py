@@ -1,4 +1,5 @@
-"""The one-line run banner: stall with the hang sentence, crash root cause, or the final status."""
+"""The run banner: a node lost, the crash root cause, a stall with its fix, a slow-down, or the final status with every
+verdict the run had; cut after its last whole clause that fits its rows."""
 from __future__ import annotations
 
 import re
@@ -9,31 +10,30 @@ from textual.widgets import Static
 
 from ddptui.tui.marks import mark
 from ddptui.tui.model import RunModel
+from ddptui.tui.verdicts import slow_text
 from ddptui.tui.widgets.verdict_view import own_exit, preflight_problems, replica_line
 
 KINDS = ("-stall", "-crash", "-ok", "-failed", "-info")
 _NAMES_RANKS = re.compile(r"ranks? \d")  # a verdict that begins with its ranks: "rank 1 is stuck in ..."
+_CLAUSE = re.compile(r"; | · |, ")
+ROWS = 3  # the banner's most rows (app.tcss: max-height)
+MORE = " … (v: all of it)"
 
 
 def banner_text(model: RunModel) -> tuple[str, str]:
-    """(css class, text) for the current state; ("", "") hides the banner."""
+    """(css class, text) for the current state; ("", "") hides the banner. The cause leads (a node lost, the crash, a
+    stall, else the finished run's status); once the run is over every other verdict it had follows (a slow-down, a
+    stall that ended, replicas that differ), as summary.json keeps them."""
     f = model.finished
+    cls, parts = "", []
     if model.lost:  # the cause of what follows (its ranks' deaths, the crash verdict): said first
-        return "-crash", " · ".join(f"NODE LOST {n.node} ({_ranks(n.ranks)}): {n.why}" for n in model.lost)
-    if model.crash is not None:
+        cls, parts = "-crash", [" · ".join(f"NODE LOST {n.node} ({_ranks(n.ranks)}): {n.why}" for n in model.lost)]
+    elif model.crash is not None:
         c = model.crash
-        return "-crash", f"CRASH {c.exit}: {c.text}"
-    if model.stall is not None:
-        if model.stall_hang is not None:  # this stall's verdict, never an ended stall's
-            hv = model.stall_hang
-            if hv.culprits and not _NAMES_RANKS.match(hv.text):  # a Flight Recorder finding leads with the collective:
-                return "-stall", f"STALL: {_ranks(hv.culprits)} · {hv.text}"  # who, before a long sentence is cut
-            return "-stall", f"STALL: {hv.text}"
-        s = model.stall
-        ranks = ",".join(map(str, s.stalled))
-        said = s.reason or f"made no progress for {s.threshold:g}s"
-        return "-stall", f"STALL: rank {ranks}: {said}; collecting stacks…"
-    if f is not None:
+        cls, parts = "-crash", [f"CRASH {c.exit}: {c.text}"]
+    elif model.stall is not None:
+        cls, parts = "-stall", [_stall(model)]
+    elif f is not None:
         text = f"{mark(f.status) or '·'} run {f.status} (exit code {f.exit_code})"  # the marker: reads without colour
         problems = preflight_problems(model)
         if problems:  # why it never started: the reason, not only the status (its launcher lines are in the Timeline)
@@ -44,16 +44,60 @@ def banner_text(model: RunModel) -> tuple[str, str]:
         own = own_exit(model)
         if own:  # the ranks chose their exit status (no crash): what they said
             text += f": {own}"
-        if model.replica is not None:
-            text += f" · {replica_line(model.replica)}"
-        return ("-ok" if f.status == "ok" else "-failed"), text
-    sample = model.slow  # the engine's stack sample of the slowed run: its sentence names the culprits' numbers
-    named = set(sample.culprits) if sample is not None else set()
-    slow = [f"rank {r}: {v.detail}" for r, v in sorted(model.ranks.items())
-            if v.status == "slow" and v.detail and r not in named]
-    if slow or sample is not None:
-        return "-info", "SLOW: " + " · ".join(slow + ([sample.text] if sample is not None else []))
-    return "", ""
+        cls, parts = ("-ok" if f.status == "ok" else "-failed"), [text]
+    slow = slow_text(model)
+    if slow and (f is not None or not parts):  # live, the alarm of the moment alone; at the end, every verdict
+        parts.append("SLOW: " + slow)
+        cls = cls or "-info"
+    if f is not None:
+        if model.stall is None and model.hang is not None:  # a stall the ranks came out of: still a verdict of the run
+            parts.append("STALLED, then the ranks moved on: " + model.hang.text)
+        rep = model.replica
+        if rep is not None and (cls in ("-ok", "-failed") or rep.status == "differ"):
+            parts.append(replica_line(rep))
+        if cls == "-ok" and len(parts) > 1 and (slow or model.hang is not None):
+            cls = "-info"  # ok, but not without a warning
+    return cls, " · ".join(parts)
+
+
+def _stall(model: RunModel) -> str:
+    """"STALL: who · what holds them · fix: ... · the rest of the verdict": the engine's fix after the verdict's lead
+    clause, so a banner cut to its rows still says what to do."""
+    hv = model.stall_hang
+    if hv is None:
+        s = model.stall
+        said = s.reason or f"made no progress for {s.threshold:g}s"
+        return f"STALL: rank {','.join(map(str, s.stalled))}: {said}; collecting stacks…"
+    text = hv.text
+    if hv.fix:
+        lead, sep, rest = text.partition("; ")
+        text = f"{lead} · fix: {hv.fix}" + (f" · {rest}" if sep else "")
+    if hv.culprits and not _NAMES_RANKS.match(hv.text):  # a Flight Recorder finding leads with the collective:
+        return f"STALL: {_ranks(hv.culprits)} · {text}"  # who, before a long sentence is cut
+    return f"STALL: {text}"
+
+
+def fit(text: str, width: int, rows: int) -> str:
+    """The text as it fits `rows` rows of `width` cells: whole when it does, else cut after the last clause that fits
+    ("; ", " · " or ", "), never mid-word, and saying where the rest is."""
+    if width <= 0 or _rows(text, width) <= rows:
+        return text
+    cuts = [m.start() for m in _CLAUSE.finditer(text)]
+    for end in reversed(cuts):
+        shown = text[:end] + MORE
+        if _rows(shown, width) <= rows:
+            return shown
+    words = text.split(" ")
+    for n in range(len(words) - 1, 0, -1):
+        shown = " ".join(words[:n]) + MORE
+        if _rows(shown, width) <= rows:
+            return shown
+    return MORE.strip()
+
+
+def _rows(text: str, width: int) -> int:
+    from rich.console import Console
+    return len(Text(text).wrap(Console(width=width, legacy_windows=False, color_system=None), width))
 
 
 def _ranks(rs: tuple[int, ...]) -> str:
@@ -63,13 +107,15 @@ def _ranks(rs: tuple[int, ...]) -> str:
 
 
 class Banner(Static):
-    """Shows ``state`` = banner_text(model): set it on every change, it redraws only when it differs."""
+    """Shows ``state`` = banner_text(model): set it on every change, it redraws only when it differs. A text longer than
+    its rows is cut after its last whole clause that fits (`fit`), and says that the Verdict tab has all of it."""
 
     state: reactive[tuple[str, str]] = reactive(("", ""), repaint=False)
 
     def __init__(self, **kw) -> None:
         super().__init__("", **kw)
         self.display = False
+        self._shown: tuple[str, int] | None = None  # (text, width) last fitted
 
     def watch_state(self, state: tuple[str, str]) -> None:
         cls, text = state
@@ -77,4 +123,14 @@ class Banner(Static):
         self.remove_class(*KINDS)
         if cls:
             self.add_class(cls)
-        self.update(Text(text))
+        self._fit()
+
+    def on_resize(self) -> None:
+        self._fit()
+
+    def _fit(self) -> None:
+        text, width = self.state[1], self.content_size.width
+        if self._shown == (text, width):
+            return
+        self._shown = (text, width)
+        self.update(Text(fit(text, width, ROWS)))

@@ -8,9 +8,9 @@ from textual.widgets import Static
 from ddptui.runners import collectives as co
 from ddptui.tui.model import RunModel
 
-STATE_WORD = {"behind": "BEHIND", "waiting": "waiting", "ok": "ok"}
-STATE_CLASSES = ("-behind", "-waiting", "-ok")
-COLUMNS = f"{'rank':>4}  {'node':<12}  {'group':<24}  {'enqueued':>8}  {'completed':>9}  {'state':<7}  pending"
+STATE_WORD = {"mismatch": "MISMATCH", "behind": "BEHIND", "waiting": "waiting", "ok": "ok"}
+STATE_CLASSES = ("-mismatch", "-behind", "-waiting", "-ok")
+COLUMNS = f"{'rank':>4}  {'node':<12}  {'group':<24}  {'enqueued':>8}  {'completed':>9}  {'state':<8}  pending"
 
 
 def row_text(row: co.Row, node: str) -> str:
@@ -18,17 +18,32 @@ def row_text(row: co.Row, node: str) -> str:
     pending = row.pending
     if row.state == "behind" and row.behind_of is not None:
         pending = f"others wait in #{row.behind_of}; this rank has not entered it"
+    elif row.state == "mismatch":
+        pending += "  ≠ the others' call"
     return (f"{row.rank:>4}  {node[:12]:<12}  {row.group[:24]:<24}  {row.enqueued:>8}  {row.completed:>9}  "
-            f"{STATE_WORD[row.state]:<7}  {pending}")
+            f"{STATE_WORD[row.state]:<8}  {pending}")
 
 
 def head_text(model: RunModel, rows: list[co.Row]) -> Text:
-    t = Text(no_wrap=True, overflow="ellipsis")
+    """The engine's finding when there is one (the words the banner says, and its fix), then the laggards; else
+    that no rank lags behind."""
+    t = Text(no_wrap=False)
     if not rows:
         t.append("No collective reports yet: they come from each rank's Flight Recorder once its process group "
                  "is up (profile flight_recorder: true; XLA has none).", style="dim")
         return t
-    behind = [r for r in rows if r.state == "behind"]
+    finding, fix = model.collective_finding()
+    if finding:
+        kind = str(finding.get("kind") or "")
+        t.append(f"{kind.upper() if kind.endswith('mismatch') else 'hang'}: ", style="bold red")
+        t.append(str(finding.get("sentence") or ""))
+        if fix:
+            t.append("\nfix: ", style="bold green")
+            t.append(fix)
+        if not model.laggards:
+            return t
+        t.append("\n")
+    behind = [r for r in rows if r.state == "behind" and r.rank in model.laggards]
     if model.laggards:
         t.append("laggard: ", style="bold")
         t.append(", ".join(f"rank {r}" for r in model.laggards), style="bold red")
@@ -76,7 +91,7 @@ class CollectivesView(VerticalScroll):
 
     def show(self, model: RunModel) -> None:
         """Redraw from the model: the rows are recomputed (cheap, pure), only rows whose text changed are updated."""
-        rows = co.rows(model.collectives, model.laggards)
+        rows = co.rows(model.collectives, model.laggards, model.collective_finding()[0])
         head = head_text(model, rows)
         if self._head is None or head != self._head:
             self._head = head

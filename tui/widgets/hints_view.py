@@ -1,4 +1,5 @@
-"""Known-problem hints raised during the run: what the message means and how to fix it."""
+"""Known-problem hints raised during the run (what the message means and how to fix it), after the fix of each verdict
+the run had."""
 from __future__ import annotations
 
 from rich.text import Text
@@ -9,10 +10,17 @@ from textual.widgets import Static
 from ddptui.runners.events import HintRaised
 
 
-def render_hints(hints: list[HintRaised], start_wall: float | None) -> Text:
-    if not hints:
+def render_hints(hints: list[HintRaised], start_wall: float | None, fixes: tuple = ()) -> Text:
+    """The engine's fix of each verdict the run had (`fixes`: (title, fix) of tui/verdicts.py's list), then every
+    known-problem hint raised, with its explanation and fix."""
+    if not hints and not fixes:
         return Text("No hints raised.", style="dim")
     t = Text()
+    for title, fix in fixes:
+        t.append(f"[{title}] what to do about it", style="bold yellow")
+        t.append("  (the engine's fix; the Verdict tab has the verdict whole)\n")
+        t.append("    fix: ", style="bold green")
+        t.append(f"{fix}\n\n")
     for h in hints:
         rel = h.wall - (start_wall or h.wall)
         who = f"rank {h.rank}" if h.rank is not None else "launcher"
@@ -36,12 +44,12 @@ def hint_toast(h: HintRaised, short: bool) -> tuple[str, str]:
 
 
 class HintsView(VerticalScroll):
-    """Shows ``hints``: (the hints raised so far, the run's start wall time)."""
+    """Shows ``hints``: (the hints raised so far, the run's start wall time, the verdicts' (title, fix))."""
 
-    hints: reactive[tuple] = reactive(((), None), repaint=False, init=False)
+    hints: reactive[tuple] = reactive(((), None, ()), repaint=False, init=False)
 
     def compose(self):
         yield Static(render_hints([], None), classes="hints-text")
 
     def watch_hints(self, hints: tuple) -> None:
-        self.query_one(".hints-text", Static).update(render_hints(list(hints[0]), hints[1]))
+        self.query_one(".hints-text", Static).update(render_hints(list(hints[0]), hints[1], hints[2]))

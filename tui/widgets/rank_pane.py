@@ -1,17 +1,19 @@
 """One rank's pane: status badge, progress bar, CPU/RSS and the newest log lines."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from textual.app import ComposeResult
 from textual.reactive import reactive
 from textual.containers import Vertical
 
-from ddptui.tui.marks import marked
+from ddptui.tui.marks import WARN, marked
 from ddptui.tui.model import RankView, RunModel, human_bytes
 from ddptui.tui.rate import fmt_samples_rate, fmt_step_time, phase_text, samples_rate
 from ddptui.tui.widgets.pane_body import PaneBody
 
+_EXIT = re.compile(r"exit -?\d+")
 BADGE_CLASSES = ("-running", "-slow", "-stalled", "-ok", "-failed", "-starting", "-killed")
 
 
@@ -26,9 +28,12 @@ def badge_class(rv: RankView) -> str:
 
 def status_line(rv: RankView, steps: int | None, now: float | None = None) -> str:
     """'step 120/500 0.31 s/step  410 samples/s  loss 0.52  cpu 98%  rss 310M' (samples/s where the rank's model
-    inputs told its batch); before its first step, its start-up phase and its
-    seconds in it as of `now` (the model's newest event)."""
+    inputs told its batch); before its first step, its start-up phase and its seconds in it as of `now` (the model's
+    newest event). The engine's words for a rank not running ('stopped by ddptui after the stall', 'steps take 0.50 s,
+    ...') come first: a narrow pane cuts the end of the line, and the figures are what it can spare."""
     parts = []
+    if rv.detail and rv.status not in ("running", "failed") and not _EXIT.fullmatch(rv.detail):
+        parts.append(rv.detail)  # a failed rank's detail and an exit code are in its badge already
     if rv.phase:
         parts.append(phase_text(rv.phase, rv.phase_since, now))
     if rv.step is not None:
@@ -41,8 +46,6 @@ def status_line(rv: RankView, steps: int | None, now: float | None = None) -> st
         parts.append(f"loss {rv.loss:.4g}")
     parts.append(f"cpu {rv.cpu:.0f}%" if rv.cpu is not None else "cpu -")
     parts.append(f"rss {human_bytes(rv.rss)}")
-    if rv.detail and rv.status not in ("running",):
-        parts.append(rv.detail)
     return "  ".join(parts)
 
 
@@ -51,7 +54,7 @@ class PaneShown:
     """What a pane draws around its tail, as values: a pane redraws only what differs."""
 
     title: str
-    badge: str
+    badge: str  # the status with its marker, and what the rank went through before it: "✓ exited ok · ⚠ was slow"
     cls: str
     status: str
     bar: tuple[int, int] | None  # (total, done) when the run has a step count; None: no bar
@@ -63,7 +66,13 @@ def pane_shown(rv: RankView, steps: int | None, now: float | None = None) -> Pan
     bar = None
     if steps:
         bar = (steps, min(rv.step or 0, steps))
-    return PaneShown(title, rv.badge(), badge_class(rv), status_line(rv, steps, now), bar)
+    return PaneShown(title, badge_words(rv), badge_class(rv), status_line(rv, steps, now), bar)
+
+
+def badge_words(rv: RankView) -> str:
+    """"✓ exited ok · ⚠ was slow": the status with its marker, then what the rank went through that it no longer says."""
+    past = rv.past(short=True)
+    return marked(rv.badge()) + (f" · {WARN} {past}" if past else "")
 
 
 def _quantum(bar: tuple[int, int] | None) -> tuple | None:
@@ -110,7 +119,7 @@ class RankPane(Vertical, can_focus=True):
         if old is None or old.title != new.title:  # setting a border title repaints the whole pane, even unchanged
             self.border_title = new.title
         if old is None or old.badge != new.badge:
-            self.border_subtitle = marked(new.badge)  # "✗ failed (exit 1)": the status reads without colour
+            self.border_subtitle = new.badge  # "✗ failed (exit 1)": the status reads without colour
         if not self.has_class(new.cls):
             self.remove_class(*BADGE_CLASSES)
             self.add_class(new.cls)

@@ -1,4 +1,5 @@
-"""The final verdict: replica digests as parameters × ranks (first difference highlighted) and a per-rank summary."""
+"""The verdict: every verdict the run had with its fix, replica digests as parameters × ranks (first difference
+highlighted) and a per-rank summary with what each rank went through."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,8 +11,9 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
 from ddptui.runners.events import ReplicaVerdict
-from ddptui.tui.marks import mark, marked
+from ddptui.tui.marks import FAILED, WARN, mark, marked
 from ddptui.tui.model import RunModel, human_bytes
+from ddptui.tui.verdicts import said
 
 DIGEST_CHARS = 8
 
@@ -72,7 +74,9 @@ def summary_rows(model: RunModel) -> list[list[str]]:
         info = per.get(r) or per.get(str(r)) or {}
         badge = v.badge()
         end = rank_end(badge, info.get("outcome"), v.returncode)
-        rows.append([str(r), f"{mark(badge)} {end}" if mark(badge) else end,  # the badge's marker, the engine's words
+        end = f"{mark(badge)} {end}" if mark(badge) else end  # the badge's marker, the engine's words
+        past = v.past()
+        rows.append([str(r), end + (f" · {WARN} {past}" if past else ""),  # what it went through before its end
                      "-" if v.step is None else str(v.step), "-" if v.loss is None else f"{v.loss:.5g}",
                      "-" if v.cpu is None else f"{v.cpu:.0f}%", human_bytes(v.rss), str(v.pid or "-"),
                      model.where(r) or "-"])
@@ -83,12 +87,19 @@ def headline(model: RunModel) -> Text:
     t = Text()
     f = model.finished
     if f is None:
-        t.append("Run in progress: the verdict appears when it ends.\n", style="dim")
+        t.append("Run in progress: the final verdict appears when it ends; the verdicts so far:\n"
+                 if said(model) else "Run in progress: the verdict appears when it ends.\n", style="dim")
     else:
         t.append(f"status: {marked(f.status)}   exit code: {f.exit_code}\n",
                  style="bold green" if f.status == "ok" else "bold red")
     if own_exit(model):
         t.append(f"exit: {own_exit(model)}\n", style="bold red")
+    for v in said(model):  # every verdict the run had, whole: the banner cuts them to its rows
+        t.append(f"{v.mark} {v.title}: ", style="bold red" if v.mark == FAILED else "bold yellow")
+        t.append(f"{v.text}\n")
+        if v.fix:
+            t.append("   fix: ", style="bold green")
+            t.append(f"{v.fix}\n")
     for p in preflight_problems(model):
         t.append(f"preflight: {p.get('message', '?')}\n", style="bold red")
         if p.get("fix"):
@@ -100,8 +111,6 @@ def headline(model: RunModel) -> Text:
         j = model.job
         t.append(f"slurm job {j.job_id}: {j.state}" + (f" ({j.reason})" if j.reason else "")
                  + (f" on {','.join(j.nodes)}" if j.nodes else "") + "\n")
-    for n in model.lost:
-        t.append(f"node lost: {n.node}: {n.why}\n", style="bold red")
     t.append(f"run record: {model.run_dir or '-'}\n")
     if f is not None and f.summary_path:
         t.append(f"summary: {f.summary_path}\n", style="dim")
@@ -130,7 +139,9 @@ class VerdictView(VerticalScroll):
         yield Static(headline(RunModel()), classes="verdict-head")
         yield Static("per-rank summary", classes="section")
         yield DataTable(id="summary-table", cursor_type="row", zebra_stripes=True)
-        yield Static("replica digests (parameters × ranks)", classes="section")
+        digests = Static("replica digests (parameters × ranks)", classes="section replica-head")
+        digests.display = False  # only when a rank reported its digests: no heading over an empty table
+        yield digests
         yield DataTable(id="replica-table", cursor_type="row")
 
     def on_mount(self) -> None:
@@ -152,6 +163,7 @@ class VerdictView(VerticalScroll):
         rep = new.replica
         rt = self.query_one("#replica-table", DataTable)
         rt.clear(columns=True)
+        self.query_one(".replica-head", Static).display = rep is not None and bool(rep.params)
         if rep is not None and rep.params:
             cols, rows = replica_rows(rep)
             rt.add_columns(*cols)
