@@ -56,3 +56,4 @@ def test_a_hung_run_names_the_laggard_live_and_its_ranks_collective_reports_do_n
     assert m.collectives == {r: t.collectives for r, t in session.judge.tracks.items()}
     live = [e for e in rec.events if isinstance(e, ev.CollectiveProgress)]
     assert m.laggards == live[-1].laggards
+    assert all(e.mismatch == {} for e in live)  # a rank that never entered the collective is no mismatch
