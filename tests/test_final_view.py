@@ -1,8 +1,8 @@
 """Issue 23 items 8-11 on the dashboard: the finished view keeps every verdict the run had (a slow-down, a node lost, a
 crash, a stall now or over, replicas that differ) with the engine's fix; the Collectives tab leads with the finding the
 banner says and marks the mismatching rows; words that are cut say where the rest is (banner, header, pane status,
-replicas after a stall). Events as the engine sends them (a replay of the real runs is in test_engine_e2e.py and
-test_fr_verdicts.py); item 11, the Stacks tab, is in test_stacks_view.py."""
+replicas after a stall), and at 80x24 the Stacks tab shows the culprit first. Events as the engine sends them (a
+replay of the real runs is in test_engine_e2e.py and test_fr_verdicts.py; item 11's rules in test_stacks_view.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -196,7 +196,7 @@ STALL_TEXT = ("STALL: rank 1 · collective #16 (all_reduce, 1 tensor [5313] floa
 
 
 def test_fit_keeps_whole_clauses_and_says_where_the_rest_is():
-    from ddptui.tui.widgets.banner import MORE, fit
+    from ddptui.tui.widgets.banner import MORE, _rows, fit
     shown = fit(STALL_TEXT, 78, 3)
     assert shown.endswith(MORE) and _rows(shown, 78) <= 3
     body = shown[: -len(MORE)]
@@ -205,20 +205,23 @@ def test_fit_keeps_whole_clauses_and_says_where_the_rest_is():
     assert fit(STALL_TEXT, 0, 3) == STALL_TEXT  # not laid out yet: the whole text, fitted on the first resize
 
 
-def _rows(text: str, width: int) -> int:
-    from ddptui.tui.widgets.banner import _rows as rows
-    return rows(text, width)
-
-
 @pytest.mark.timeout(60)
 @aio
-async def test_at_80x24_the_stall_banner_ends_on_a_whole_clause_and_v_shows_it_all():
+async def test_at_80x24_the_hang_records_banner_ends_on_a_whole_clause_and_the_culprits_stack_is_on_screen():
+    """Items 10 and 11 on one replay: the stall banner was cut mid-sentence after 3 rows; the Stacks tab listed rank 0
+    and ddptui's threads first (the culprit ~40 rows down); `y` said "copied" with nowhere else to look."""
     app = DdpApp(source=ReplaySource(RECORDS / "hang"))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app, 30)
         banner = app.screen.query_one(Banner)
-        lines = [ln.rstrip() for ln in screen_text(app).split("\n")[banner.region.y:banner.region.bottom]]
+        text = screen_text(app)
+        lines = [ln.rstrip() for ln in text.split("\n")[banner.region.y:banner.region.bottom]]
         assert len(lines) <= 3 and lines[-1].endswith("… (v: all of it)"), lines
+        assert app.screen.query_one("#tabs").active == "stacks"
+        assert "━━ rank 1 (culprit)" in text and "◀ Injector.at_step" in text, text
+        await pilot.press("y")
+        msg = [n.message for n in app._notifications if "copied rank 1's stacks" in n.message]
+        assert msg and "runs/hang/stacks/01-stall/rank1.txt" in msg[-1], [n.message for n in app._notifications]
         await pilot.press("v")
         head = str(app.screen.query_one("#verdict-view .verdict-head").render())
         assert f"⚠ stall: {app.model.hang.text}" in head  # the whole verdict, where the banner points

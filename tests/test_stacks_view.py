@@ -1,18 +1,10 @@
 """The dashboard shows the engine's stack verdict only with the stacks it was read from, and never re-decides it."""
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
 from ddptui.runners import events as ev
-from ddptui.tui.app import DdpApp, ReplaySource
 from ddptui.tui.model import RunModel
 from ddptui.tui.widgets.banner import banner_text
 from ddptui.tui.widgets.stacks_view import render_stacks
-from tests.test_tui_app import aio, screen_text, settle
-
-RECORDS = Path(__file__).resolve().parent / "fixtures" / "records"
 
 T = 1_700_000_000.0
 SP = "/venv/lib/python3.11/site-packages"
@@ -84,18 +76,3 @@ def test_the_culprit_comes_first_then_the_ranks_waiting_for_it():
     heads = [ln.split(" ·")[0] for ln in plain.split("\n") if ln.startswith("━━ rank ")]
     assert heads == ["━━ rank 2 (culprit)", "━━ rank 0 (waiting)", "━━ rank 3 (waiting)", "━━ rank 1"]
     assert plain.count("ddptui's own threads: ddptui-collectives (idle, 6 frames folded") == 4 and "_loop" not in plain
-
-
-@pytest.mark.timeout(60)
-@aio
-async def test_at_80x24_the_culprits_stack_is_on_the_first_screen_and_y_names_the_file():
-    app = DdpApp(source=ReplaySource(RECORDS / "hang"))
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot, app, 30)
-        assert app.screen.query_one("#tabs").active == "stacks"
-        text = screen_text(app)
-        assert "━━ rank 1 (culprit)" in text and "◀ Injector.at_step" in text, text  # rank 0 and helpers came first
-        await pilot.press("y")
-        said = app._notifications
-        msg = [n.message for n in said if "copied rank 1's stacks" in n.message]
-        assert msg and "runs/hang/stacks/01-stall/rank1.txt" in msg[-1], [n.message for n in said]
