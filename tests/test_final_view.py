@@ -289,3 +289,12 @@ async def replayed_views(run_dir: Path, size=(160, 44)) -> dict:
         out["collectives"] = str(view.query_one(".coll-head", Static).render())
         out["coll_rows"] = {w.key: w.shown for w in view.query(CollRow)}
     return out
+
+
+def test_the_compact_row_of_a_rank_that_was_slow_says_so_unless_its_trouble_needs_the_cell():
+    from ddptui.tui import compact
+    m = folded(slow_run())
+    assert compact.status_words(m.rank(1), compact.OTHER) == "exited ok · was slow"
+    assert compact.status_words(m.rank(0), compact.OTHER) == "exited ok"
+    m.apply([ev.RankState(1, "failed", "exit 1", T + 40)])
+    assert compact.status_words(m.rank(1), compact.ROOT) == "failed (exit 1) · root cause"  # the cell is narrow

@@ -122,8 +122,13 @@ SORT_COLUMN = {"rank": "rank", "step": "step", "step_time": "step time", "loss":
 
 
 def status_words(rv: "RankView", why: int) -> str:
-    past = rv.past(short=True)  # a rank that was slow or stalled and went on: said after its status
-    b = rv.badge() + (f" · {past}" if past else "")
+    b = rv.badge()
+    said = _trouble_words(b, why)
+    past = rv.past(short=True)  # a rank that was slow or stalled and went on (exited ok): its cell says so too
+    return said + (f" · {past}" if past and said == b and not b.startswith("failed") else "")
+
+
+def _trouble_words(b: str, why: int) -> str:
     if why == ROOT:
         return f"{b} · root cause"
     if why == BEHIND:

@@ -75,9 +75,9 @@ class Console:
                                         f"({', '.join(sorted(set(e.method.values())))}) -> {e.path}"))
             elif isinstance(e, ev.HangVerdict):
                 parts.append(self._note(e.wall, e.text, "slow" if e.reason == "slow" else "stall"))
+                parts += [f"{ln}\n" for ln in culprit_stacks(e, self.stacks)]  # the culprit's stack follows the verdict
                 if e.fix:
                     parts.append(f"    fix: {e.fix}\n")
-                parts += [f"{ln}\n" for ln in culprit_stacks(e, self.stacks)]
             elif isinstance(e, ev.CrashVerdict):
                 parts.append(self._note(e.wall, e.text, "crash"))
                 parts += [f"    {ln}\n" for ln in e.excerpt[-12:]]
