@@ -248,6 +248,16 @@ def test_a_pane_status_line_says_the_outcome_before_the_figures():
     assert not status_line(m.rank(1), 100).startswith("exit 0")  # its badge says "exited ok" already
 
 
+def test_an_attached_rank_whose_output_cannot_be_read_says_so_in_its_pane_and_row():
+    from ddptui.tui.compact import row_cells
+    from ddptui.tui.model import human_bytes
+    from ddptui.tui.widgets.rank_pane import status_line
+    m = folded([begin(), [ev.RankState(0, "running", "output not readable", T + 1),
+                          ev.Resources({0: 0.5}, {0: 300_000_000}, T + 2)]])
+    assert status_line(m.rank(0), 100).startswith("output not readable  cpu 0%"), status_line(m.rank(0), 100)
+    assert row_cells(m.rank(0), 0, 100, "node0", human_bytes)[-1] == "(output not readable)"
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("rep", ["unavailable", "identical"])
 @aio

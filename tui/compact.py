@@ -164,7 +164,8 @@ def loss_words(x: float | None) -> str:
 
 def row_cells(rv: "RankView", why: int, steps: int | None, where: str, human_bytes) -> tuple[str, ...]:
     """The row's cells in COLUMNS order (the last line raw: the widget cleans and cuts it)."""
-    last = rv.lines[-1][2] if rv.lines else ""
+    # a running rank with no line of its own says what is known of it instead ("output not readable")
+    last = rv.lines[-1][2] if rv.lines else f"({rv.detail})" if rv.detail and rv.status == "running" else ""
     return (marks.mark(rv.badge()) or MARKS[why], str(rv.rank), where or "-", status_words(rv, why), progress_words(rv, steps),
             step_time_words(rv.step_time), loss_words(rv.loss),
             f"{rv.cpu:.0f}%" if rv.cpu is not None else "-", human_bytes(rv.rss), last)

@@ -34,6 +34,8 @@ def status_line(rv: RankView, steps: int | None, now: float | None = None) -> st
     parts = []
     if rv.detail and rv.status not in ("running", "failed") and not _EXIT.fullmatch(rv.detail):
         parts.append(rv.detail)  # a failed rank's detail and an exit code are in its badge already
+    elif rv.detail and rv.status == "running" and rv.step is None:
+        parts.append(rv.detail)  # what is known of a running rank with no step to show ("output not readable")
     if rv.phase:
         parts.append(phase_text(rv.phase, rv.phase_since, now))
     if rv.step is not None:
