@@ -18,6 +18,12 @@ _UNREACHABLE = re.compile(r"Task launch for \S+ failed on node|Required node not
                           r"on node \S+: (Communication connection failure|Socket timed out|Zero Bytes were transmitted)")
 _TASK_EXIT = re.compile(r"^srun: error: \S+: tasks? [\d,-]+: (Exited with exit code (\d+)|.*)$")
 NO_PROCESS, NO_HANDLER = 3, 4  # exit codes of the faulthandler script run on the node
+STOPPED = 5  # exit code of the py-spy wrapper on the node: the rank is stopped (state T or t), py-spy not run
+STATE_MARK = "ddptui-state: "
+# On the node, before py-spy: the rank's State; a stopped rank gets no py-spy (it cannot be suspended again) but says
+# its state, and no fallback is tried on it (its debug server and SIGUSR1 wait until it is continued)
+_STATE_THEN = ('p=$1; shift; s=$(sed -n "s/^State:[[:space:]]*//p" /proc/$p/status 2>/dev/null); '
+               f'case "$s" in T*|t*) echo "{STATE_MARK}$s"; exit {STOPPED};; esac; exec "$@"')
 # On the node: SIGUSR1 to the rank only if it registered a handler for it (SigCgt bit 10; otherwise the signal kills
 # it), the same check runners/stacks.catches_sigusr1 does here. Only the last 4 hex digits are read: the shell's
 # arithmetic is signed 64-bit and SIGUSR1's bit is 0x200.
@@ -73,7 +79,13 @@ def srun_argv(srun: str, job_id: str, node: str, command: list[str]) -> list[str
 
 
 def pyspy_argv(pyspy: str, pid: int) -> list[str]:
-    return [pyspy, "dump", "--pid", str(pid), "--json"]
+    """py-spy on the node, unless the rank there is stopped (then its state, exit STOPPED)."""
+    return ["/bin/sh", "-c", _STATE_THEN, "sh", str(pid), pyspy, "dump", "--pid", str(pid), "--json"]
+
+
+def said_state(out: str) -> str:
+    """The state the py-spy wrapper printed for a stopped rank ("T (stopped)"), "" if none."""
+    return next((ln.strip()[len(STATE_MARK):] for ln in out.splitlines() if ln.strip().startswith(STATE_MARK)), "")
 
 
 def signal_argv(pid: int) -> list[str]:
@@ -197,6 +209,9 @@ def collect(targets: list[RemoteTarget], job_id: str | None, method: str = "auto
             for rank, (rc, out, err) in ran.items():
                 t = by_rank[rank]
                 o = outcome(t.node, rc, out, err, timeout, "py-spy")
+                if o.task_rc == STOPPED and said_state(o.out):
+                    res[rank] = stacks.stopped_result(rank, t.pid, said_state(o.out), t.node)
+                    continue
                 if o.error is None:
                     try:
                         threads = stacks.ordered(stacks.parse_pyspy_json(o.out))

@@ -59,6 +59,35 @@ def stack_sentence(where: dict, steps: dict, stalled, since: float, slowed=None)
     return verdict.hang_sentence(where, steps, stalled, since)
 
 
+def stopped_words(state: str) -> str:
+    """A stopped process's state in words: "stopped (SIGSTOP: state T)", or for "t" held by a tracer."""
+    if state[:1] == "t":
+        return "held by a debugger or tracer (state t: tracing stop)"
+    return "stopped (SIGSTOP: state T)"
+
+
+def with_stopped(stopped: dict[int, str], nodes: dict[int, str], text: str, culprits, waiting, where: dict,
+                 steps: dict, since: float):
+    """The hang sentence led by the ranks found stopped (rank -> its State: stacks.StackResult.state; nodes: rank ->
+    its node, named when the run spans several): a stopped rank is the culprit, whatever else its stacks (none),
+    its Flight Recorder (none) or py-spy (ptrace refused) could not say. The ranks that wait for it follow."""
+    if not stopped:
+        return text, tuple(culprits), tuple(waiting)
+    rs = sorted(stopped)
+    who = ", ".join(f"{r}" + (f" ({nodes[r]})" if nodes.get(r) else "") for r in rs)
+    states = {stopped_words(s) for s in stopped.values()}
+    lead = (f"{'rank' if len(rs) == 1 else 'ranks'} {who} {'is' if len(rs) == 1 else 'are'} "
+            + (states.pop() if len(states) == 1 else "stopped (" + "; ".join(
+                f"rank {r}: {stopped_words(stopped[r])}" for r in rs) + ")"))
+    known = {r: w for r, w in where.items() if r not in stopped and (w.file or w.detail)}
+    others = [r for r in known if known[r].category in verdict.WAITING]
+    since_txt = time.strftime("%H:%M:%S", time.localtime(since))
+    if others and len(others) == len(known):
+        return (f"{lead}, every other rank waits for {'it' if len(rs) == 1 else 'them'}: "
+                f"{verdict._wait_group(sorted(others), known)} since {since_txt}", tuple(rs), tuple(sorted(others)))
+    return f"{lead}; {text}", tuple(rs), tuple(sorted(set(waiting) - set(rs)))
+
+
 def with_xla(rdv, text: str, culprits, waiting, where: dict, calls: dict, steps: dict):
     """The hang sentence with XLA's rendezvous evidence in it (op, keys, since when), when there is some."""
     if rdv is None or not rdv.stalled:

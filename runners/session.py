@@ -514,15 +514,23 @@ class Session:
         t0 = time.monotonic()
         hosts, here = {r: (t.host, t.node) for r, t in self.tracks.items()}, socket.gethostname()
         job_id = self.slurm.job_id if self.slurm is not None else None
+        # a stopped rank's debug server cannot answer: not asked (one here is seen at once; one on another node by
+        # the srun that would run py-spy there)
+        stopped = {t.rank for t in targets if remote_stacks.is_local(hosts[t.rank][0], here)
+                   and stacks.stopped_state(t.pid)}
         socks, no_socket = self._fr_sockets(targets)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            fr_job = pool.submit(fr_client.take, [t.rank for t in targets], socks, hosts, here, job_id,
+            fr_job = pool.submit(fr_client.take, [t.rank for t in targets],
+                                 {r: sock for r, sock in socks.items() if r not in stopped}, hosts, here, job_id,
                                  len(self.tracks), no_socket,
                                  fr_client.known_groups({r: t.collectives for r, t in self.tracks.items()}))
             # ranks on other nodes are dumped there, through srun in their job (runners/remote_stacks.py)
             results = remote_stacks.collect_everywhere(targets, hosts, here, job_id, method=self.stack_method,
                                                        pyspy=self.pyspy)
             fr_dumps, fr_said = fr_job.result()
+        for rank, res in results.items():
+            if res.state and rank not in fr_dumps:
+                fr_said[rank] = f"unavailable: rank {rank} is stopped (State: {res.state})"
         secs = time.monotonic() - t0
         n = len(self.stack_collections) + 1
         folder = self.run_dir / "stacks" / f"{n:02d}-{req.why.replace(' ', '-')}"

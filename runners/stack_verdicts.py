@@ -31,7 +31,8 @@ class StackVerdicts:
             return None
         where = run_verdicts.wheres(s.profile, results)
         finding = None if slow else self.finding(fr)
-        if not where and not slow:
+        stopped = {} if slow else {r: res.state for r, res in results.items() if res.state}
+        if not where and not slow and not stopped:
             self.without_stacks(req.stalled or (), req.since or s.wall, finding)
             return s.hang
         steps = s.steps()
@@ -44,6 +45,10 @@ class StackVerdicts:
         if not slow and s.profile.runner == "xla":
             text = run_verdicts.xla_without_fr(text, True, s.xla_rdv)
         text, culprits, waiting = run_verdicts.with_collective(finding, text, culprits, waiting, where, steps, since)
+        nodes = {r: t.node for r, t in s.tracks.items()}
+        named = {r: nodes[r] for r in stopped} if len(set(nodes.values())) > 1 else {}
+        text, culprits, waiting = run_verdicts.with_stopped(stopped, named, text, culprits, waiting, where, steps,
+                                                            since)
         hv = run_verdicts.hang_event(text, culprits, waiting, where, steps, s.wall, folder, slow, finding)
         if not slow:
             s.hang = hv  # the run's hang verdict comes from stalls only

@@ -2,6 +2,7 @@
 faulthandler (SIGUSR1)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import linecache
 import os
@@ -68,6 +69,8 @@ class StackResult:
     # True: the rank's node could not be reached to take them (srun timed out or could not talk to it): evidence
     # that the node itself is lost, not only the rank
     unreachable: bool = False
+    # the process was found stopped, not taken a stack of: its /proc State ("T (stopped)", "t (tracing stop)")
+    state: str = ""
 
 
 def is_user_frame(f: Frame) -> bool:
@@ -135,6 +138,25 @@ def python_pid(pid: int) -> int | None:
     except psutil.Error:
         return None
     return kids[0].pid if len(kids) == 1 else None
+
+
+def stopped_state(pid: int) -> str:
+    """The State of a stopped process as /proc says it ("T (stopped)", "t (tracing stop)"), "" when it runs or
+    sleeps (or is gone). A stopped process answers neither py-spy (it cannot be suspended again), nor its debug
+    server, nor SIGUSR1 (held until it is continued): its state is the finding."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("State:"):
+                    state = line.split(":", 1)[1].strip()
+                    return state if state[:1] in ("T", "t") else ""
+    except OSError:
+        pass
+    return ""
+
+
+def stopped_result(rank: int, pid: int, state: str, node: str = "") -> StackResult:
+    return StackResult(rank, pid, f"unavailable: the process is stopped (State: {state})", node=node, state=state)
 
 
 def catches_sigusr1(pid: int) -> bool:
@@ -399,6 +421,10 @@ def collect(targets: list[Target], method: str = "auto", pyspy: str | None = Non
         if pid is None:
             results[t.pid] = StackResult(t.rank, t.pid, f"unavailable: pid {t.pid} is not a Python process")
             continue
+        state = stopped_state(pid)
+        if state:
+            results[pid] = stopped_result(t.rank, pid, state)
+            continue
         by_pid.setdefault(pid, Target(t.rank, pid, t.stderr_path, t.debug_sock))
     errors: dict[int, str] = {}
     kids: dict[int, list[int]] = {}  # rank pid -> its worker pids
@@ -459,8 +485,7 @@ def collect(targets: list[Target], method: str = "auto", pyspy: str | None = Non
     out: dict[int, StackResult] = {}
     for t in targets:
         r = results[resolved[t.rank]]
-        out[t.rank] = r if r.rank == t.rank else StackResult(t.rank, r.pid, r.method, r.threads, r.error, r.text, r.workers,
-                                                             r.worker_id, r.node, r.unreachable)
+        out[t.rank] = r if r.rank == t.rank else dataclasses.replace(r, rank=t.rank)
     return out
 
 

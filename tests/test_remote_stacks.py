@@ -46,10 +46,37 @@ def test_single_host_cluster_ranks_are_all_local():
 # ---- what srun is asked ----------------------------------------------------------------------------------------
 def test_srun_argv_runs_one_overlapping_task_on_the_node_in_the_job():
     argv = rs.srun_argv("/usr/bin/srun", "42", "node1", rs.pyspy_argv("/venv/bin/py-spy", 777))
-    assert argv[:argv.index("/venv/bin/py-spy")] == [
+    assert argv[:argv.index("/bin/sh")] == [
         "/usr/bin/srun", "--overlap", "--jobid", "42", "-w", "node1", "-N1", "-n1", "-v",
         "--job-name", "ddptui-stacks"]
     assert argv[argv.index("/venv/bin/py-spy"):] == ["/venv/bin/py-spy", "dump", "--pid", "777", "--json"]
+
+
+def test_pyspy_wrapper_says_a_stopped_rank_state_and_runs_py_spy_on_a_running_one():
+    """The command srun runs on the node, run here against real processes: a stopped process gets no py-spy (exit
+    STOPPED, its /proc State said), a sleeping one gets the program (here `echo`, standing in for py-spy)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    p = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "up"
+        ran = subprocess.run(rs.pyspy_argv("echo", p.pid), capture_output=True, text=True, timeout=30)
+        assert (ran.returncode, ran.stdout.split()) == (0, ["dump", "--pid", str(p.pid), "--json"])
+        os.kill(p.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while stacks.stopped_state(p.pid) == "":
+            assert time.monotonic() < deadline, "the process never showed as stopped"
+            time.sleep(0.05)
+        ran = subprocess.run(rs.pyspy_argv("echo", p.pid), capture_output=True, text=True, timeout=30)
+        assert ran.returncode == rs.STOPPED and rs.said_state(ran.stdout) == "T (stopped)", ran
+        assert stacks.stopped_state(p.pid) == "T (stopped)"
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()
 
 
 def test_srun_env_drops_the_allocation_geometry_keeps_the_cluster():

@@ -136,6 +136,33 @@ def test_no_signal_to_a_process_without_faulthandler(sleeper, tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_a_stopped_process_is_said_stopped_and_neither_traced_nor_signalled(sleeper):
+    """A rank SIGSTOPped (a frozen node): its State is the finding. py-spy cannot suspend it (ptrace's error would be
+    all a user read), its debug server cannot answer, and a SIGUSR1 would wait to dump into its stderr once continued."""
+    import signal
+    p, err = sleeper("fh")
+    os.kill(p.pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while _proc_state(p.pid) != "T (stopped)":
+        assert time.monotonic() < deadline, "never stopped"
+        time.sleep(0.05)
+    r = stacks.collect([stacks.Target(3, p.pid, err)])[3]
+    assert (r.method, r.threads) == ("unavailable: the process is stopped (State: T (stopped))", []), r
+    assert (r.state, r.error) == ("T (stopped)", None), r
+    os.kill(p.pid, signal.SIGCONT)
+    p.stdin.write("ping\n")
+    p.stdin.flush()
+    assert p.stdout.readline().strip() == "pong"  # running again: a pending SIGUSR1 would have been delivered first
+    assert "most recent call first" not in Path(err).read_text()  # no faulthandler dump: nothing was sent
+    assert stacks.stopped_state(p.pid) == "" and _proc_state(p.pid)[:1] in ("R", "S")
+
+
+def _proc_state(pid: int) -> str:
+    return next(ln.split(":", 1)[1].strip() for ln in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if ln.startswith("State:"))
+
+
+@pytest.mark.timeout(60)
 def test_bash_wrapper_pid_resolves_to_python_and_non_python_is_refused(tmp_path):
     script = tmp_path / "s.py"
     script.write_text("import time\nprint('ready', flush=True)\ntime.sleep(60)  # S\n")

@@ -179,7 +179,8 @@ def culprit_stacks(hang: ev.HangVerdict, stacks: ev.StacksCollected | None) -> l
         thread = next((t for t in threads if t.name == where.get("thread")), None) or next(
             (t for t in threads if t.name == "MainThread"), None)
         if thread is None or not thread.frames:
-            out.append(f"    {who}: no stack")
+            why = str(stacks.method.get(r, "")).removeprefix("unavailable: ")
+            out.append(f"    {who}: no stack" + (f" ({why})" if why.startswith("the process is stopped") else ""))
             continue
         out.append(f"    {who}, thread {thread.name}, innermost user frame first:")
         out += stk.folded_lines(thread.frames, indent="      ")
