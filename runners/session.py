@@ -239,6 +239,8 @@ class Session:
         Slurm holds no process or node of it: teardown through the engine, never a signal to a process on a node."""
         from .slurm_job import GONE_DEADLINE
         w = self.slurm
+        if self._job_waited:
+            return  # one scancel and one bounded wait per run: `run`'s final sweep comes here again
         running = any(pr.returncode is None and pr.poll() is None for pr in self.procs)
         if not running and (w.job_id is None or w.gone()):
             return
@@ -246,14 +248,22 @@ class Session:
         self._job_waited = True
         what = w.cancel()
         self._launcher_line(f"ddptui: scancel {what}")
-        end = time.monotonic() + GONE_DEADLINE
-        while time.monotonic() < end and not self._kill_now.is_set():
-            if all(pr.poll() is not None for pr in self.procs) and w.gone():
+        t0 = time.monotonic()
+        lost = set(self.judge.job.lost)
+        left, held = [], None
+        while not self._kill_now.is_set():
+            left = [pr.spec.name for pr in self.procs if pr.poll() is None]
+            if not left:
+                held = w.held_on()
+                if held is not None and set(held) <= lost:
+                    break
+            if time.monotonic() - t0 >= GONE_DEADLINE:
                 break
             time.sleep(0.2)
-        else:
-            self._launcher_line(f"ddptui: Slurm still holds {what} {GONE_DEADLINE:g} s after scancel"
-                                + (f" ({w.error})" if w.error else ""))
+        waited = time.monotonic() - t0
+        why_down = w.slurmd_timeout() if not left and held else None
+        self._launcher_line(slurm_state.released_words(what, waited, left, held, lost, why_down)
+                            + (f" ({w.error})" if w.error and (left or held is None) else ""))
         self._job_poll()
 
     def _job_poll(self) -> str | None:

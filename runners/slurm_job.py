@@ -12,7 +12,8 @@ from .slurm_state import JobInfo
 
 CMD_TIMEOUT = 5.0  # seconds one Slurm client call may take (slurmctld answers in milliseconds when it is up)
 # seconds teardown waits, after scancel, for the job to leave RUNNING/COMPLETING (KillWait ~5 s); within the stopper's
-# 30 s bound on a stopped ddptui (tui/stopper.py), with the rank teardown's deadline after it
+# 30 s bound on a stopped ddptui (tui/stopper.py), with the rank teardown's deadline (5 s + 2 s) after it. Once the
+# launchers exited, a node known lost is not waited for (Slurm holds it until SlurmdTimeout).
 GONE_DEADLINE = 20.0
 
 
@@ -123,6 +124,27 @@ class SlurmJobWatch:
             return f"job named {self.job.name}"
         self._run(["scancel", jid])
         return f"job {jid}"
+
+    def held_on(self) -> tuple[str, ...] | None:
+        """The nodes Slurm still holds the job on (step mode: our step), () once it holds nothing; None when Slurm
+        could not be asked. A job COMPLETING on a node that is gone is held there until Slurm marks it down."""
+        if not self.own_job:
+            if self.step is None or self.job_id is None:
+                return ()
+            out = self._run(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i|%j|%N"])
+            if out is None:
+                return None
+            nodes = slurm_state.step_nodes(out, self.job.name)
+            return () if nodes is None else self.hostnames(nodes)
+        if self.job_id is None:
+            return ()
+        info = self.poll()
+        return self.hostnames(info.nodelist) if info is not None and info.state in slurm_state.HOLDING else ()
+
+    def slurmd_timeout(self) -> str | None:
+        """How long Slurm waits for a silent slurmd before it marks its node down ("300 sec"), None if not said."""
+        out = self._run(["scontrol", "show", "config"])
+        return slurm_state.config_value(out, "SlurmdTimeout") if out is not None else None
 
     def gone(self) -> bool:
         """Slurm holds nothing of the job any more (step mode: the step is gone from squeue)."""

@@ -74,6 +74,43 @@ def parse_steps(out: str, name: str) -> str | None:
     return None
 
 
+def step_nodes(out: str, name: str) -> str | None:
+    """`squeue -h -s -j ID -o '%i|%j|%N'`: the node list of the step called `name`, None when it is not listed."""
+    for line in out.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 3 and parts[1].strip() == name and "." in parts[0]:
+            return parts[2].strip()
+    return None
+
+
+def config_value(out: str, key: str) -> str | None:
+    """One setting of `scontrol show config` ("SlurmdTimeout           = 300 sec" -> "300 sec"), None if absent."""
+    for line in out.splitlines():
+        k, sep, v = line.partition("=")
+        if sep and k.strip() == key:
+            return v.strip()
+    return None
+
+
+def released_words(what: str, seconds: float, running: list[str], held: tuple[str, ...] | None, lost: set[str],
+                   slurmd_timeout: str | None) -> str:
+    """What teardown waited for after its scancel, and what it did not wait for, in one line: the launchers
+    (`running`: still running), the nodes Slurm still holds the job on (`held`: None when it could not be asked);
+    a lost node's share of the job Slurm releases only once it marks the node down (SlurmdTimeout)."""
+    if running or (held and not set(held) <= lost):
+        on = f" on {', '.join(held)}" if held else ""
+        return (f"ddptui: Slurm still holds {what}{on} {seconds:.0f} s after scancel"
+                + (f"; {', '.join(running)} still running" if running else ""))
+    if held is None:
+        return f"ddptui: its launcher exited {seconds:.1f} s after scancel; Slurm could not be asked about {what}"
+    if not held:
+        return f"ddptui: {what} ended {seconds:.1f} s after scancel (its launcher exited, Slurm holds nothing of it)"
+    nodes = ", ".join(held)
+    until = f" (SlurmdTimeout {slurmd_timeout})" if slurmd_timeout else ""
+    return (f"ddptui: its launcher exited {seconds:.1f} s after scancel; Slurm keeps {what} COMPLETING on {nodes}, "
+            f"lost, until it marks {'it' if len(held) == 1 else 'them'} down{until}: not waited for")
+
+
 _NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
 NODE_FAILURE_NEEDLE = "Node failure on"
 
