@@ -112,6 +112,8 @@ class Conclusion:
             outcomes = s.own_exit.outcomes
         for r, (status, words) in outcomes.items():
             t = s.tracks[r]
+            if t.node in s.nodes_lost and t.status == "killed":
+                continue  # it went with its node (rank_lifecycle): the node lost is its end, not the crash's words
             was, t.outcome = (t.status, t.outcome), words
             if status == "failed" and was[0] != "failed":  # taken for stopped until its exit code arrived
                 s.set_status(t, status, t.signal or (f"exit {t.returncode}" if t.returncode else "failed"))

@@ -127,6 +127,7 @@ class Ingest:
         # only before its first step: a program that initialises again later is training, not starting
         if phase in PHASES and t.step is None and t.alive and self._phase.get(t.rank) != phase:
             self._phase[t.rank] = phase
+            t.phase, t.phase_mono = phase, self.s.mono
             self.s.emit(ev.RankPhase(t.rank, phase, wall))
 
     def _report(self, rep: dict, line_rank: int | None, wall: float, mono: float) -> None:

@@ -5,12 +5,29 @@ from dataclasses import dataclass
 
 from . import events as ev
 from . import slurm_state
-from .run_state import EXIT_FAILED, RunState, TearDown
+from .crash import RankEvidence, victim_marker
+from .hang_verdict import ranks_text
+from .run_state import EXIT_FAILED, ProbeNodes, RunState, TearDown
 
 # Seconds an agent (a torchrun per node, sbatch/srun) gets to exit by itself once the run failed or lost a node
 # (the profile's agent_exit_grace). After a network partition one torchrun agent never exited by itself (field
 # notes): past this it is torn down.
 AGENT_EXIT_GRACE = 15.0
+# Seconds a rank waits in its rendezvous before ddptui asks the job's nodes that have no rank there yet whether they
+# still answer, and between two asks of one node: a node lost during start-up is otherwise only a stall once
+# startup_grace (60 s) ran out. A healthy node answers in well under a second; a start-up that is merely slow (torch
+# importing on a loaded node) costs one srun per node per ask.
+STARTUP_ASK_AFTER, STARTUP_ASK_EVERY = 10.0, 20.0
+# the start-up phases from the rendezvous on: a node with a rank this far has answered
+_JOINED = ("rendezvous", "waiting for first step")
+
+
+@dataclass(frozen=True)
+class NodeAnswer:
+    """What a node said when ddptui asked it through srun in the job (runners/node_probe.py)."""
+    status: str  # "answered"; "unreachable": srun could not reach its slurmd; "unknown": no conclusion (job gone...)
+    said: str  # srun's words when the node did not answer
+    states: dict  # pid -> its state there as /proc says it ("S (sleeping)", "T (stopped)"), or "gone"
 
 
 @dataclass(frozen=True)
@@ -44,12 +61,16 @@ class JobFollow:
         self.job: slurm_state.JobInfo | None = None  # what Slurm said last
         self.job_nodes: tuple[str, ...] = ()
         self.cancelled_by_us = False
-        self.lost: dict[str, dict] = {}  # node -> {"ranks", "why", "wall"}
+        self.lost = state.nodes_lost  # node -> {"ranks", "why", "wall"}
         self._failed_at: float | None = None  # mono: the run failed or lost a node; agents get self.grace
         self._watchdog_fired = False
         self.under_slurm = False  # the ranks run under a Slurm job or step ddptui follows
         self.launch = ""  # SlurmJob.launch
         self._ended_job = False  # a teardown was asked for (a node lost, a rank failed under Slurm, the watchdog)
+        self._asked_peers = False  # the nodes of a failed rank's lost peers were asked, before the teardown
+        self._asked_at: dict[str, float] = {}  # node -> mono it was last asked during start-up
+        # node -> (its ranks, words for its loss, why ddptui asked it): what its answer is read against
+        self._asked_why: dict[str, tuple[tuple[int, ...], str, str]] = {}
 
     # ---- Slurm's job -------------------------------------------------------------------------------------
     def submitted(self, launch: str = "srun") -> None:
@@ -149,12 +170,22 @@ class JobFollow:
         if self.lost and not self._ended_job:
             self._tear_down()
             return
+        if self.under_slurm and not self._asked_peers and not self._ended_job and not s.tearing_down:
+            ask = self._lost_peers()  # from the first error read, before the rank has even exited
+            if ask:  # the teardown waits for their answer (the next check): scancel ends the job srun asks in
+                self._asked_peers = True
+                s.emit(ProbeNodes(ask))
+                return
         if self.under_slurm and s.first_failure is not None and not self._ended_job and not s.tearing_down:
             # the surviving tasks block in their collective (the plan leaves --kill-on-bad-exit out): the crash grace
             # gives the survivors nothing; ddptui ends the job now, through scancel, and the first failure stays the cause
             s.say("ddptui: a rank failed; ending the Slurm job now")
             self._tear_down()
             return
+        if self.under_slurm and s.first_failure is None and not self._ended_job and not s.tearing_down:
+            ask = self._silent_nodes()
+            if ask:
+                s.emit(ProbeNodes(ask))
         if self._watchdog_fired or self._failed_at is None or not agents or s.mono - self._failed_at <= self.grace:
             return
         if any(s.tracks[r].alive for a in agents for r in a.ranks if r in s.tracks and a.node == ""):
@@ -168,6 +199,73 @@ class JobFollow:
                                f"its agent {a.name} did not exit {self.grace:g} s after the run failed",
                                teardown=False)
         self._tear_down()
+
+    # ---- asking nodes whether they answer (node_probe.py does the asking) ----------------------------------
+    def _lost_peers(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """Every rank that failed says its peer went away ("Connection reset by peer"): a victim, whose cause may be a
+        whole node gone (its ranks' own deaths are not seen from here). The other nodes with ranks not known to have
+        ended, to ask before the teardown whether they still answer (node, pids of those ranks there)."""
+        s = self.s
+        failed = [t for t in s.tracks.values() if t.status == "failed" or t.exc is not None]
+        said = [(t.rank, victim_marker(RankEvidence(t.rank, exc=t.exc, err_lines=tuple(t.err_tail)))) for t in failed]
+        if not failed or not all(m for _, m in said):
+            return ()  # a rank failed on its own: that is the cause, nothing to ask
+        mine = {t.node for t in failed}
+        peers: dict[str, list] = {}
+        for t in s.tracks.values():
+            if t.alive and t.node and t.node not in mine and t not in failed:
+                peers.setdefault(t.node, []).append(t)
+        why = ", ".join(f"rank {r}: {m}" for r, m in said)
+        lost_peer = f"{ranks_text([r for r, _ in said])} lost {'its peer' if len(said) == 1 else 'their peers'}"
+        for node, ts in peers.items():
+            ranks = tuple(t.rank for t in ts)
+            self._asked_why[node] = (ranks, f"and {ranks_text(ranks)} there {'is' if len(ranks) == 1 else 'are'} "
+                                            f"gone ({why})", lost_peer)
+        return tuple((node, tuple(t.pid for t in ts if t.pid)) for node, ts in sorted(peers.items()))
+
+    def _silent_nodes(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """During start-up, once a rank has waited STARTUP_ASK_AFTER s in its rendezvous: the job's nodes where no rank
+        has reached its rendezvous yet (node, pids of its ranks there), each asked at most every STARTUP_ASK_EVERY s."""
+        s = self.s
+        if s.job_waiting or not self.job_nodes or any(t.step is not None for t in s.tracks.values()):
+            return ()
+        waiting = [t for t in s.tracks.values() if t.alive and t.phase == "rendezvous"]
+        if not waiting or s.mono - min(t.phase_mono for t in waiting) < STARTUP_ASK_AFTER:
+            return ()
+        joined = {t.node for t in s.tracks.values() if t.phase in _JOINED}
+        unheard = tuple(r for r, t in sorted(s.tracks.items()) if not t.node)
+        out = []
+        for node in self.job_nodes:
+            if node in joined or node in self.lost or s.mono - self._asked_at.get(node, -1e9) < STARTUP_ASK_EVERY:
+                continue
+            there = [t for t in s.tracks.values() if t.node == node]
+            ranks = tuple(t.rank for t in there) or unheard
+            if not ranks:
+                continue
+            self._asked_at[node] = s.mono
+            w = [t.rank for t in waiting]
+            waits = f"{ranks_text(w)} wait{'s' if len(w) == 1 else ''}"
+            self._asked_why[node] = (ranks, f"while {waits} for {ranks_text(ranks)} in the rendezvous"
+                                            + ("" if there else " (not heard from yet)"),
+                                     f"{ranks_text(w)} {'has' if len(w) == 1 else 'have'} waited "
+                                     f"{s.mono - min(t.phase_mono for t in waiting):.0f} s in the rendezvous")
+            out.append((node, tuple(t.pid for t in there if t.pid)))
+        return tuple(out)
+
+    def probed(self, answers: dict) -> None:
+        """The nodes' answers (node -> NodeAnswer): a node srun could not reach is lost, with what made ddptui ask."""
+        s = self.s
+        for node, a in sorted(answers.items()):
+            ranks, why, because = self._asked_why.get(node, (self._ranks_on(node, ()), "", ""))
+            asked = f"ddptui: asked {node} through srun whether it still answers" + (f" ({because})" if because else "")
+            if a.status == "unreachable":
+                self.node_lost(node, ranks, f"its slurmd does not answer (srun: {a.said})" + (f", {why}" if why else ""))
+            elif a.status == "answered":
+                seen = [f"rank {t.rank}: {a.states[t.pid]}" for t in s.tracks.values()
+                        if t.rank in ranks and a.states.get(t.pid)]
+                s.say(f"{asked}: it does" + (f" ({', '.join(seen)})" if seen else ""))
+            else:
+                s.say(f"{asked}: could not tell ({a.said})")
 
     def _tear_down(self) -> None:
         """Ask for the run's teardown (exit 1), once, unless it is already under way."""

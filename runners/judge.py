@@ -10,7 +10,7 @@ from .ingest import Ingest
 from .job_follow import Agent, JobFollow  # noqa: F401 - Agent re-exported
 from .rank_lifecycle import RankLifecycle
 from .run_state import (EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED, EXIT_USAGE,  # noqa: F401 - re-exported
-                        CollectStacks, RunState, TearDown)
+                        CollectStacks, ProbeNodes, RunState, TearDown)
 from .stack_verdicts import StackVerdicts
 from .watch import CRASH_GRACE, SLOW_SAMPLES, Watch  # noqa: F401 - re-exported
 
@@ -214,6 +214,11 @@ class Judge:
         self.job.node_lost(node, ranks, why)
         return self.state.take()
 
+    def nodes_probed(self, answers: dict) -> list:
+        """The answers to a ProbeNodes request (node -> job_follow.NodeAnswer): a node srun cannot reach is lost."""
+        self.job.probed(answers)
+        return self.state.take()
+
     def agent_exited(self, name: str, ranks, returncode: int, signal: str | None, others_running: bool) -> list:
         """A per-node agent ended (feed `process_exited` first): a node lost unless its ranks failed themselves."""
         self.job.agent_exited(name, tuple(ranks), returncode, signal, others_running)
@@ -242,18 +247,20 @@ class Judge:
         return out, status, exit_code
 
     def _node_lost_crash(self, out: list) -> list:
-        """The crash verdict of a run that lost a node says so first (and there is one even without rank evidence)."""
-        import dataclasses
-
+        """The crash verdict of a run that lost a node says so first (and there is one even without rank evidence);
+        a rank that failed only because its peer went away is the lost node's victim (run_verdicts.node_lost_crash)."""
         from . import events as ev
-        lost = "; ".join(f"node {n} lost ({v['why']})" for n, v in self.job.lost.items())
+        from .run_verdicts import node_lost_crash
         s = self.state
-        if s.crash is None:
-            ranks = tuple(sorted({r for v in self.job.lost.values() for r in v["ranks"]}))
-            s.crash = ev.CrashVerdict(lost, None, ranks, "node lost", (), s.wall)
-            return out + [s.crash]
-        s.crash = dataclasses.replace(s.crash, text=f"{lost}. {s.crash.text}")
-        return [s.crash if isinstance(e, ev.CrashVerdict) else e for e in out]
+        s.crash, outcomes = node_lost_crash(s.crash, self.job.lost, s.tracks, s.wall)
+        for r, (status, words) in outcomes.items():
+            t = s.tracks[r]
+            if (t.status, t.outcome) != (status, words):
+                t.outcome = words
+                s.set_status(t, status, words)
+        now = s.take() + [s.crash]  # each rank's end as the verdict words it, then the verdict
+        at = next((i for i, e in enumerate(out) if isinstance(e, ev.CrashVerdict)), len(out))
+        return out[:at] + now + out[at + 1:]
 
     def summary(self, status: str, exit_code: int, run_dir: str, duration_s: float, cpu_s: float,
                 stacks: list[str], survivors: list[str]) -> dict:

@@ -92,6 +92,9 @@ class RankLifecycle:
         if rc == 0:
             t.outcome = "exited 0"
             s.set_status(t, "exited", "exit 0")
+        elif t.node in s.nodes_lost and rc is None and not own_error:  # no word of it since: it went with its node
+            t.outcome = f"lost with node {t.node}"
+            s.set_status(t, "killed", t.outcome)
         elif self.ended_by_our_stop(t, stopped):  # ddptui's own signal (or a launcher passing it on): not a failure
             words = stopped_words(s.stop_why, first.rank if first else None)
             t.outcome = words if t.ran else f"never started ({words})"

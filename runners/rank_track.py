@@ -41,6 +41,8 @@ class RankTrack:
     collectives: dict = field(default_factory=dict)  # pg name -> its Flight Recorder numbers (runners/collectives.py)
     debug_sock: str | None = None  # its torch debug server's unix socket (a `debug_server` report), on its node
     first_failure_wall: float | None = None
+    phase: str = ""  # the start-up phase it said last (runners/ingest.py PHASES), "" before any
+    phase_mono: float = 0.0  # monotonic time it said it
     stalled: bool = False
     outcome: str = ""  # why it ended, in words
     steps_total: int | None = None

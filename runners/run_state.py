@@ -28,6 +28,13 @@ class CollectStacks:
 
 
 @dataclass(frozen=True)
+class ProbeNodes:
+    """Ask each node, through srun in the job, whether it still answers and the state of these pids there
+    (runners/node_probe.py); hand the answers to `Judge.nodes_probed`."""
+    nodes: tuple[tuple[str, tuple[int, ...]], ...]  # (node, pids of its ranks)
+
+
+@dataclass(frozen=True)
 class TearDown:
     """End the run: tear every process down, with this status and exit code unless the conclusion says worse."""
     status: str
@@ -67,6 +74,7 @@ class RunState:
         self.rss_all_peak: int | None = None  # the most RSS the ranks on this machine held together, bytes
         self.first_failure: float | None = None  # monotonic time the first rank failed
         self.tearing_down = False
+        self.nodes_lost: dict[str, dict] = {}  # node -> {"ranks", "why", "wall"}: nodes that stopped taking part
         self.stop_at: float | None = None  # wall time ddptui began signalling the run's processes (its teardown)
         self.stop_why: str | None = None  # the run's status then: "stalled", "timeout", "stopped", "failed"
         self.one_launcher = False  # a single process runs every rank: its local ranks are the global ones

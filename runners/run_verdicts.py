@@ -8,7 +8,7 @@ from . import events as ev
 from . import fix_lines, fr_analysis
 from . import hang_verdict as verdict
 from . import xla_evidence
-from .crash import RankEvidence
+from .crash import RankEvidence, ended_by, short_exit, victim_marker
 from .crash import decide as decide_crash
 
 
@@ -154,6 +154,56 @@ def crash(evidence: list[RankEvidence], launcher_root: int | None, wall: float):
         return None, {}
     return ev.CrashVerdict(v.text, v.root, v.victims, v.what, v.excerpt, wall, v.together, v.stopped,
                            v.never_started, {r: words for r, (_, words) in sorted(v.outcomes.items())}), v.outcomes
+
+
+def lost_words(lost: dict) -> str:
+    """'node node1 lost (why)' for every node lost (node -> {"ranks", "why", "wall"}), as crash verdicts begin."""
+    return "; ".join(f"node {n} lost ({v['why']})" for n, v in lost.items())
+
+
+def node_lost_crash(crash, lost: dict, tracks: dict, wall: float):
+    """The crash verdict of a run that lost a node (node -> {"ranks", "why", "wall"}): (CrashVerdict, {rank: (status,
+    words)} for the ranks whose end it words anew).
+
+    When the rank the crash rule put first only failed because its peer went away (a victim, and the rule found no
+    rank with an error of its own), and a node was lost, the lost node is the root cause: its ranks went with it, the
+    failed ranks are its victims, the ranks ddptui tore down were torn down after the node was lost. Otherwise the
+    verdict stands, led by the node lost."""
+    said = lost_words(lost)
+    gone = sorted({r for v in lost.values() for r in v["ranks"]})
+    nodes = ", ".join(lost)
+    if crash is None:  # no rank failed: the ranks ddptui stopped, it stopped because the node was lost
+        outcomes = {r: ("killed", f"torn down by ddptui after node {nodes} was lost") for r, t in tracks.items()
+                     if r not in gone and t.status == "killed" and t.outcome == ended_by("ddptui")}
+        return ev.CrashVerdict(said, None, tuple(gone), "node lost", (), wall,
+                               outcomes={r: w for r, (_, w) in outcomes.items()}), outcomes
+    went = {r: ("killed", f"lost with node {n}") for n, v in lost.items() for r in v["ranks"]
+            if r in tracks and tracks[r].status == "killed"}  # no end of their own seen: they went with the node
+    root = tracks.get(crash.root_rank)
+    peer = root is not None and victim_marker(RankEvidence(root.rank, exc=root.exc, err_lines=tuple(root.err_tail)))
+    if not peer or root.rank in gone:
+        return dataclasses.replace(crash, text=f"{said}. {crash.text}",
+                                   outcomes={**crash.outcomes, **{r: w for r, (_, w) in went.items()}}), went
+    failed = sorted({crash.root_rank, *crash.victims, *crash.together} - set(gone))
+    stopped = sorted(set(crash.stopped) - set(gone))
+    outcomes, parts = {}, [f"{said}: the root cause"]
+    for r in failed:
+        t = tracks[r]
+        m = victim_marker(RankEvidence(r, exc=t.exc, err_lines=tuple(t.err_tail)))
+        what = short_exit(RankEvidence(r, t.returncode))
+        parts.append(f"rank {r} failed after it ({what}" + (f": {m})" if m else ")"))
+        outcomes[r] = ("failed", f"failed after node {nodes} was lost ({what}" + (f": {m})" if m else ")"))
+    if stopped:
+        parts.append(f"{verdict.ranks_text(stopped)} torn down by ddptui after it")
+        outcomes.update({r: ("killed", f"torn down by ddptui after node {nodes} was lost") for r in stopped})
+    if gone:
+        parts.append(f"{verdict.ranks_text(gone)} lost with {'it' if len(lost) == 1 else 'them'}")
+        outcomes.update(went)
+    text = "; ".join(parts)
+    return (dataclasses.replace(crash, text=text, root_rank=None, victims=tuple(failed), exit="node lost", excerpt=(),
+                                together=(), stopped=tuple(stopped),
+                                outcomes={**crash.outcomes, **{r: w for r, (_, w) in outcomes.items()}}),
+            outcomes)
 
 
 XLA_ABORTED = "XLA aborted after its rendezvous termination timeout"

@@ -15,7 +15,7 @@ from . import fr_env, oom, procs, slurm_state
 from .deathwatch import DeathWatch
 from .job_follow import Agent, node_of_agent
 from .judge import (CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED, EXIT_USAGE,  # noqa: F401
-                    CollectStacks, Judge, Launcher, TearDown)
+                    CollectStacks, Judge, Launcher, ProbeNodes, TearDown)
 from .record import RunRecord, new_run_dir
 from .tail import Tailer
 
@@ -168,6 +168,8 @@ class Session:
             elif isinstance(o, CollectStacks):
                 self._flush()  # the stall is on screen before the stacks are taken (seconds, at worst)
                 end = self._carry_out(self._collect_stacks(o)) or end
+            elif isinstance(o, ProbeNodes):
+                end = self._carry_out(self._probe_nodes(o)) or end
             elif isinstance(o, TearDown):
                 end = end or o
             else:
@@ -576,6 +578,14 @@ class Session:
         from . import fr_client
         return ({t.rank: t.debug_sock for t in targets},
                 fr_client.why_no_socket(self.profile.flight_recorder, fr_env.enabled(self.profile)))
+
+    def _probe_nodes(self, req: ProbeNodes) -> list:
+        """Ask the nodes the judge named whether they answer, through srun in the job (bounded: REMOTE_TIMEOUT)."""
+        from . import node_probe
+        self._flush()  # what led to the question is on screen before the wait
+        answers = node_probe.probe(self.slurm.job_id if self.slurm is not None else None, dict(req.nodes))
+        self._tick()
+        return self.judge.nodes_probed(answers)
 
     # ---- the end -------------------------------------------------------------------------------------
     def _conclude(self, end: TearDown | None) -> int:

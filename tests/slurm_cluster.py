@@ -352,6 +352,38 @@ class SlurmCluster:
             raise RuntimeError("a link between nodes exists only on the namespaced cluster (slurm_hosts)")
         return self.hosts
 
+    def node_pids(self, node: int) -> list[int]:
+        """Every process of namespaced node `node`: those in its network namespace (its slurmd, slurmstepds, tasks)."""
+        ns = _netns(self.daemons[f"slurmd-{self._need_hosts().names[node]}"].pid)
+        return [p for p in _pids() if ns and _netns(p) == ns]
+
+    def signal_node(self, node: int, sig: int, spare_slurmd: bool = False) -> list[int]:
+        """`sig` to every process of namespaced node `node` (a machine that dies or freezes whole: SIGKILL, SIGSTOP;
+        spare_slurmd: all but its slurmd, so steps can still be started there); the pids signalled."""
+        slurmd = self.daemons[f"slurmd-{self._need_hosts().names[node]}"]
+        pids = [p for p in self.node_pids(node) if not (spare_slurmd and p == slurmd.pid)]
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        if sig == signal.SIGKILL and not spare_slurmd:
+            slurmd.wait(timeout=30)
+        return pids
+
+    def restart_node(self, node: int, timeout: float = 90) -> None:
+        """After `signal_node(node, SIGKILL)`: its slurmd started again; Slurm's bookkeeping of a job left COMPLETING
+        there ended as an admin would (node DOWN, then RESUME); every node idle and no job left."""
+        name = self._need_hosts().names[node]
+        if self.daemons[f"slurmd-{name}"].poll() is None:
+            return
+        denv = {k: v for k, v in os.environ.items() if k != TOKEN_VAR and not k.startswith("SLURM")}
+        denv[MARK] = f"{self.uid}:{os.getpid()}:{_start_time(os.getpid())}"
+        self._daemon(f"slurmd-{name}", node, ["slurmd", "-D", "-f", str(self.conf_path), "-N", name], denv)
+        self.settle_completing(timeout)
+        wait_until(lambda: nodes_idle(self.sinfo(), self.layout.nodes), timeout, "every node idle again")
+        self.wait_no_jobs(timeout)
+
     def remove_root(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -419,6 +451,13 @@ def sweep_orphans(timeout: float = 20) -> list[str]:
         if root.name.startswith("ddptui-slurm-"):
             shutil.rmtree(root, ignore_errors=True)
     return ended
+
+
+def _netns(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return ""
 
 
 def _environ(pid: int) -> list[bytes]:
