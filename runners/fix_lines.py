@@ -20,6 +20,18 @@ def fix_line(finding: Finding | None, wheres: Mapping[int, Where], culprits, wai
     return for_stacks(wheres, tuple(culprits), tuple(waiting), slow)
 
 
+def for_stopped(stopped: Mapping[int, str], pids: Mapping[int, int | None], nodes: Mapping[int, str]) -> str:
+    """Ranks found stopped (rank -> its /proc State): what resumes them, on their own node."""
+    parts = []
+    for r in sorted(stopped):
+        pid, node = pids.get(r), nodes.get(r)
+        cmd = f"`kill -CONT {pid}`" if pid else "SIGCONT"
+        parts.append(f"{cmd}{f' on {node}' if node else ''} resumes rank {r}" if stopped[r][:1] != "t"
+                     else f"rank {r}{f' (pid {pid})' if pid else ''} is held by a tracer: detach the debugger")
+    return ("; ".join(parts) + "; find what stopped it (Ctrl-Z in its terminal, a debugger, a suspend by the "
+            "scheduler), as every other rank waits for it")
+
+
 def for_finding(f: Finding, wheres: Mapping[int, Where] | None = None) -> str:
     """A mismatch: which call runs on which ranks only, and where; a missing rank: what keeps it from the collective."""
     wheres = wheres or {}

@@ -131,11 +131,12 @@ def xla_without_fr(text: str, stacks: bool, rdv) -> str:
 
 
 def hang_event(text: str, culprits, waiting, where: dict, steps: dict, wall: float, folder: str,
-               slow: bool, finding=None) -> ev.HangVerdict:
-    """The verdict as an event, with its fix line read from the same evidence (runners/fix_lines.py)."""
+               slow: bool, finding=None, fix: str = "") -> ev.HangVerdict:
+    """The verdict as an event, with its fix line read from the same evidence (runners/fix_lines.py) unless `fix`
+    says it (ranks found stopped)."""
     return ev.HangVerdict(text, tuple(culprits), tuple(waiting), {r: w.to_dict(steps.get(r)) for r, w in where.items()},
                           wall, folder, "slow" if slow else "stall", finding.to_dict() if finding is not None else {},
-                          fix_lines.fix_line(finding, where, culprits, waiting, slow))
+                          fix or fix_lines.fix_line(finding, where, culprits, waiting, slow))
 
 
 def rank_evidence(t, stopped_by: str | None, exc: dict | None, kill=None, stderr_seen: bool = True) -> RankEvidence:

@@ -1,7 +1,7 @@
 """Verdicts read from the stacks collected: the hang of stalled ranks, a slow-down's sample, or none (on request)."""
 from __future__ import annotations
 
-from . import run_verdicts, xla_evidence
+from . import fix_lines, run_verdicts, xla_evidence
 from .hang_verdict import ranks_text
 from .run_state import CollectStacks, RunState
 
@@ -49,7 +49,8 @@ class StackVerdicts:
         named = {r: nodes[r] for r in stopped} if len(set(nodes.values())) > 1 else {}
         text, culprits, waiting = run_verdicts.with_stopped(stopped, named, text, culprits, waiting, where, steps,
                                                             since)
-        hv = run_verdicts.hang_event(text, culprits, waiting, where, steps, s.wall, folder, slow, finding)
+        fix = fix_lines.for_stopped(stopped, {r: s.tracks[r].pid for r in stopped}, named) if stopped else ""
+        hv = run_verdicts.hang_event(text, culprits, waiting, where, steps, s.wall, folder, slow, finding, fix)
         if not slow:
             s.hang = hv  # the run's hang verdict comes from stalls only
         s.emit(hv)

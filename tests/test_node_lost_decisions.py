@@ -175,6 +175,7 @@ def test_a_stopped_rank_is_named_the_culprit_not_its_missing_dump_or_py_spys_err
                               "waits in all_reduce at train.py:18 since "), hv.text
     assert (hv.culprits, hv.waiting) == ((1,), (0,))
     assert "ptrace" not in hv.text and "Flight Recorder" not in hv.text
+    assert hv.fix.startswith("`kill -CONT 101` on node1 resumes rank 1; find what stopped it"), hv.fix
 
 
 def test_stopped_words_and_several_stopped_ranks():

@@ -130,6 +130,7 @@ def test_a_stopped_rank_on_another_node_is_named_stopped(slurm_hosts_clean, runs
                                    "rank 0 waits in all_reduce"), hang["text"]
     assert hang["culprits"] == [1] and hang["waiting"] == [0], hang
     assert "ptrace" not in hang["text"] and "no Flight Recorder dump" not in hang["text"], hang["text"]
+    assert "resumes rank 1" in hang["fix"] and "on node1" in hang["fix"], hang["fix"]
     (stacks,) = of(run, "stacks")
     assert stacks["method"]["1"] == "unavailable: the process is stopped (State: T (stopped))", stacks["method"]
     assert stacks["fr"]["1"] == "unavailable: rank 1 is stopped (State: T (stopped))", stacks["fr"]
