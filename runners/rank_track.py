@@ -52,6 +52,7 @@ class RankTrack:
     reports_losses: bool = False  # the rank reports its losses itself (ddptui_report)
     reported_step: bool = False  # a step came from its own report: the optimizer hook counts finished steps
     parsed_steps: int = 0  # step numbers read from its lines that moved its step on
+    printed_step: int | None = None  # the newest step number read from its own lines (its own numbering)
     parsed_step_loss: bool = False  # a line of its own gave a step with its loss
     _drawn_to: int | None = None  # the last parsed point's step when the first report arrived
 
@@ -71,6 +72,8 @@ class RankTrack:
     def saw_step(self, step: int | None, loss: float | None, mono: float, wall: float, reported: bool = False) -> bool:
         """Record a step/loss (`reported`: from the rank's own report, not a parsed log line); True if it is news."""
         news = False
+        if step is not None and not reported:
+            self.printed_step = step
         if step is not None and (self.step is None or step > self.step):
             if reported:
                 self.reported_step = True
@@ -107,6 +110,15 @@ class RankTrack:
                 return False
             self._drawn_to = None  # past the meeting point: the rank's own numbering rules from here on
         return True
+
+    @property
+    def step_named(self) -> int | None:
+        """The step a verdict names ("at step 5"): the rank's own printed number where it tells the same moment as
+        the optimizer hook's count (a loop from 0 prints one less than the steps done, and a sudden death can lose the
+        hook's last batched report: the count would be 5 or 6 by chance, the printed line is always there), else the
+        count."""
+        p = self.printed_step
+        return p if p is not None and self.step is not None and 0 <= self.step - p <= 1 else self.step
 
     @property
     def past_first_step(self) -> bool:

@@ -145,7 +145,7 @@ def rank_evidence(t, stopped_by: str | None, exc: dict | None, kill=None, stderr
         t.rank, t.returncode, died_at=t.exit_wall,
         error_at=t.first_failure_wall if exc is not None else None, exc=exc,
         err_lines=tuple(t.err_tail), out_lines=tuple(t.tail), started=t.ran or exc is not None,
-        completed=t.completed, stopped_by=stopped_by, step=t.step, kill=kill, stderr_seen=stderr_seen)
+        completed=t.completed, stopped_by=stopped_by, step=t.step_named, kill=kill, stderr_seen=stderr_seen)
 
 
 def crash(evidence: list[RankEvidence], launcher_root: int | None, wall: float):

@@ -143,3 +143,21 @@ def test_ranks_on_other_nodes_do_not_lower_the_busy_floor():
     assert busy_floor(2, sharing_cores(quiet), 0.0) == 0.25
     assert isinstance(judge(quiet, busy_floor(2, sharing_cores(quiet), 0.0)), Stall)  # 20 % of a core: not busy
     assert isinstance(judge(quiet, busy_floor(2, len(quiet), 0.0)), Held)  # what counting all 4 would have said
+
+
+def test_a_verdict_names_the_step_the_rank_printed_when_it_tells_the_hooks_moment():
+    """A loop from 0 prints "step 5" after 6 optimizer steps; a sudden death may lose the hook's last batched report:
+    the step named is the printed one either way, never 5 or 6 by chance."""
+    flushed, lost = RankTrack(0, 0.0), RankTrack(1, 0.0)
+    for t in (flushed, lost):
+        t.saw_step(5, None, 1.0, 1.0, reported=True)  # the hook: 5 steps done
+        t.saw_step(4, 0.3, 1.0, 1.0)  # printed "step 4 loss 0.3"
+        t.saw_step(5, 0.3, 1.1, 1.1)  # printed "step 5 loss 0.3", then it died
+    flushed.saw_step(6, None, 1.1, 1.1, reported=True)  # the hook's report of step 6 made it out before the death
+    assert (flushed.step, lost.step) == (6, 5)
+    assert flushed.step_named == lost.step_named == 5
+    sparse = RankTrack(2, 0.0)  # prints every 100 steps: its count is newer than its line
+    sparse.saw_step(100, 0.2, 1.0, 1.0)
+    sparse.saw_step(180, None, 2.0, 2.0, reported=True)
+    assert sparse.step_named == 180
+    assert RankTrack(3, 0.0).step_named is None
