@@ -49,6 +49,9 @@ _MAX_DEPTH = 64
 # PyYAML composes ~35k nodes/s here: a profile is a few hundred bytes, so 64 KiB and 20,000 nodes bound
 # the parse to well under a second whatever the file holds.
 MAX_PROFILE_BYTES = 64 * 1024
+# A run's folder is `<YYYYmmdd-HHMMSS>-<name>[-N]` (runners/record.py: never more bytes than the name) and a file name
+# holds 255 bytes (NAME_MAX); its Slurm job is named `ddptui-<folder>`. 200 leaves room for both.
+MAX_NAME_BYTES = 200
 # Ranks all run on this machine (a Slurm job's: those of one node): past 4 per core (and 64 in all) a world size is
 # almost surely a typo.
 # `max_world_size` raises the bound for a deliberate big run, never past WORLD_CEILING.
@@ -993,7 +996,28 @@ def _name(node: _Node, field: str) -> str:
     value = _str()(node, field)
     if not value or "/" in value or value in (".", ".."):
         raise _fail(node, field, "a non-empty name without '/'")
+    problem = name_length_problem(value)
+    if problem:
+        raise node.loc.error(field, problem)
     return value
+
+
+def name_length_problem(name: str) -> str | None:
+    """Why a profile name cannot name its runs' folders, or None."""
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size <= MAX_NAME_BYTES:
+        return None
+    return (f"expected a name of at most {MAX_NAME_BYTES} bytes (it names the run folder <time>-<name>, whose name"
+            f" the filesystem limits to 255), got {size} bytes")
+
+
+def _default_name(stem: str, where: _Loc) -> str:
+    """The file's stem, which names the profile when it has no `name`: it must fit a run folder's name too."""
+    problem = name_length_problem(stem)
+    if problem:
+        raise _Loc(where.file).error("name", f"the file's name is the profile's name when it has no 'name' field:"
+                                             f" {problem}; give it a shorter 'name'")
+    return stem
 
 
 def _count_text(n: int) -> str:
@@ -1097,7 +1121,7 @@ def _build(root: _Node, source: str, base: Path, default_name: str) -> Profile:
         _check_world([("xla.num_devices", _child(f.node("xla"), "num_devices"), xla.num_devices)], root.loc, limit,
                      explicit)
     profile = Profile(
-        name=f.get("name", default_name, _name),
+        name=f.get("name", None, _name) if f.node("name") is not None else _default_name(default_name, root.loc),
         description=f.typed("description", _str()),
         runner=f.typed("runner", _enum(RUNNERS)),
         nproc=nproc,

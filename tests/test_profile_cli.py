@@ -153,3 +153,26 @@ def test_single_node_torchrun_ranks_get_the_profiles_master_port(tmp_path, runs_
     assert rc == 0, out + err
     seen = sorted(set(re.findall(r"\[rank (\d)\] rendezvous (\S+)", out)))
     assert seen == [("0", f"127.0.0.1:{port}"), ("1", f"127.0.0.1:{port}")], out
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["field", "file stem"])
+def test_a_name_too_long_for_a_run_folder_is_refused_by_dry_run_too(tmp_path, runs_dir, how):
+    """Before: dry-run passed and the run ended in `OSError: File name too long` making its folder."""
+    if how == "field":
+        path, where = tmp_path / "p.yaml", None
+        path.write_text(WORKLOAD + "name: " + "é" * 101 + "\n")  # 101 characters, 202 bytes
+    else:
+        path = tmp_path / ("s" * 240 + ".yaml")
+        path.write_text(WORKLOAD)
+    rc, out, err, _, _, _ = ddptui(str(path), "--dry-run", runs_dir=runs_dir)
+    assert_one_line_exit_2(rc, out, err, runs_dir, f"{path}:2:7" if how == "field" else str(path), "name")
+    assert "at most 200 bytes" in err and (" got 202 bytes" in err or " got 240 bytes" in err), err
+
+
+def test_the_longest_name_allowed_makes_its_run_folders(tmp_path):
+    from ddptui.runners.profile import MAX_NAME_BYTES
+    from ddptui.runners.record import new_run_dir
+    name = "n" * MAX_NAME_BYTES
+    first, second = new_run_dir(tmp_path, name), new_run_dir(tmp_path, name)  # the second in the same second: -2
+    assert first.is_dir() and second.is_dir() and first != second
