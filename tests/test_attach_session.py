@@ -182,6 +182,9 @@ def test_attach_to_a_pid_that_is_no_job_is_one_line_and_exit_2(tmp_path):
         assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("ddptui: "), r.stderr
         r = attach(tmp_path, "nonsense", "--no-ui")  # type: ignore[arg-type]
         assert r.returncode == 2 and r.stderr.strip() == "ddptui: attach: 'nonsense' is not a pid"
+        r = attach(tmp_path, "99999999999999999999", "--no-ui")  # type: ignore[arg-type]  # was an OverflowError
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.strip().startswith("ddptui: attach: '99999999999999999999' is not a pid (pids here are 1 to ")
         assert plain.poll() is None  # not signalled
         assert not (tmp_path / "runs").exists()
     finally:
@@ -338,3 +341,20 @@ def test_attach_to_ranks_writing_to_dev_null_says_so_in_each_ranks_own_pane_and_
             assert f"[rank {rank}] ddptui: stdout" in r.stdout
     finally:
         stop(job)
+
+
+@pytest.mark.parametrize("text, pid", [("4242", 4242), (" 7 ", 7), ("32767", 32767)])
+def test_a_pid_is_decimal_digits_below_pid_max(text, pid):
+    from ddptui.tui.attach_cli import parse_pid
+    assert parse_pid(text, pid_max=32768) == pid
+
+
+@pytest.mark.parametrize("text, words", [
+    ("0", "is not a pid (pids here are 1 to 32767)"), ("32768", "(pids here are 1 to 32767)"),
+    ("9" * 400, "(pids here are 1 to 32767)"), ("-5", "'-5' is not a pid"), ("1_000", "'1_000' is not a pid"),
+    ("\u0661\u0662", "is not a pid"), ("0x10", "'0x10' is not a pid"), ("", "'' is not a pid")])
+def test_what_is_no_pid_is_one_line(text, words):
+    from ddptui.tui.attach_cli import parse_pid
+    with pytest.raises(ValueError) as info:
+        parse_pid(text, pid_max=32768)
+    assert words in str(info.value) and str(info.value).startswith("attach: ")

@@ -50,11 +50,27 @@ def find(args) -> object:
     from ddptui.runners.attach_find import find_job, find_slurm_job
     if args.slurm:
         return find_slurm_job(args.slurm)
-    try:
-        pid = int(args.pid)
-    except ValueError:
-        raise ValueError(f"attach: {args.pid!r} is not a pid") from None
-    return find_job(pid)
+    return find_job(parse_pid(args.pid))
+
+
+PID_MAX_LIMIT = 4194304  # the kernel's ceiling of /proc/sys/kernel/pid_max (2^22)
+
+
+def parse_pid(text: str, pid_max: int | None = None) -> int:
+    """A pid as given on the command line: decimal digits, 1 to below this kernel's pid_max (where its pids wrap);
+    else ValueError (one line)."""
+    if pid_max is None:
+        try:
+            with open("/proc/sys/kernel/pid_max") as f:
+                pid_max = int(f.read())
+        except (OSError, ValueError):
+            pid_max = PID_MAX_LIMIT
+    t = text.strip()
+    if not (t.isascii() and t.isdigit()):
+        raise ValueError(f"attach: {text!r} is not a pid")
+    if len(t) > len(str(pid_max)) or not 0 < int(t) < pid_max:
+        raise ValueError(f"attach: {text!r} is not a pid (pids here are 1 to {pid_max - 1})")
+    return int(t)
 
 
 def main(argv: list[str]) -> int:
