@@ -107,3 +107,34 @@ def problem(e: ev.Event) -> str | None:
     if isinstance(e, ev.RunFinished):
         return _summary_problem(e.summary)
     return None
+
+
+# plan.json (runners/plan.py LaunchPlan.to_json): key -> accepted types, and each process's
+_PLAN = {"runner": (str,), "world_size": (int,), "procs": (list,), "sources": (list,), "notes": (list,),
+         "job": (dict, type(None))}
+_PLAN_PROC = {"name": (str,), "argv": (list,), "env": (dict,), "cwd": (str,), "ranks": (list,), "stdout": (str,),
+              "stderr": (str,)}
+
+
+def _fields_problem(d, want: dict, what: str) -> str | None:
+    if not isinstance(d, dict):
+        return f"expected a JSON object, got {type(d).__name__}"
+    for key, types_ in want.items():
+        if key not in d:
+            return f"{what}{key}: missing"
+        if not isinstance(d[key], types_) or isinstance(d[key], bool):
+            return f"{what}{key}: expected {' | '.join(t.__name__ for t in types_)}, got {type(d[key]).__name__}"
+    return None
+
+
+def record_file_problem(name: str, d) -> str | None:
+    """What is wrong with a decoded summary.json or plan.json of a record, or None when the front ends can read it."""
+    if name == "summary.json":
+        return _fields_problem(d, {"status": (str,)}, "") or _summary_problem(d)
+    why = _fields_problem(d, _PLAN, "")
+    if why is None:
+        for i, proc in enumerate(d["procs"]):
+            why = _fields_problem(proc, _PLAN_PROC, f"procs[{i}].")
+            if why:
+                break
+    return why

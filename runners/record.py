@@ -115,13 +115,19 @@ def _read_events(path: Path, notes: list[str]) -> list[Event]:
             continue
         try:
             d = json.loads(line)
+        except RecursionError:  # the decoder's nesting is bounded by the interpreter's recursion limit
+            bad.append((i, "JSON nested too deep"))
+            continue
         except ValueError:
             if cut and i == len(lines):
                 notes.append(f"events.jsonl: line {i}, the last, is cut short (ddptui stopped while writing it)")
             else:
                 bad.append((i, "not JSON"))
             continue
-        why = _decode_problem(d)
+        try:
+            why = _decode_problem(d)
+        except RecursionError:
+            why = "a value nested too deep"
         if isinstance(why, str):
             bad.append((i, why))
         else:
@@ -192,19 +198,35 @@ def replay_events(run_dir: Path, problems: list[str] | None = None) -> Iterator[
         notes.append("events.jsonl has no run_started event")
     if not (run_dir / "summary.json").exists():
         notes.append("no summary.json: the run did not finish (its ddptui was killed, or is still running)")
-    elif load_summary(run_dir) is None:
-        notes.append("summary.json is unreadable")
-    elif RunFinished not in kinds:
-        notes.append("events.jsonl has no run_finished event")
+    else:
+        why = _file_problem(run_dir / "summary.json")
+        if why:
+            notes.append(why)
+        elif RunFinished not in kinds:
+            notes.append("events.jsonl has no run_finished event")
+    if (run_dir / "plan.json").exists():  # an attached job's record has none
+        why = _file_problem(run_dir / "plan.json")
+        if why:
+            notes.append(why)
     items.sort(key=lambda x: (x[0], x[1]))
     for _, _, e in items:
         yield e
 
 
-def load_summary(run_dir: Path) -> dict | None:
-    p = Path(run_dir) / "summary.json"
+def _file_problem(path: Path) -> str | None:
+    """What is wrong with one of the record's JSON files (summary.json, plan.json), in words, or None."""
+    from .eventcheck import record_file_problem
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+        d = json.loads(path.read_bytes().decode("utf-8", errors="replace"))
+    except OSError as e:
+        return f"{path.name} is unreadable ({e.strerror or e})"
+    except RecursionError:
+        return f"{path.name} is malformed (JSON nested too deep)"
+    except ValueError:
+        return f"{path.name} is malformed (not JSON)"
+    try:
+        why = record_file_problem(path.name, d)
+    except RecursionError:
+        why = "a value nested too deep"
+    return f"{path.name} is malformed ({why})" if why else None
 

@@ -512,6 +512,32 @@ def test_replay_ignores_a_stray_rank_log_and_says_so(runs_dir, tmp_path):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("file, text, words", [
+    ("events.jsonl", "[" * 100_000 + "]" * 100_000, "events.jsonl: 1 malformed line left out (line N: JSON nested too deep)"),
+    ("summary.json", '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "summary.json is malformed (JSON nested too deep)"),
+    ("summary.json", "[1, 2]", "summary.json is malformed (expected a JSON object, got list)"),
+    ("summary.json", '{"status": 3}', "summary.json is malformed (status: expected str, got int)"),
+    ("plan.json", "{", "plan.json is malformed (not JSON)"),
+    ("plan.json", '{"runner": "env", "world_size": "2"}', "plan.json is malformed (world_size: expected int, got str)"),
+], ids=["events-deep", "summary-deep", "summary-list", "summary-status", "plan-not-json", "plan-world-size"])
+def test_replay_of_a_malformed_or_deep_record_file_is_one_line_and_exit_1(runs_dir, tmp_path, file, text, words):
+    """Before: a 100,000-deep JSON line was a RecursionError traceback; a malformed summary.json or plan.json exit 0."""
+    run = copied_record(tmp_path)
+    if file == "events.jsonl":
+        lines = (run / file).read_text().splitlines(keepends=True)
+        lines.insert(5, text + "\n")
+        (run / file).write_text("".join(lines))
+        words = words.replace("line N", "line 6")
+    else:
+        (run / file).write_text(text)
+    p = replay(run, runs_dir)
+    assert p.returncode == 1, p.stderr
+    (note,) = p.stderr.strip().splitlines()
+    assert note == f"ddptui: replay of {run}: {words}; replayed what is there", note
+    assert re.search(r"\[rank 1\] step \d+ loss", p.stdout)  # what is there is replayed
+
+
+@pytest.mark.timeout(60)
 def test_replay_decisions_on_malformed_event_lines(tmp_path):
     from ddptui.runners.record import replay_events
     run = tmp_path / "r"
@@ -522,7 +548,7 @@ def test_replay_decisions_on_malformed_event_lines(tmp_path):
             "cpu": {"x": 1.0}, "rss": {}, "wall": 2.0}, {"kind": "run_finished", "status": "ok", "exit_code": 0,
             "summary_path": "", "wall": 3.0, "summary": {"ranks": {"0": {"steps": "many"}}}}]
     (run / "events.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n{oops\n")
-    (run / "summary.json").write_text("{}")
+    (run / "summary.json").write_text('{"status": "ok"}')
     problems: list[str] = []
     events = list(replay_events(run, problems))
     assert [e.kind for e in events] == ["run_started"]
