@@ -85,10 +85,94 @@ def _generic(profile: Profile) -> list[Problem]:
     if _resolve(w.python) is None:  # workload.venv is its bin/python: the loader checked it was there
         out.append(Problem("error", "python-missing", f"interpreter not found: {w.python}",
                            "fix workload.python (a path or a name on PATH) or use workload.venv"))
+    else:
+        out += _runs_python(profile)
     if not w.module and w.script_path and not Path(w.script_path).is_file():
         out.append(Problem("error", "script-missing", f"rank script not found: {w.script_path}",
                            "fix workload.script (relative to the profile's folder) or workload.builtin"))
     return out
+
+
+# Run by the workload's interpreter before the ranks: that it is a Python at all (`python: /bin/false` exited 1 with
+# no output, in every rank). -S: no site, the cheapest start (about 15 ms here).
+_IS_PYTHON = "import sys; sys.stdout.write('@ddptui-python ' + sys.version.split()[0])"
+IS_PYTHON_TIMEOUT = 30.0  # a start this slow (a machine far over its cores) is not taken as evidence of anything
+_is_python_ok: set[tuple[str, int, int]] = set()  # (path, inode, mtime) of interpreters that ran the check
+
+
+def _runs_python(profile: Profile) -> list[Problem]:
+    python = profile.workload.python
+    try:
+        st = os.stat(python)
+        key = (python, st.st_ino, st.st_mtime_ns)
+    except OSError:
+        key = None
+    if key in _is_python_ok:
+        return []
+    try:
+        said = run_bounded([python, "-S", "-c", _IS_PYTHON], {**os.environ, **profile.env}, IS_PYTHON_TIMEOUT)
+        why = not_python(*said) if said is not None else None
+    except OSError as e:  # e.g. a script whose #! names nothing
+        said, why = None, f"it cannot be started ({e.strerror or e})"
+    if why is None:
+        if said is not None and key is not None:
+            _is_python_ok.add(key)
+        return []
+    named = profile.workload.python_from or "ddptui's own interpreter"
+    field = "workload.venv" if "workload.venv" in named else "workload.python"
+    return [Problem("error", "not-python", f"{named}: {python} did not run Python: {why}",
+                    f"point {field} at the Python interpreter (with torch) the ranks should run on")]
+
+
+def not_python(returncode: int | None, output: bytes) -> str | None:
+    """Why the interpreter check's outcome shows no Python ran it (None: it did). returncode None: it went on
+    writing something else and was stopped."""
+    if returncode == 0 and output.startswith(b"@ddptui-python "):
+        return None
+    text = output.decode("utf-8", "replace").strip()
+    first = text.splitlines()[0][:120] if text else ""
+    if returncode is None:
+        return f"it printed {first!r} instead of running the check"
+    how = f"it was killed by {_signal(-returncode)}" if returncode < 0 else f"it exited {returncode}"
+    return f"{how} with no output" if not first else f"{how}, printing {first!r}"
+
+
+def _signal(num: int) -> str:
+    import signal
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def run_bounded(argv: list[str], env: dict, timeout: float, cap: int = 4096) -> tuple[int | None, bytes] | None:
+    """(exit code, its first `cap` bytes of stdout+stderr) of a short check; exit code None when it went on past
+    `cap` bytes (stopped then); None when it ran out the timeout (no evidence either way). OSError: it cannot start."""
+    import select
+    import time
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=env, start_new_session=True)
+    out, end = b"", time.monotonic() + timeout
+    try:
+        while len(out) < cap:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
+                return None
+            chunk = os.read(proc.stdout.fileno(), cap - len(out))
+            if not chunk:
+                break
+            out += chunk
+        else:
+            return None if out.startswith(b"@ddptui-python ") else (None, out)
+        try:
+            return proc.wait(max(0.0, end - time.monotonic())), out
+        except subprocess.TimeoutExpired:
+            return None
+    finally:
+        if proc.poll() is None:  # not reaped: its pid, and so its group (its own session), is still ours
+            os.killpg(proc.pid, 9)  # the check and anything it started (a wrapper's child)
+        proc.wait()
+        proc.stdout.close()
 
 
 def _mirage(profile: Profile) -> list[Problem]:

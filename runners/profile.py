@@ -13,7 +13,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .rank_python import default_python
+from .rank_python import ENV, default_python
 from . import srun_argv, torchrun_argv
 from .workloads import _faults
 
@@ -94,6 +94,9 @@ class Workload:
     args: tuple[str, ...] = ()
     python: str = sys.executable  # absolute interpreter path
     script_path: str | None = None  # absolute path of the file to run (builtin, script)
+    # who named `python`, as an error names it: "FILE:LINE:COL: field 'workload.python'" (or workload.venv),
+    # "DDPTUI_PYTHON", or "" (ddptui's own interpreter)
+    python_from: str = ""
 
 
 @dataclass(frozen=True)
@@ -755,7 +758,17 @@ def _workload(node: _Node | None, root_loc: _Loc, base: Path) -> Workload:
     else:
         values["command"] = _argv(nonempty=True)(vnode, field_name)
     args = f.typed("args", _argv(nonempty=False))
-    return Workload(args=args, python=_interpreter(f, base), **values)
+    return Workload(args=args, python=_interpreter(f, base), python_from=_interpreter_from(f), **values)
+
+
+def _interpreter_from(f: _Fields) -> str:
+    """Where the workload's interpreter was named (a preflight problem with it says so)."""
+    for key in ("python", "venv"):
+        node = f.node(key)
+        if node is not None:
+            where = node.loc.error(None, "").where
+            return f"{where}: field '{f.dotted(key)}'" if where else f"field '{f.dotted(key)}'"
+    return ENV if os.environ.get(ENV) else ""
 
 
 def _fault(node: _Node | None, where: _Loc, world: int, nproc: int, nnodes: int) -> Fault | None:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,42 @@ def test_problem_renders_on_one_line():
     p = preflight.Problem("error", "x", "something broke", "do this")
     assert str(p) == "error: [x] something broke -- fix: do this"
     assert preflight.errors([p, preflight.Problem("warning", "y", "m", "f")]) == [p]
+
+
+@pytest.mark.parametrize("rc, out, why", [
+    (0, b"@ddptui-python 3.11.7", None),
+    (1, b"", "it exited 1 with no output"),
+    (0, b"", "it exited 0 with no output"),
+    (2, b"/bin/sh: 0: Illegal option -S\n", "it exited 2, printing '/bin/sh: 0: Illegal option -S'"),
+    (-11, b"", "it was killed by SIGSEGV with no output"),
+    (None, b"y\ny\ny\n", "it printed 'y' instead of running the check"),
+    (0, b"Python 2.7\n@ddptui-python", "it exited 0, printing 'Python 2.7'"),
+])
+def test_what_says_an_interpreter_ran_no_python(rc, out, why):
+    assert preflight.not_python(rc, out) == why
+
+
+@pytest.mark.timeout(30)
+def test_the_interpreter_check_is_bounded_in_output_and_time():
+    t0 = time.monotonic()
+    rc, out = preflight.run_bounded(["/bin/sh", "-c", "while :; do echo y; done"], dict(os.environ), 20)
+    assert rc is None and len(out) == 4096 and out.startswith(b"y\ny\n")  # stopped at the cap, not at the timeout
+    assert preflight.run_bounded(["/bin/sh", "-c", "sleep 30"], dict(os.environ), 0.5) is None  # slow: no evidence
+    assert time.monotonic() - t0 < 15
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("python", ["/bin/false", "/bin/true"])
+def test_an_interpreter_that_runs_no_python_is_refused_naming_its_field(tmp_path, python):
+    """Before: `workload.python: /bin/false` ended 'failed (exit 1)' with both ranks 'never started' and no reason."""
+    path = tmp_path / "p.yaml"
+    path.write_text(f"workload:\n  builtin: dist_smoke\n  python: {python}\n")
+    r = subprocess.run([sys.executable, "-m", "ddptui.tui.cli", str(path), "--no-ui", "--runs-dir", str(tmp_path / "runs")],
+                       capture_output=True, text=True, timeout=50, cwd=ROOT)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr
+    (line,) = [ln for ln in r.stdout.splitlines() if "preflight error" in ln]
+    assert f"ddptui: preflight error: {path}:3:11: field 'workload.python': {python} did not run Python: it exited " \
+           f"{1 if python == '/bin/false' else 0} with no output (fix: point workload.python at" in line, line
+    assert "status: preflight failed (exit 2)" in r.stdout
+    (run,) = (tmp_path / "runs").iterdir()
+    assert json.loads((run / "summary.json").read_text())["preflight"][0]["code"] == "not-python"
