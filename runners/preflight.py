@@ -119,7 +119,7 @@ def _runs_python(profile: Profile) -> list[Problem]:
             _is_python_ok.add(key)
         return []
     named = profile.workload.python_from or "ddptui's own interpreter"
-    field = "workload.venv" if "workload.venv" in named else "workload.python"
+    field = next((f for f in ("workload.venv", "DDPTUI_PYTHON") if f in named), "workload.python")
     return [Problem("error", "not-python", f"{named}: {python} did not run Python: {why}",
                     f"point {field} at the Python interpreter (with torch) the ranks should run on")]
 
