@@ -137,8 +137,8 @@ class AttachSession(Session):
         self.stopped_job: str | None = None  # what stop_job did
 
     # ---- the front end's requests ------------------------------------------------------------------
-    def request_stop(self) -> None:
-        """Detach: stop watching. The job runs on (Ctrl-C, the dashboard's q)."""
+    def request_stop(self, why: str = "") -> None:
+        """Detach: stop watching. The job runs on (Ctrl-C, the dashboard's q, a closed terminal)."""
         self._stop.set()
 
     def stop_job(self) -> str:

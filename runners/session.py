@@ -75,6 +75,7 @@ class Session:
         self.procs: list[procs.Proc] = []
         self.batch: list = []
         self._stop = threading.Event()
+        self._stop_why = ""
         self._dump = threading.Event()
         self._kill_now = threading.Event()  # asked again while stopping: SIGKILL without the TERM deadline
         self.survivors: list[str] = []  # processes that outlived SIGKILL at teardown, described
@@ -120,7 +121,9 @@ class Session:
         return self.judge.hints
 
     # ---- thread-safe requests from a front end ------------------------------------------------------
-    def request_stop(self) -> None:
+    def request_stop(self, why: str = "") -> None:
+        """why: what asked, for the record's line (a signal)."""
+        self._stop_why = self._stop_why or why  # the first that said why
         self._stop.set()
 
     def request_dump(self) -> None:
@@ -376,7 +379,8 @@ class Session:
                 self._carry_out(self.judge.dump_requested())
             if self._stop.is_set() and end is None:
                 end = TearDown("stopped", EXIT_FAILED)
-                self._launcher_line("ddptui: stop requested, tearing every rank down")
+                why = f" ({self._stop_why})" if self._stop_why else ""
+                self._launcher_line(f"ddptui: stop requested{why}, tearing every rank down")
             if end is not None or all(pr.returncode is not None for pr in self.procs):
                 break
             self._flush()

@@ -48,6 +48,7 @@ RANKS_ONLY = {
     "test_tui_panes_live": _LONG,
     "test_tui_compact_live": _LONG,
     "test_tui_tmux": _LONG,
+    "test_hangup": _LONG + "; its plain torchrun command runs on the test's own interpreter",
     "test_xla_runs": _LONG,
     "test_multinode_torchrun": _LONG + "; its plain rank scripts run on the test's own interpreter",
     "test_slurm_runs": _LONG + "; on a real Slurm cluster whose tasks run the test's own interpreter",

@@ -674,7 +674,8 @@ def test_stop_signal_decisions_and_the_bound(tmp_path):
     asked = []
     session = SimpleNamespace(run_dir=tmp_path, procs=[], tracks={}, world=2,
                               profile=SimpleNamespace(name="p", runner="env"),
-                              request_stop=lambda: asked.append("stop"), request_kill=lambda: asked.append("kill"))
+                              request_stop=lambda why="": asked.append(f"stop {why}".strip()),
+                              request_kill=lambda: asked.append("kill"))
     exited = threading.Event()
     stopper = HeadlessStopper(bound=0.3, hurry_bound=0.2, exit_fn=lambda code: exited.set())
     stopper._watchdog.start()  # as install() does, without taking this process's signal handlers
@@ -682,7 +683,7 @@ def test_stop_signal_decisions_and_the_bound(tmp_path):
     stopper.attach(session)
     stopper._on_signal(2, None)
     stopper._on_signal(2, None)
-    assert asked == ["stop", "stop", "kill"]
+    assert asked == ["stop SIGINT", "stop SIGINT", "kill"]
     assert exited.wait(10)  # nobody called finished(): the bound ran out
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "stopped" and "did not end within" in summary["error"]
@@ -690,6 +691,10 @@ def test_stop_signal_decisions_and_the_bound(tmp_path):
     done = HeadlessStopper(bound=3600, exit_fn=lambda code: late.set())  # armed, and not running out here
     done._watchdog.start()
     done.attach(session)
+    done._on_hangup(1, None)  # SIGHUP (no terminal here to let go of): a stop, once, never the SIGKILL escalation
+    for _ in range(3):
+        done._on_hangup(1, None)
+    assert asked[-1:] == ["stop SIGHUP"] and done.count == 1
     done._on_signal(2, None)
     done.finished()  # run() returned in time: the bound no longer applies
     done._watchdog.join(10)

@@ -461,6 +461,11 @@ class DdpApp(App):
                     else "stopping every rank…", timeout=30)
         self.set_timer(JOIN_SECONDS, lambda: self.exit(return_code=1))
 
+    def leave_on_signal(self, why: str) -> None:
+        """SIGHUP (the terminal closed) or SIGTERM: stop the run as `q` does and leave once it ended
+        (tui/app_signals.py has already asked the engine to stop, and bounds the wait)."""
+        self._stop_and_exit()
+
     def action_stop(self) -> None:
         if self.running and getattr(self.source, "kind", "") == "attach":  # not ddptui's job: ask, then its launcher
             from ddptui.tui.screens.confirm_stop_job import ConfirmStopJob
@@ -541,6 +546,18 @@ class DdpApp(App):
 
 # -- entry points (called by tui.cli) -------------------------------------------------------------
 
+def _run(app: DdpApp) -> None:
+    """app.run() with SIGHUP/SIGTERM stopping the run (tui/app_signals.py); then the engine is surely done."""
+    from ddptui.tui.app_signals import AppSignals
+    signals = AppSignals(app)
+    signals.install()
+    try:
+        app.run()
+    finally:
+        signals.restore()
+        app.shutdown()
+
+
 def run_app(profile_path, overrides: Sequence[str] = (), runs_root: Path = Path("runs")) -> int:
     """Open the dashboard: the picker (None), or straight into a run of a profile path or a loaded Profile.
 
@@ -555,10 +572,7 @@ def run_app(profile_path, overrides: Sequence[str] = (), runs_root: Path = Path(
     elif profile_path is not None:  # an already loaded Profile (e.g. `ddptui -- CMD`)
         source = LiveSource(profile_path, runs_root)
     app = DdpApp(source=source, picker_extra=extra, runs_root=runs_root)
-    try:
-        app.run()
-    finally:
-        app.shutdown()
+    _run(app)
     return app.run_code if app.run_code is not None else (app.return_code or 0)
 
 
@@ -566,10 +580,7 @@ def run_attach(job, runs_root, stall_after: float, stack_every: float, pyspy: st
     """The dashboard on a job ddptui did not launch (`ddptui attach PID`): q detaches, the job runs on."""
     source = AttachSource(job, Path(runs_root), stall_after, stack_every, pyspy)
     app = DdpApp(source=source)
-    try:
-        app.run()
-    finally:
-        app.shutdown()
+    _run(app)
     return app.run_code or 0
 
 
@@ -577,10 +588,7 @@ def run_replay(run_dir: str | Path) -> int:
     """Reopen a finished run from its record in the same screens."""
     source = ReplaySource(Path(run_dir))
     app = DdpApp(source=source)
-    try:
-        app.run()
-    finally:
-        app.shutdown()
+    _run(app)
     return 1 if source.problems else 0  # as `ddptui replay --no-ui`: the record was incomplete or malformed
 
 

@@ -95,15 +95,19 @@ def main(argv: list[str]) -> int:
 
 
 def headless(job, runs_dir: str, watch: bool, stall_after: float, stack_every: float, pyspy: str | None) -> int:
-    """Console output as a launched run's; SIGINT/SIGTERM detach (never stop the job), SIGUSR1 takes stacks now."""
+    """Console output as a launched run's; SIGINT/SIGTERM/SIGHUP detach (never stop the job), SIGUSR1 takes stacks
+    now."""
     from ddptui.runners.attach_session import AttachSession
     from ddptui.tui.console import Console
     console = Console()
     session = AttachSession(job, runs_dir, emit=console.handle, watch=watch, stall_after=stall_after,
                             stack_every=stack_every, pyspy=pyspy)
-    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    from ddptui.tui import hangup
+    terminals = hangup.terminals()
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}
     signal.signal(signal.SIGINT, lambda s, f: session.request_stop())
     signal.signal(signal.SIGTERM, lambda s, f: session.request_stop())
+    signal.signal(signal.SIGHUP, lambda s, f: (hangup.detach(terminals), session.request_stop()))  # closed terminal
     signal.signal(signal.SIGUSR1, lambda s, f: session.request_dump())
     try:
         return session.run()

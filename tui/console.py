@@ -7,6 +7,7 @@ import time
 
 from ddptui.runners import events as ev
 from ddptui.runners import stacks as stk
+from ddptui.tui import hangup
 from ddptui.tui.rate import RunTally
 from ddptui.tui.ranktag import untag_lines
 
@@ -92,8 +93,12 @@ class Console:
                 self.summary = e.summary
                 parts.append(self.render_summary(e))
         if parts:
-            self.out.write("".join(parts))
-            self.out.flush()
+            try:
+                self.out.write("".join(parts))
+                self.out.flush()
+            except OSError as e:
+                if not hangup.output_gone(self.out, e):
+                    raise
 
     def render_summary(self, e: ev.RunFinished) -> str:
         s = e.summary

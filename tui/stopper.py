@@ -1,5 +1,6 @@
-"""SIGINT/SIGTERM of a headless run: the first stops it, the third SIGKILLs every rank at once, none raises, and a
-wedged engine is cut off after a bound with the summary still written."""
+"""SIGINT/SIGTERM/SIGHUP of a headless run: the first stops it, the third SIGINT/SIGTERM SIGKILLs every rank at once,
+none raises, a hung-up terminal is let go of (tui/hangup.py), and a wedged engine is cut off after a bound with the
+summary still written."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,8 @@ import time
 from pathlib import Path
 
 import psutil
+
+from ddptui.tui import hangup
 
 # From the first stop to ddptui's exit at the latest. Teardown alone is bounded by 5 s (TERM) + 2 s (KILL) +
 # 1 s per process reaped; the rest is the stacks a stall may be collecting and draining the logs.
@@ -42,10 +45,14 @@ class HeadlessStopper:
         self._armed = threading.Event()
         self._done = threading.Event()
         self._old: dict = {}
+        self._terminals: set[int] = set()  # the fds that were a terminal at install: a hung-up one no longer says so
+        self._why = ""
         self._watchdog = threading.Thread(target=self._watch, name="ddptui-stop-bound", daemon=True)
 
     def install(self) -> None:
+        self._terminals = hangup.terminals()
         self._old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        self._old[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_hangup)
         self._watchdog.start()
 
     def attach(self, session, timeout: float = 0.0) -> None:
@@ -70,10 +77,23 @@ class HeadlessStopper:
     # -- in the signal handler: set flags only (no exception, no buffered write) --------------------
     def _on_signal(self, signum, frame) -> None:
         self.count += 1
+        self._why = self._why or signal.Signals(signum).name
         what = action(self.count)
         if what in _SAY:
-            os.write(2, _SAY[what])
+            try:
+                os.write(2, _SAY[what])
+            except OSError:  # stderr gone (a closed terminal): the stop goes on
+                pass
         self._deliver(what)
+
+    def _on_hangup(self, signum, frame) -> None:
+        """The terminal closed (or someone sent SIGHUP): a stop, once; never the SIGKILL escalation (a shell and the
+        kernel may both send it)."""
+        gone = hangup.detach(self._terminals)
+        if self.count == 0:
+            self.count = 1
+            self._why = "the terminal hung up, SIGHUP" if gone else "SIGHUP"
+            self._deliver("stop")
 
     def _deliver(self, what: str) -> None:
         if self.session is None:
@@ -82,7 +102,7 @@ class HeadlessStopper:
             self.session.request_kill()
             self._arm(self.hurry_bound)
         else:
-            self.session.request_stop()
+            self.session.request_stop(self._why)
             self._arm(self.bound)
 
     def _arm(self, seconds: float) -> None:
@@ -101,18 +121,22 @@ class HeadlessStopper:
             self._done.wait(0.5)
 
     def _give_up(self) -> None:
-        s = self.session
-        why = f"the run did not end within {self._limit_s:g} s; ddptui gives up waiting"
-        try:
-            left = _still_running(s)
-            path = Path(s.run_dir) / "summary.json"
-            if not path.exists():  # the engine is wedged before its own summary: write what is known
-                path.write_text(json.dumps(emergency_summary(s, why, left), indent=2, default=str))
-            (Path(s.run_dir) / "ddptui.pid").unlink(missing_ok=True)
-            lines = [f"ddptui: {why}"] + [f"ddptui: {x}" for x in left] + [f"ddptui: record: {s.run_dir}"]
-            os.write(2, ("\n".join(lines) + "\n").encode())
-        finally:
-            self.exit_fn(1)
+        give_up(self.session, f"the run did not end within {self._limit_s:g} s; ddptui gives up waiting", self.exit_fn)
+
+
+def give_up(s, why: str, exit_fn) -> None:
+    """The engine did not end in time: write summary.json from what is known (unless it wrote its own), say which
+    processes still run, and exit 1."""
+    try:
+        left = _still_running(s)
+        path = Path(s.run_dir) / "summary.json"
+        if not path.exists():  # the engine is wedged before its own summary: write what is known
+            path.write_text(json.dumps(emergency_summary(s, why, left), indent=2, default=str))
+        (Path(s.run_dir) / "ddptui.pid").unlink(missing_ok=True)
+        lines = [f"ddptui: {why}"] + [f"ddptui: {x}" for x in left] + [f"ddptui: record: {s.run_dir}"]
+        os.write(2, ("\n".join(lines) + "\n").encode())
+    finally:
+        exit_fn(1)
 
 
 def _still_running(session) -> list[str]:

@@ -1,0 +1,116 @@
+"""A closed terminal (SIGHUP) stops a run as a stop signal does: the headless console and the dashboard in a real
+terminal (tmux) hung up mid-run, and the dashboard's own watch for a hang-up that brings no SIGHUP."""
+from __future__ import annotations
+
+import json
+import os
+import pty
+import shlex
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+import pytest
+
+from tests.tmux_term import TMUX, Term
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAIN_LONG = ROOT / "tests" / "fixtures" / "train_ddp_long.py"  # a plain gloo DDP loop that runs until stopped
+
+
+def _wait(cond, limit: float, what: str):
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"{what} within {limit:g} s")
+
+
+def _ddptui(runs: Path) -> psutil.Process | None:
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "ddptui.tui.cli" in cmd and str(runs) in cmd:
+            return p
+    return None
+
+
+def _training(runs: Path) -> Path | None:
+    for run in runs.glob("*"):
+        log = run / "rank1.log"
+        if log.exists() and "step 20 loss" in log.read_text(errors="replace"):
+            return run
+    return None
+
+
+@pytest.mark.skipif(not Path(TMUX).exists(), reason="tmux not installed")
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("front", ["headless", "dashboard"])
+def test_a_closed_terminal_stops_the_run_with_its_summary_and_leaves_nothing(tmp_path, front):
+    """Before: SIGHUP killed ddptui at once: no summary.json, its socket folder and ddptui.pid left behind."""
+    runs = tmp_path / "runs"
+    torchrun = Path(sys.executable).parent / "torchrun"
+    cmd = (f"unset COLUMNS LINES; cd {shlex.quote(str(ROOT))} && {shlex.quote(sys.executable)} -m ddptui.tui.cli"
+           f" --runs-dir {shlex.quote(str(runs))}" + (" --no-ui" if front == "headless" else "")
+           + f" -- {shlex.quote(str(torchrun))} --standalone --nproc_per_node=2 {shlex.quote(str(TRAIN_LONG))};"
+           " sleep 60")
+    term = Term(cmd, 120, 30)
+    try:
+        run = _wait(lambda: _training(runs), 120, "both ranks training")
+        me = _wait(lambda: _ddptui(runs), 10, "the ddptui process")
+        ranks = me.children(recursive=True)
+        env = json.loads((run / "plan.json").read_text())["procs"][0]["env"]
+        sockets = Path(env["DDPTUI_SOCKETS"])
+        assert sockets.is_dir() and len(ranks) >= 3  # torchrun and its two ranks
+    finally:
+        term.close()  # the tmux server goes: the pane's terminal hangs up, its shell dies, ddptui gets SIGHUP
+    me.wait(45)  # the stop's bound is 30 s; a dashboard leaves at most 5 s after the run ended
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "stopped" and summary["exit_code"] == 1, summary
+    log = (run / "launcher.log").read_text()
+    # SIGHUP, or (the dashboard) its own watch of the terminal, which may see the hang-up first
+    said = "(the terminal hung up, SIGHUP)" if front == "headless" else "(the terminal hung up"
+    assert f"ddptui: stop requested {said}" in log, log[-2000:]
+    assert not [p for p in ranks if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not sockets.exists() and not (run / "ddptui.pid").exists()
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.why = None
+        self.done = threading.Event()
+
+    def request_stop(self, why: str = "") -> None:
+        self.why = why
+        self.done.set()
+
+
+@pytest.mark.timeout(30)
+def test_a_hang_up_without_sighup_is_seen_and_stops_the_run():
+    """A terminal whose shell ignored SIGHUP (so none reached ddptui) hangs up: before, the dashboard blocked for good
+    in a write to it while the run trained on unwatched."""
+    from ddptui.tui.app_signals import AppSignals
+
+    master, slave = pty.openpty()
+    session = _Session()
+    left = []
+    app = SimpleNamespace(running=True, source=SimpleNamespace(session=session), engine_done=session.done,
+                          run_code=1, leave_on_signal=lambda why: None, _driver=None)
+    sig = AppSignals(app, bound=10, grace=0.2, exit_fn=left.append, terminals={slave})
+    old = signal.getsignal(signal.SIGHUP)
+    sig.install()
+    try:
+        time.sleep(0.5)
+        assert session.why is None and not left  # a live terminal: nothing happens
+        os.close(master)  # the terminal hangs up; no SIGHUP is sent to this process by anyone but the watch
+        _wait(lambda: left, 10, "ddptui to leave")
+    finally:
+        sig.restore()
+        os.close(slave)
+    assert signal.getsignal(signal.SIGHUP) == old
+    assert session.why == "the terminal hung up" and left == [1]
