@@ -1,8 +1,11 @@
-"""Flight Recorder in the ranks: the variables the runners add, and the per-run folder of the ranks' debug sockets."""
+"""Flight Recorder in the ranks: the variables the runners add, and the per-run folder of the ranks' debug sockets
+(with its owner, so a later ddptui can sweep the folders of engines that were killed)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import socket
 import shutil
 import stat
 from pathlib import Path
@@ -76,9 +79,93 @@ def prepare(profile: Profile, run_dir: Path) -> tuple[str | None, str | None]:
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
             return None, f"{parent} is not a folder only this user can enter: no debug sockets for the ranks"
         os.makedirs(path, mode=0o700, exist_ok=True)
+        _write_owner(path, run_dir)
     except OSError as e:
         return None, f"cannot make the ranks' debug socket folder {path}: {e.strerror or e}"
     return path, None
+
+
+# ---- the folder's owner, and the sweep of folders whose engine was killed (SIGKILL: no handler removed them) ----
+OWNER = "owner.json"
+
+
+def _proc_start(pid: int) -> int | None:
+    """The process's start time in clock ticks after boot (/proc/PID/stat field 22): with the boot it is unique to
+    one process, where a pid is reused. None: no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()  # after the name, which may hold spaces and parentheses
+        return int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def here() -> dict:
+    """What makes a pid mean one process: this machine, its boot, its pid namespace."""
+    out: dict = {"host": socket.gethostname(), "boot_id": None, "pidns": None}
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            out["boot_id"] = f.read().strip()
+    except OSError:
+        pass
+    try:
+        out["pidns"] = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        pass
+    return out
+
+
+def _write_owner(path: str, run_dir: Path | str) -> None:
+    me = os.getpid()
+    record = {"pid": me, "start": _proc_start(me), "run_dir": os.path.abspath(str(run_dir)), **here()}
+    tmp = os.path.join(path, f".{OWNER}.{me}")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(record) + "\n")
+    os.replace(tmp, os.path.join(path, OWNER))  # whole or absent: a folder without its owner is never swept
+
+
+def engine_gone(owner, now: dict, start_of) -> bool:
+    """Whether the engine that made a socket folder is provably dead: its pid runs no process, or another process
+    (started at another time), or the machine rebooted since. Anything unsure (no record, another host or pid
+    namespace, fields missing) keeps the folder. start_of(pid): that pid's start time now, None if no process."""
+    if not isinstance(owner, dict):
+        return False
+    pid, start = owner.get("pid"), owner.get("start")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or not isinstance(start, int):
+        return False
+    if owner.get("host") != now.get("host") or None in (owner.get("boot_id"), now.get("boot_id")):
+        return False
+    if owner["boot_id"] != now["boot_id"]:
+        return True
+    if owner.get("pidns") is None or owner.get("pidns") != now.get("pidns"):
+        return False
+    return start_of(pid) != start
+
+
+def sweep_stale(keep: str | None = None) -> list[str]:
+    """Remove this user's socket folders whose engine is provably dead (engine_gone), never `keep`; returns them."""
+    parent = f"{SOCKETS_ROOT}/ddptui-{os.getuid()}"
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    now, gone = here(), []
+    for name in sorted(names):
+        path = os.path.join(parent, name)
+        if path == keep:
+            continue
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            with open(os.path.join(path, OWNER)) as f:
+                owner = json.loads(f.read(4096))
+        except (OSError, ValueError, RecursionError):
+            continue
+        if engine_gone(owner, now, _proc_start):
+            shutil.rmtree(path, ignore_errors=True)
+            gone.append(path)
+    return gone
 
 
 def remove(path: str | None) -> None:

@@ -308,6 +308,11 @@ class Session:
         self._sockets, problem = fr_env.prepare(p, self.run_dir)  # before any rank starts: they bind in it
         if problem:
             self._launcher_line(f"ddptui: {problem}")
+        if self._sockets:
+            swept = fr_env.sweep_stale(keep=self._sockets)
+            if swept:
+                self._launcher_line(f"ddptui: removed {len(swept)} socket folder(s) of ddptui runs that were killed"
+                                    f" ({', '.join(swept)})")
         problems = self._preflight()
         if problems:
             return self._finish("preflight failed", EXIT_USAGE, problems)

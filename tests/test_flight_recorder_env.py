@@ -172,6 +172,44 @@ def test_the_socket_folder_is_made_private_and_removed(tmp_path):
     assert fr_env.prepare(profile(tmp_path, "flight_recorder: false\n"), run_dir) == (None, None)
 
 
+def test_the_socket_folder_names_its_engine(tmp_path):
+    p = profile(tmp_path)
+    run_dir = tmp_path / "runs" / "r2"
+    run_dir.mkdir(parents=True)
+    path, _ = fr_env.prepare(p, run_dir)
+    try:
+        import json
+        owner = json.loads(Path(path, fr_env.OWNER).read_text())
+        assert owner["pid"] == os.getpid() and owner["start"] == fr_env._proc_start(os.getpid())
+        assert owner["run_dir"] == str(run_dir) and {k: owner[k] for k in fr_env.here()} == fr_env.here()
+        assert not fr_env.engine_gone(owner, fr_env.here(), fr_env._proc_start)  # this live process: kept
+        assert path not in fr_env.sweep_stale() and os.path.isdir(path)
+    finally:
+        fr_env.remove(path)
+
+
+NOW = {"host": "h", "boot_id": "b1", "pidns": 7}
+OWNER = {"pid": 41, "start": 1000, "run_dir": "/r", **NOW}
+
+
+@pytest.mark.parametrize("owner, start_now, gone", [
+    (OWNER, 1000, False),  # the engine runs: kept
+    (OWNER, None, True),  # no process with that pid: its engine was killed
+    (OWNER, 2500, True),  # the pid runs another process, started later
+    ({**OWNER, "boot_id": "b0"}, 1000, True),  # the machine rebooted since: every process of then is gone
+    ({**OWNER, "host": "other"}, None, False),  # another host's folder (a shared /tmp): not ours to judge
+    ({**OWNER, "pidns": 9}, None, False),  # another pid namespace: its pids mean nothing here
+    ({**OWNER, "pidns": None}, None, False),
+    ({**OWNER, "start": None}, None, False),  # a record that cannot prove anything
+    ({**OWNER, "pid": True}, None, False),
+    ({**OWNER, "boot_id": None}, None, False),
+    ("41", None, False), (None, None, False),
+])
+def test_a_folder_is_swept_only_when_its_engine_is_provably_dead(owner, start_now, gone):
+    asked = []
+    assert fr_env.engine_gone(owner, NOW, lambda pid: asked.append(pid) or start_now) is gone
+
+
 # ---- the rank side's decisions (ddptui_fr, no torch)
 
 GROUPS = {"0": ("default_pg", [0, 1]), "1": ("undefined", [0, 1])}

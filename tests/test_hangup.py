@@ -1,5 +1,6 @@
 """A closed terminal (SIGHUP) stops a run as a stop signal does: the headless console and the dashboard in a real
-terminal (tmux) hung up mid-run, and the dashboard's own watch for a hang-up that brings no SIGHUP."""
+terminal (tmux) hung up mid-run, and the dashboard's own watch for a hang-up that brings no SIGHUP. A ddptui killed
+outright (SIGKILL) leaves its socket folder: the next run sweeps it, never a live engine's."""
 from __future__ import annotations
 
 import json
@@ -7,6 +8,7 @@ import os
 import pty
 import shlex
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -114,3 +116,41 @@ def test_a_hang_up_without_sighup_is_seen_and_stops_the_run():
         os.close(slave)
     assert signal.getsignal(signal.SIGHUP) == old
     assert session.why == "the terminal hung up" and left == [1]
+
+
+@pytest.mark.timeout(150)
+def test_a_killed_ddptuis_socket_folder_is_swept_by_the_next_run_and_a_live_ones_kept(tmp_path):
+    from ddptui.runners import fr_env
+    from ddptui.runners.profile import adhoc_profile
+
+    runs = tmp_path / "runs"
+    cli = [sys.executable, "-m", "ddptui.tui.cli", "--runs-dir", str(runs), "--no-ui", "--"]
+    torchrun = Path(sys.executable).parent / "torchrun"
+    killed = subprocess.Popen(cli + [str(torchrun), "--standalone", "--nproc_per_node=2", str(TRAIN_LONG)], cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    live = None
+    try:
+        run = _wait(lambda: _training(runs), 120, "both ranks training")
+        ranks = psutil.Process(killed.pid).children(recursive=True)
+        dead = Path(json.loads((run / "plan.json").read_text())["procs"][0]["env"]["DDPTUI_SOCKETS"])
+        killed.kill()  # no handler runs: the ranks end by PDEATHSIG (torchrun's SIGTERM), the folder stays
+        killed.wait(10)
+        _wait(lambda: not [p for p in ranks if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], 60,
+              "the killed ddptui's ranks to end")
+        assert (dead / fr_env.OWNER).is_file() and not (run / "summary.json").exists()
+        live_run = tmp_path / "live-run"
+        live_run.mkdir()
+        live, _ = fr_env.prepare(adhoc_profile(["true"]), live_run)  # an engine that runs: this process
+        r = subprocess.run(cli + [sys.executable, "-c", "print('hello')"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+        assert not dead.exists() and Path(live, fr_env.OWNER).is_file()
+        (nxt,) = [d for d in runs.iterdir() if d != run]
+        log = (nxt / "launcher.log").read_text()
+        assert "socket folder(s) of ddptui runs that were killed" in log and str(dead) in log, log
+        assert str(live) not in log
+    finally:
+        if killed.poll() is None:
+            killed.kill()
+            killed.wait()
+        fr_env.remove(live)
