@@ -90,6 +90,7 @@ class Session:
         self._job_waited = False  # teardown scancelled the job and waited for its end already
         self._job_end: TearDown | None = None  # what Slurm's answer about the job asked for (NODE_FAIL: a teardown)
         self._sockets: str | None = None  # the folder of the ranks' debug sockets (runners/fr_env.py), removed at the end
+        self._heartbeat = None  # runners/heartbeat.py: while an sbatch job of this run may be alive
 
     # what the front ends and tests read: the judge's
     @property
@@ -220,6 +221,8 @@ class Session:
                     procs.stop_subreaping()
                 self._deaths.close()
                 fr_env.remove(self._sockets)
+                if self._heartbeat is not None:  # after teardown: a job scancel did not end is ended by its watcher
+                    self._heartbeat.stop()
                 self.record.close()
 
     def _teardown(self, why: str | None = None) -> dict:
@@ -302,6 +305,9 @@ class Session:
         if self.plan.job is not None:  # the folder Slurm writes rank files into, the batch script: before sbatch/srun
             from .slurm import prepare
             prepare(self.plan, self.run_dir)
+            if self.plan.job.mode == "sbatch":  # the batch script's watcher cancels the job once this stops
+                from .heartbeat import Heartbeat, path
+                self._heartbeat = Heartbeat(path(self.run_dir)).start()
         self._tick()
         self._carry_out(self.judge.begin(self.plan.world_size, len(self.plan.procs)))
         self._emit(ev.RunStarted(str(self.run_dir), p.name, p.runner, self.world, p.steps, time.time()))

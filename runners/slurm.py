@@ -6,7 +6,7 @@ import shlex
 from pathlib import Path
 from typing import Mapping
 
-from . import srun_argv
+from . import heartbeat, srun_argv
 from .plan import LaunchPlan, LogSource, ProcSpec, SlurmJob
 from .profile import Profile
 from .rankenv import base_env, workload_argv, workload_target
@@ -106,6 +106,8 @@ def batch_script(profile: Profile, run_dir: Path, env: Mapping[str, str]) -> str
              "# sbatch also exports the environment ddptui was started with (its default, --export=ALL);"
              " ddptui's own variables:"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    lines += heartbeat.watcher_lines(heartbeat.path(run_dir), heartbeat.unwatched_after())
+    lines.append("trap 'kill $watcher 2>/dev/null' EXIT  # srun stays the last command: its exit is the job's")
     lines.append(shlex.join(srun_line(profile, run_dir, None)))
     return "\n".join(lines) + "\n"
 

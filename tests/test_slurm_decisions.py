@@ -372,3 +372,48 @@ def test_a_node_lost_during_a_stall_is_a_failed_run_not_a_stalled_one():
     j.node_lost("node1", (1,), "srun could not reach node1 for stacks (timed out)")
     assert j.job.status("stalled", EXIT_STALLED) == ("failed", EXIT_FAILED)
     assert j.job.status("stopped", EXIT_FAILED) == ("stopped", EXIT_FAILED)
+
+
+# ---- the heartbeat of a batch job's watcher (runners/heartbeat.py) ---------------------------------------------
+@pytest.mark.parametrize("value, after", [(None, 60), ("", 60), ("30", 30), ("10", 10), ("9", 60), ("-5", 60),
+                                          ("1e3", 60), ("soon", 60)])
+def test_the_unwatched_bound_is_whole_seconds_of_at_least_10(value, after):
+    from ddptui.runners.heartbeat import unwatched_after
+    assert unwatched_after({} if value is None else {"DDPTUI_UNWATCHED_AFTER": value}) == after
+
+
+@pytest.mark.timeout(30)
+def test_the_heartbeat_rewrites_its_file_whole_until_stopped(tmp_path):
+    import time
+
+    from ddptui.runners.heartbeat import Heartbeat
+    beat = tmp_path / "slurm" / "heartbeat"
+    hb = Heartbeat(beat, period=0.05).start()
+    first = beat.read_text()  # written before start() returns: before sbatch runs
+    deadline = time.monotonic() + 10
+    while beat.read_text() == first:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    hb.stop()
+    hb._thread.join(5)
+    last = beat.read_text()
+    time.sleep(0.2)
+    assert beat.read_text() == last and last.split()[0].isdigit() and not list(beat.parent.glob(".heartbeat*"))
+
+
+def test_the_batch_script_runs_the_watcher_and_srun_stays_its_last_command(tmp_path, monkeypatch):
+    import shlex
+    import subprocess
+
+    from ddptui.runners.heartbeat import path
+    from ddptui.runners.profile import find_profile, load_profile
+    from ddptui.runners.session import make_plan
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv("DDPTUI_UNWATCHED_AFTER", "25")
+    run = tmp_path / "r"
+    text = make_plan(load_profile(find_profile("slurm-ddp")), run, 0, 1).job.script_text
+    assert f"cat {shlex.quote(str(path(run)))}" in text and "-ge 25 ]" in text and 'scancel "$SLURM_JOB_ID"' in text
+    srun = text.index("\nsrun ")
+    assert text[:srun].split("\n")[-1].startswith("trap 'kill $watcher") and "\nwatcher=$!\n" in text[:srun]
+    assert shlex.split(text[srun + 1:])[-1].endswith("ddp_mlp.py")  # srun is the last command: the job's exit
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0  # it parses

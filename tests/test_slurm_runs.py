@@ -29,10 +29,10 @@ def _cli(runs_dir: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "ddptui.tui.cli", "--runs-dir", str(runs_dir), *args]
 
 
-def live(cluster, runs_dir: Path, *args: str) -> subprocess.Popen:
+def live(cluster, runs_dir: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
     """ddptui on the login node (node 0): this host, or node0's namespaces on the namespaced cluster."""
-    return cluster.on_node(0, _cli(runs_dir, *args), env=_extra_env(), cwd=ROOT, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
+    return cluster.on_node(0, _cli(runs_dir, *args), env={**_extra_env(), **(env or {})}, cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def ddptui(cluster, runs_dir: Path, *args: str, timeout: float = 200) -> tuple[int, str]:
@@ -204,6 +204,69 @@ def test_sigint_leaves_no_job_and_no_process(slurm_clean, runs_dir):
         stop(proc)
     assert proc.returncode == 1 and "status: stopped (exit 1)" in out, out[-3000:]
     assert_no_job_left(slurm_clean, within=5)  # ddptui waited for scancel to finish before exiting
+    assert not tasks_with_token(), [" ".join(p.cmdline())[:100] for p in tasks_with_token()]
+
+
+UNWATCHED = 10  # DDPTUI_UNWATCHED_AFTER for these tests: the batch job cancels itself 10 s after ddptui's last beat
+
+
+def _running_since(run: Path) -> float | None:
+    """When the record first said the job was RUNNING (wall time)."""
+    return next((e["wall"] for e in of(run, "job_state") if e["state"] == "RUNNING"), None)
+
+
+@pytest.mark.timeout(240)
+def test_sighup_of_ddptui_stops_its_sbatch_job_and_a_watched_job_is_never_cancelled_by_its_watcher(slurm_clean,
+                                                                                                  runs_dir):
+    """A closed terminal (SIGHUP): before, ddptui died at once and the sbatch job trained on, nobody watching."""
+    proc = live(slurm_clean, runs_dir, "slurm-ddp", "--no-ui", "--set", "steps=100000",
+                env={"DDPTUI_UNWATCHED_AFTER": str(UNWATCHED)})
+    try:
+        run = wait_training(proc, runs_dir)
+        # the job outlives its watcher's bound while ddptui beats: no false cancel
+        deadline = time.monotonic() + 60
+        while time.time() - (_running_since(run) or time.time()) < UNWATCHED + 8:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stdout.read()[-3000:]
+            time.sleep(0.5)
+        assert [s for _, s, _ in slurm_clean.jobs()] == ["RUNNING"]
+        proc.send_signal(signal.SIGHUP)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        stop(proc)
+    assert proc.returncode == 1 and "status: stopped (exit 1)" in out, out[-3000:]
+    assert "(cancelled by ddptui)" in out and "no heartbeat" not in (run / "slurm" / "batch.out").read_text()
+    assert json.loads((run / "summary.json").read_text())["status"] == "stopped"
+    assert "stop requested (SIGHUP)" in (run / "launcher.log").read_text()  # no terminal here: a plain SIGHUP
+    assert_no_job_left(slurm_clean, within=5)
+    assert not tasks_with_token(), [" ".join(p.cmdline())[:100] for p in tasks_with_token()]
+
+
+@pytest.mark.timeout(240)
+def test_a_sigkilled_ddptuis_sbatch_job_cancels_itself_within_the_bound(slurm_clean, runs_dir):
+    """No handler runs on SIGKILL: before, the job stayed RUNNING with nobody watching (40 s and more)."""
+    from ddptui.runners.heartbeat import PERIOD
+    proc = live(slurm_clean, runs_dir, "slurm-ddp", "--no-ui", "--set", "steps=100000",
+                env={"DDPTUI_UNWATCHED_AFTER": str(UNWATCHED)})
+    try:
+        run = wait_training(proc, runs_dir)
+        proc.kill()
+        killed = time.monotonic()
+        proc.wait(10)
+    finally:
+        stop(proc)
+    # the last beat up to PERIOD before the kill, the watcher looks every PERIOD, then Slurm's KillWait (5 s)
+    assert_no_job_left(slurm_clean, within=UNWATCHED + 2 * PERIOD + 5 + 15)
+    took = time.monotonic() - killed
+    said = (run / "slurm" / "batch.out").read_text()
+    assert f"ddptui: no heartbeat from ddptui for {UNWATCHED} s: nobody watches this job; scancel" in said, said
+    assert took <= UNWATCHED + 2 * PERIOD + 5 + 15, took
+    _wait_no_tasks(30)
+
+
+def _wait_no_tasks(within: float) -> None:
+    deadline = time.monotonic() + within
+    while tasks_with_token() and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert not tasks_with_token(), [" ".join(p.cmdline())[:100] for p in tasks_with_token()]
 
 
