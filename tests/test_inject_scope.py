@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -238,3 +239,40 @@ def test_xla_launcher_passes_the_activation_to_its_worker_only(tmp_path, monkeyp
         env = d["env"]
         assert not [k for k in ACTIVATION if k in env], (name, sorted(k for k in env if k.startswith("DDPTUI")))
         assert env.get("PYTHONPATH") == os.environ["PYTHONPATH"], name
+
+
+WORKER_PROGRAM = """
+import multiprocessing as mp, os, sys, time
+def work(ready):
+    open(ready, "w").close()  # the injected sitecustomize ran before this, at the worker's start
+    time.sleep(120)
+if __name__ == "__main__":
+    os.environ.update(DDPTUI="1", DDPTUI_XLA="1", DDPTUI_PID=sys.argv[1], PYTHONPATH=sys.argv[2])
+    p = mp.get_context("spawn").Process(target=work, args=(sys.argv[3],))  # as torch_xla.launch starts its worker
+    p.start()
+    print(p.pid, flush=True)
+    p.join()
+"""
+
+
+@pytest.mark.timeout(60)
+def test_the_xla_worker_ends_with_the_program_that_started_it(tmp_path):
+    """ddptui SIGKILLed: the XLA program ends by PDEATHSIG; before, its torch_xla.launch worker trained on, orphaned."""
+    import psutil
+    prog, ready = tmp_path / "prog.py", tmp_path / "ready"
+    prog.write_text(WORKER_PROGRAM)
+    program = subprocess.Popen([sys.executable, str(prog), str(os.getpid()), str(INJECT_DIR), str(ready)],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        worker = psutil.Process(int(program.stdout.readline()))
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            assert time.monotonic() < deadline and worker.is_running()
+            time.sleep(0.1)
+        program.kill()  # as the kernel's SIGTERM ends it when ddptui dies; SIGKILL runs nothing of it
+        program.wait(10)
+        worker.wait(10)  # the kernel's SIGTERM as its parent died
+    finally:
+        if program.poll() is None:
+            program.kill()
+            program.wait()

@@ -73,6 +73,24 @@ def _faults_and_ptrace() -> None:
             pass
 
 
+def _die_with_parent() -> None:
+    """The XLA worker ends with the program that started it (PR_SET_PDEATHSIG), as that program ends with ddptui:
+    else a ddptui killed outright (SIGKILL) leaves the worker training on, nobody watching."""
+    pid = _given.get("DDPTUI_PID", os.environ.get("DDPTUI_PID"))
+    parent = os.getppid()
+    if not pid or str(parent) == pid:  # ddptui's own child (the program): ddptui set it already
+        return
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the program ended before that took hold
+            os.kill(os.getpid(), signal.SIGTERM)
+    except Exception:
+        pass
+
+
 def _ddp_digest(module, r) -> None:
     try:
         import ddptui_report
@@ -236,6 +254,7 @@ def _after_fork() -> None:
             ddptui_scope.apply(ddptui_scope.user_env(os.environ), os.environ)
         except Exception:
             pass
+        _die_with_parent()
         return
     try:
         sys.modules["ddptui_report"].silence()
@@ -292,6 +311,7 @@ def _activate() -> None:
     if role in (ddptui_scope.OFF, ddptui_scope.LAUNCHER):
         return
     if role == ddptui_scope.RANK and os.environ.get("DDPTUI_XLA") == "1":
+        _die_with_parent()
         _import_xla()
     # Before the program runs: what it starts (python -c helpers, spawned workers) inherits the user's own
     # environment, not ours. /proc/PID/environ keeps DDPTUI_PID for procs.py's orphan sweep.
