@@ -50,7 +50,7 @@ class Conclusion:
             cut_short = status is not None or any(t.status == "failed" and not t.completed for t in s.tracks.values())
             res = replica.compare({r: t.digests for r, t in s.tracks.items() if t.digests is not None},
                                   s.world, {r: d for r, (d, _) in s.first_digests.items()}, self._replica_kind(),
-                                  cut_short)
+                                  cut_short, s.unseen())
             if res.hint:
                 s.raise_hint(res.hint, None, res.text)
             text = res.text
@@ -105,7 +105,7 @@ class Conclusion:
             # an attached rank's stderr may go where it cannot be read: there an exit 1 may hide a traceback
             seen = not s.attached or bool(t.err_tail)
             evidence.append(run_verdicts.rank_evidence(t, stopped_by, exc, kill, seen))
-        crash, outcomes = run_verdicts.crash(evidence, s.launcher_log.root_rank, s.wall)
+        crash, outcomes = run_verdicts.crash(evidence, s.launcher_log.root_rank, s.wall, s.unseen())
         s.own_exit = own_exit.decide(evidence, {r: str(t.verdict.get("text") or "")
                                                 for r, t in s.tracks.items() if t.verdict})
         if s.own_exit is not None:
@@ -149,6 +149,7 @@ class Conclusion:
         return {
             "profile": s.profile.name, "runner": s.profile.runner, "run_dir": run_dir,
             "status": status, "exit_code": exit_code, "world_size": s.world,
+            "unseen": list(s.unseen()),  # ranks of the world on other nodes, not watched by this ddptui
             "duration_s": duration_s, "ddptui_cpu_s": cpu_s,
             "ranks": {r: {"status": t.status, "outcome": t.outcome, "returncode": t.returncode,
                           "signal": t.signal, "steps": t.step, "samples_per_step": t.samples,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from .kill_reading import Reading
 from .procs import signal_name as signal_of
 from .stacks import Frame, is_user_frame
+from .world_view import unseen_words
 
 # A peer went away: the rank printing this is a consequence, not a cause. The first three are what gloo says when
 # the remote process is gone (the `peer-closed` hint matches them too); the rest are the other shapes of it.
@@ -295,10 +296,11 @@ def _delta(a: float, b: float) -> str:
     return f"{d:.2f} s after it" if d < 10 else f"{d:.0f} s after it"
 
 
-def decide(ranks: list[RankEvidence], launcher_root: int | None = None) -> Verdict | None:
+def decide(ranks: list[RankEvidence], launcher_root: int | None = None, unseen: tuple[int, ...] = ()) -> Verdict | None:
     """The root cause and the fate of every other rank, or None when no rank failed on its own.
 
-    launcher_root: the rank torchrun's own "Root Cause" names (it picks the first exit it saw, by the second).
+    launcher_root: the rank torchrun's own "Root Cause" names (it picks the first exit it saw, by the second);
+    unseen: the world's ranks this ddptui does not watch (they run on other nodes): a peer that went away may be one.
     """
     bad = [e for e in ranks if ended_badly(e)]
     if not bad or own_exit_kinds(ranks) is not None:
@@ -312,6 +314,8 @@ def decide(ranks: list[RankEvidence], launcher_root: int | None = None) -> Verdi
         return None  # only stopped ranks: the run was stopped (or its launcher died), no rank crashed
     rank_order = {k: i for i, k in enumerate(("failed", "victim", "stopped", "never_started"))}
     root = min(pool, key=lambda e: (_when(e), e.rank != launcher_root, rank_order[kinds[e.rank]], e.rank))
+    if unseen and not by_kind["failed"]:
+        return _peer_unseen(bad, kinds, unseen)
     t0 = _when(root)
     together = sorted(e.rank for e in by_kind["failed"]
                       if e is not root and _when(e) - t0 <= SIMULTANEOUS)
@@ -321,7 +325,7 @@ def decide(ranks: list[RankEvidence], launcher_root: int | None = None) -> Verdi
     never = sorted(e.rank for e in by_kind["never_started"] if e is not root)
 
     what = how(root)
-    text = f"rank {root.rank} failed first"
+    text = f"rank {root.rank} failed first" + (" of the ranks seen here" if unseen else "")
     if root.exc:
         text += f" ({short_exit(root)}): {root.exc.get('type')}: {root.exc.get('msg')} at {root.exc.get('where')}"
     else:
@@ -365,5 +369,28 @@ def decide(ranks: list[RankEvidence], launcher_root: int | None = None) -> Verdi
         text += "; " + "; ".join(parts)
     if launcher_root is not None and launcher_root != root.rank:
         text += f" (torchrun's Root Cause names rank {launcher_root}: the first exit it saw, by the second)"
+    if unseen:
+        text += f"; {unseen_words(unseen)}"
     return Verdict(text, root.rank, short_exit(root), tuple(together), tuple(victims),
                    tuple(sorted(e.rank for e in stopped)), tuple(never), tuple(excerpt(root)), outcomes)
+
+
+def _peer_unseen(bad: list[RankEvidence], kinds: dict[int, str], unseen: tuple[int, ...]) -> Verdict:
+    """Every rank seen here that failed did so because a peer went away, and peers run where this ddptui cannot see
+    (other nodes): the cause is there, not here. The ranks here are its victims; none of them is the root cause."""
+    victims = sorted((e for e in bad if kinds[e.rank] == "victim"), key=_when)
+    first = victims[0]
+    cause = f"{first.exc.get('type')}: {first.exc.get('msg')}"[:200] if first.exc else victim_marker(first)
+    text = (f"{_ranks([e.rank for e in victims])} failed because a peer went away ({victim_marker(first)}); "
+            f"{unseen_words(unseen)}: the cause is there (that node's ddptui or logs say what happened); "
+            f"rank {first.rank}: {cause}")
+    outcomes = {e.rank: ("failed", f"failed after an unseen peer went away ({short_exit(e)}: {victim_marker(e)})")
+                for e in victims}
+    stopped = [e for e in bad if kinds[e.rank] == "stopped"]
+    for e in stopped:
+        outcomes[e.rank] = ("killed", ended_by(e.stopped_by or "launcher"))
+    never = sorted(e.rank for e in bad if kinds[e.rank] == "never_started")
+    for r in never:
+        outcomes[r] = ("killed", "never started")
+    return Verdict(text, None, short_exit(first), (), tuple(e.rank for e in victims),
+                   tuple(sorted(e.rank for e in stopped)), tuple(never), tuple(excerpt(first)), outcomes)

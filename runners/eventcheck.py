@@ -13,7 +13,7 @@ from . import events as ev
 _NUM = (int, float)
 # What the front ends read from RunFinished.summary (a dict[str, Any] to the dataclass): key -> accepted types.
 _SUMMARY = {"profile": (str, type(None)), "runner": (str, type(None)), "status": (str,), "run_dir": (str, type(None)),
-            "world_size": (int, type(None)), "duration_s": _NUM, "ranks": (dict,), "replica": (dict, type(None)),
+            "world_size": (int, type(None)), "unseen": (list, type(None)), "duration_s": _NUM, "ranks": (dict,), "replica": (dict, type(None)),
             "hang": (dict, type(None)), "slow": (dict, type(None)), "crash": (dict, type(None)),
             "own_exit": (dict, type(None)), "hints": (list, type(None))}
 _SUMMARY_RANK = {"status": (str, type(None)), "outcome": (str, type(None)), "returncode": (int, type(None)),

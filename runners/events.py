@@ -31,6 +31,9 @@ class RunStarted(Event):
     world_size: int
     steps: int | None
     wall: float
+    # how many of the world's ranks this ddptui watches when it sees only part of it (one node's torchrun agent of a
+    # multi-node job, each node under its own ddptui; the others are unseen here); None: every rank
+    here: int | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,17 @@ class RankHello(Event):
     # the node the rank runs on, as its launcher names it: Slurm's node name (SLURMD_NODENAME), else torchrun's
     # node (group) rank as "node<N>", else the host; "" in older records
     node: str = ""
+
+
+@dataclass(frozen=True)
+class RankRenumbered(Event):
+    """The rank the plan numbered `was` is global rank `rank` (its hello said so): a ddptui that sees only its node's
+    ranks of a c10d rendezvous learns their numbers only then. What was shown under `was` moves to `rank`."""
+
+    kind: ClassVar[str] = "rank_renumbered"
+    was: int
+    rank: int
+    wall: float
 
 
 @dataclass(frozen=True)
@@ -293,9 +307,9 @@ class RunFinished(Event):
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
-        RunStarted, ProcessStarted, RankHello, DebugServer, RankPhase, LogLines, Progress, RankState, ProcessExited,
-        Resources, HintRaised, StallDetected, StallCleared, StacksCollected, HangVerdict, CrashVerdict, ReplicaVerdict,
-        JobState, NodeLost, CollectiveProgress, RunFinished,
+        RunStarted, ProcessStarted, RankHello, RankRenumbered, DebugServer, RankPhase, LogLines, Progress, RankState,
+        ProcessExited, Resources, HintRaised, StallDetected, StallCleared, StacksCollected, HangVerdict, CrashVerdict,
+        ReplicaVerdict, JobState, NodeLost, CollectiveProgress, RunFinished,
     )
 }
 

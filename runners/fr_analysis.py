@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
 from . import fr_client
+from .world_view import unseen_words
 
 KINDS = ("op mismatch", "size mismatch", "dtype mismatch", "missing", "stuck", "none")
 _DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Int": "int32",
@@ -66,6 +67,7 @@ class Finding:
     outside: tuple[int, ...] = ()  # ranks not in the group (a subgroup's hang does not involve them)
     elsewhere: dict[int, str] = field(default_factory=dict)  # missing rank -> the collective it waits in instead
     completed: bool = False  # a mismatch every rank went through (no hang there; a silent wrong result)
+    unseen: tuple[int, ...] = ()  # ranks of the world this ddptui does not watch (other nodes'): no dump is no news
 
     @property
     def culprits(self) -> tuple[int, ...]:
@@ -88,7 +90,7 @@ class Finding:
         d["culprits"] = list(self.culprits)
         d["waiting"] = list(self.waiting)
         d["op"] = self.call.op if self.call else None
-        for k in ("members", "entered", "missing", "absent", "outside"):
+        for k in ("members", "entered", "missing", "absent", "outside", "unseen"):
             d[k] = list(d[k])
         d["sentence"] = self.sentence()
         return d
@@ -120,8 +122,12 @@ class Finding:
             if self.missing:
                 text += ", " + "; ".join(
                     f"{_ranks(rs)} never did ({_last_text(self.last, rs)})" for rs in _by_last(self.missing, self.last))
-            if self.absent:
-                text += f"; no Flight Recorder dump from {_ranks(self.absent)}"
+            away = [r for r in self.absent if r in self.unseen]
+            if away:
+                text += (f"; {unseen_words(away)} (no Flight Recorder dump from {'it' if len(away) == 1 else 'them'}"
+                         "): the rank holding it up may be there")
+            if len(away) < len(self.absent):
+                text += f"; no Flight Recorder dump from {_ranks([r for r in self.absent if r not in away])}"
         else:  # stuck
             text = (f"collective #{self.seq} ({_describe(c)}, {self.group}): every member entered it and none "
                     f"completed it (a peer lost inside it, or its transport stuck)")
@@ -138,18 +144,19 @@ class Finding:
 
 
 def analyse(dumps: Mapping[int, dict], world: int | None = None,
-            known: Mapping[str, list[int]] | None = None) -> Finding | None:
+            known: Mapping[str, list[int]] | None = None, unseen: tuple[int, ...] = ()) -> Finding | None:
     """The finding over every rank's dump (rank -> dump as fr_trace_json gives it, raw or normalised by
     fr_client.normalise); None without any dump. `world`: the run's world size (ranks without a dump are then named);
-    `known`: group name -> ranks as the ranks reported them."""
+    `known`: group name -> ranks as the ranks reported them; `unseen`: ranks this ddptui does not watch (other
+    nodes'), whose missing dump the finding says is theirs to give."""
     if not dumps:
         return None
     groups = _groups(_normalised(dumps, world, known))
-    return decide(groups, set(dumps), world)
+    return _replace(decide(groups, set(dumps), world), unseen=tuple(unseen))
 
 
 def from_collectives(collectives: Mapping[int, Mapping[str, Mapping[str, Any]]],
-                     world: int | None = None) -> Finding | None:
+                     world: int | None = None, unseen: tuple[int, ...] = ()) -> Finding | None:
     """The finding from the ranks' live `coll` reports (rank -> RankTrack.collectives: pg -> {"desc", "ranks",
     "enqueued", "completed", "frontier"}), for when no dump could be taken; None without any."""
     collectives = {r: g for r, g in collectives.items() if g}
@@ -171,7 +178,7 @@ def from_collectives(collectives: Mapping[int, Mapping[str, Mapping[str, Any]]],
     for g in groups.values():
         if not g.members:
             g.members = tuple(sorted(g.enqueued))
-    return decide(groups, set(collectives), world)
+    return _replace(decide(groups, set(collectives), world), unseen=tuple(unseen))
 
 
 # ---- the decision ----------------------------------------------------------------------------------------------

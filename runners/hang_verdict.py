@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable
 
 from .stacks import Frame, StackResult, ThreadStack, is_helper, is_user_frame, qualified, worker_label
+from .world_view import unseen_words
 
 CATEGORIES = ("collective", "compute", "sleep", "io", "dataloader", "xla", "unknown")
 WAITING = ("collective", "xla")  # categories in which a rank waits for its peers
@@ -294,8 +295,17 @@ def _readable(wheres: dict[int, Where]) -> dict[int, Where]:
 
 
 def hang_sentence(wheres: dict[int, Where], steps: dict[int, int | None], stalled: Iterable[int],
-                  since_wall: float) -> tuple[str, tuple[int, ...], tuple[int, ...]]:
-    """One sentence a user can act on, plus (culprits, waiting). Ranks absent from ``stalled`` are progressing."""
+                  since_wall: float, unseen: tuple[int, ...] = ()) -> tuple[str, tuple[int, ...], tuple[int, ...]]:
+    """One sentence a user can act on, plus (culprits, waiting). Ranks absent from ``stalled`` are progressing;
+    ``unseen`` ranks run on other nodes, not watched here (the one holding the others up may be among them)."""
+    text, culprits, waiting = _hang_sentence(wheres, steps, stalled, since_wall, bool(unseen))
+    if unseen and stalled:
+        text += f"; {unseen_words(unseen)}" + ("" if culprits else ": the rank holding the others up may be there")
+    return text, culprits, waiting
+
+
+def _hang_sentence(wheres: dict[int, Where], steps: dict[int, int | None], stalled: Iterable[int],
+                   since_wall: float, partial: bool) -> tuple[str, tuple[int, ...], tuple[int, ...]]:
     stalled = sorted(set(stalled))
     since = time.strftime("%H:%M:%S", time.localtime(since_wall))
     everyone = sorted(set(wheres) | set(steps) | set(stalled))
@@ -343,9 +353,11 @@ def hang_sentence(wheres: dict[int, Where], steps: dict[int, int | None], stalle
                     + "; ".join(f"rank {r} in {known[r].detail} at {known[r].at} ({_step(steps, r)})" for r in waiting)
                     + "): mismatched collectives — the ranks call different collectives or in a different order")
         else:
-            text = (f"{'all ranks' if not blind else ranks_text(waiting)} wait in {details.pop()} at {known[waiting[0]].at} since {since} "
-                    f"({step_txt}) and no rank is outside it: a lost peer (a rank that died or never joined) "
-                    f"or a collective that not every rank calls")
+            who = "all ranks" if not blind and not partial else ranks_text(waiting)
+            verb = "waits" if partial and len(waiting) == 1 else "wait"
+            text = (f"{who} {verb} in {details.pop()} at {known[waiting[0]].at} since {since} "
+                    f"({step_txt}) and no rank{' seen here' if partial else ''} is outside it: a lost peer (a rank "
+                    f"that died or never joined) or a collective that not every rank calls")
         if blind:
             text += f"; {ranks_text(blind)}: no stacks, likely the culprit"
         return text, tuple(blind), tuple(waiting)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from . import collectives
 from . import events as ev
-from . import fix_lines, fr_analysis, parse, xla_evidence
+from . import fix_lines, fr_analysis, parse, world_view, xla_evidence
 from .rank_lifecycle import RankLifecycle
 from .run_state import RunState
 from .steptime import take_report
@@ -149,6 +149,7 @@ class Ingest:
             t.node = str(rep.get("node") or t.host)  # a rank of an older inject names no node: its host is one
             self.s.emit(ev.RankHello(rank, t.pid or 0, t.host, int(rep.get("world") or self.s.world), wall,
                                      node=t.node))
+            world_view.hello(self.s, rank, rep.get("world"))
         elif kind in ("step", "loss"):
             pairs = rep.get("steps")  # a rank's batched [[step, loss], ...] since its last report
             if not isinstance(pairs, list):

@@ -5,6 +5,7 @@ ingest.py reads lines and reports, rank_lifecycle.py ends ranks, watch.py watche
 stack_verdicts.py reads stacks, conclusion.py concludes."""
 from __future__ import annotations
 
+from . import world_view
 from .conclusion import Conclusion, Launcher
 from .ingest import Ingest
 from .job_follow import Agent, JobFollow  # noqa: F401 - Agent re-exported
@@ -64,9 +65,16 @@ class Judge:
         self.state.say(text)
         return self.state.take()
 
-    def begin(self, world: int, processes: int) -> list:
-        """Ranks 0..world-1 are tracked from now; `processes`: how many processes the plan starts."""
-        self.state.begin(world, processes)
+    def begin(self, world: int, processes: int, here: tuple[int, ...] | None = None) -> list:
+        """Ranks 0..world-1 are tracked from now (only `here` when this ddptui sees part of the world:
+        LaunchPlan.ranks_here); `processes`: how many processes the plan starts."""
+        self.state.begin(world, processes, here)
+        return self.state.take()
+
+    def rank_learned(self, guess: int | None, rank: int) -> list:
+        """A rank's hello named `rank` where the plan guessed `guess` (tail.Tailer.take_renamed): feed it before the
+        lines read with it. A ddptui that tracks only its node's ranks renumbers the track (runners/world_view.py)."""
+        world_view.renumber(self.state, guess, rank)
         return self.state.take()
 
     # ---- lines read (ingest.py) ----------------------------------------------------------------------
@@ -142,7 +150,7 @@ class Judge:
     def process_exited(self, name: str, ranks, pid: int, returncode: int, exited: float | None, launcher: bool,
                        torn_down: bool = False) -> list:
         """A process ddptui started exited (`launcher`: it starts ranks rather than being one); feed `deaths` first."""
-        self.life.process_exited(name, ranks, pid, returncode, exited, launcher, torn_down)
+        self.life.process_exited(name, self.state.plan_ranks(ranks), pid, returncode, exited, launcher, torn_down)
         return self.state.take()
 
     def teardown_began(self, why: str | None = None) -> None:
@@ -221,7 +229,7 @@ class Judge:
 
     def agent_exited(self, name: str, ranks, returncode: int, signal: str | None, others_running: bool) -> list:
         """A per-node agent ended (feed `process_exited` first): a node lost unless its ranks failed themselves."""
-        self.job.agent_exited(name, tuple(ranks), returncode, signal, others_running)
+        self.job.agent_exited(name, self.state.plan_ranks(ranks), returncode, signal, others_running)
         return self.state.take()
 
     def watchdog(self, agents: list) -> list:

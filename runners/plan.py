@@ -53,6 +53,10 @@ class LaunchPlan:
     sources: tuple[LogSource, ...] = field(default=())  # extra per-rank files written by a launcher
     notes: tuple[str, ...] = field(default=())  # what the plan changed or assumed, shown by --dry-run
     job: SlurmJob | None = None  # set when the ranks run under a Slurm job ddptui submits or a step it starts
+    # the ranks this ddptui's processes run when they are only part of the world: one node of a multi-node torchrun
+    # that each node runs under its own ddptui (their numbers are the plan's guess until each rank's hello names it);
+    # None: every rank of the world is ddptui's
+    ranks_here: tuple[int, ...] | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -60,6 +64,8 @@ class LaunchPlan:
     def describe(self) -> str:
         """The --dry-run text: argv, env and cwd of every process."""
         out = [f"runner: {self.runner}   world size: {self.world_size}   processes: {len(self.procs)}"]
+        if self.ranks_here is not None:
+            out[0] += f"   ranks here: {len(self.ranks_here)} of {self.world_size}"
         for p in self.procs:
             ranks = ",".join(map(str, p.ranks)) or "-"
             out.append(f"\n[{p.name}] ranks {ranks}")

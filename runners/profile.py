@@ -1251,7 +1251,7 @@ def adhoc_profile(command: Sequence[str], overrides: Sequence[str] = ()) -> Prof
     runner = "torchrun" if torchrun else "env"
     if torchrun:
         nproc = torchrun_argv.nproc_per_node(cmd) or 1
-        nnodes = torchrun_argv.nnodes(cmd) or 1
+        nnodes = torchrun_argv.max_nodes(cmd) or 1
     elif srun_argv.is_srun(cmd):  # srun starts the ranks on the nodes: the slurm runner wraps it
         runner = "slurm"
         nproc, nnodes = srun_argv.counts(cmd)

@@ -30,6 +30,7 @@ class RankLearner:
         self.learned: dict[str, int] = {}
         self._held: dict[str, list[tuple[float, int | None, str, list[str]]]] = {}
         self._guessed: set[str] = set()  # folders that went out under the guess, no hello read yet
+        self.renamed: list[tuple[int | None, int]] = []  # (guess, rank) learned since `take_renamed`, guess != rank
 
     def feed(self, key: str, guess: int | None, stream: str, lines, mono: float) -> list[tuple[int | None, str, list]]:
         """A batch read from one file of folder `key`: the batches to read now, as (rank, stream, lines)."""
@@ -37,14 +38,26 @@ class RankLearner:
         if key in self.learned:
             if rank is not None and key in self._guessed:  # a hello after its folder went out under the guess
                 self._guessed.discard(key)
+                self._rename(self.learned[key], rank)
                 self.learned[key] = rank
             return [(self.learned[key], stream, lines)]
         if rank is None:
             self._held.setdefault(key, []).append((mono, guess, stream, lines))
             return self.due(mono)
         self.learned[key] = rank
+        self._rename(guess, rank)
         held = self._held.pop(key, [])
         return [(rank, st, ls) for _, _, st, ls in held] + [(rank, stream, lines)] + self.due(mono)
+
+    def _rename(self, guess: int | None, rank: int) -> None:
+        if guess != rank:
+            self.renamed.append((guess, rank))
+
+    def take_renamed(self) -> list[tuple[int | None, int]]:
+        """(guess, rank) of every folder whose hello named another rank than the plan guessed, since the last call:
+        a ddptui that tracks only its own node's ranks renumbers their tracks by it (runners/world_view.py)."""
+        out, self.renamed = self.renamed, []
+        return out
 
     def due(self, mono: float) -> list[tuple[int | None, str, list]]:
         """Batches held longer than `hold` (a folder that says no hello), under their guess."""

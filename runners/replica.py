@@ -4,6 +4,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from .world_view import unseen_words
+
 
 @dataclass(frozen=True)
 class ReplicaResult:
@@ -91,33 +93,44 @@ def origin(first: dict[int, list] | None, ranks: set[int], kind: str) -> tuple[s
 
 
 def compare(digests: dict[int, list], world_size: int, first: dict[int, list] | None = None,
-            kind: str = "plain", cut_short: bool = False) -> ReplicaResult:
+            kind: str = "plain", cut_short: bool = False, unseen: tuple[int, ...] = ()) -> ReplicaResult:
     """digests: rank -> [[name, hex, shape, dtype], ...] in named_parameters() order, at the end.
 
     first: the same, taken before each rank's first optimizer step (tells "differed from the first step" from
     "drifted apart"); kind: "xla" | "ddp" | "plain", who could have made the initial weights equal; cut_short: the run
-    was torn down or a rank failed (the ranks report their weights as they exit on their own).
+    was torn down or a rank failed (the ranks report their weights as they exit on their own); unseen: ranks of the
+    world this ddptui does not watch (other nodes'): their weights are not compared, and the verdict says so.
     """
+    away = f"; {unseen_words(unseen)}: not compared" if unseen else ""
     if not digests:
         return ReplicaResult("unavailable", "replicas not compared: " + (
             "the ranks were stopped before they reported their weights (a rank reports them when it exits on its own)"
-            if cut_short else "no rank reported its weights (a DistributedDataParallel model's, at exit)"),
+            if cut_short else "no rank reported its weights (a DistributedDataParallel model's, at exit)")
+            + (f"; {unseen_words(unseen)}" if unseen else ""),
             None, (), (), {})
     names = _names(digests)
     table = {r: tuple(dict((e[0], e[1]) for e in d).get(n, "-") for n in names) for r, d in digests.items()}
-    missing = sorted(set(range(world_size)) - set(digests))
+    missing = sorted(set(range(world_size)) - set(digests) - set(unseen))
     diff = _first_difference(digests)
     if diff is not None:
         name, odd, agree, tie = diff
         text = (f"replicas differ: first differing parameter '{name}': {_ranks(odd)} "
                 f"differ{'s' if len(odd) == 1 else ''} from {_ranks(agree)}"
-                + (" (no majority: the lowest rank is the reference)" if tie else ""))
+                + (" (no majority: the lowest rank is the reference)" if tie else "") + away)
         since = origin(first, set(digests), kind)
         if since is None:
             return ReplicaResult("differ", text, name, odd, tuple(names), table)
         return ReplicaResult("differ", f"{text}; {since[1]}", name, odd, tuple(names), table, since[0], since[2])
     if missing:
         return ReplicaResult("incomplete", f"{len(names)} parameters identical on {_ranks(table)}; "
-                             f"no digests from {_ranks(missing)}", None, tuple(missing), tuple(names), table)
+                             f"no digests from {_ranks(missing)}{away}", None, tuple(missing), tuple(names), table)
+    if unseen and len(table) == 1:
+        return ReplicaResult("incomplete", f"{_ranks(table)} is the only rank seen here: its weights "
+                             f"({len(names)} parameters) were compared with no other ({unseen_words(unseen)})", None,
+                             tuple(unseen), tuple(names), table)
+    if unseen:
+        return ReplicaResult("incomplete", f"{len(table)} of {len(table) + len(unseen)} ranks seen here "
+                             f"({', '.join(map(str, sorted(table)))}) hold byte-identical weights ({len(names)} "
+                             f"parameters){away}", None, tuple(unseen), tuple(names), table)
     return ReplicaResult("identical", f"all {len(table)} ranks hold byte-identical weights "
                          f"({len(names)} parameters)", None, (), tuple(names), table)

@@ -78,17 +78,34 @@ class RunState:
         self.stop_at: float | None = None  # wall time ddptui began signalling the run's processes (its teardown)
         self.stop_why: str | None = None  # the run's status then: "stalled", "timeout", "stopped", "failed"
         self.one_launcher = False  # a single process runs every rank: its local ranks are the global ones
+        # this ddptui sees only some of the world's ranks (one node's agent of a multi-node torchrun, each node under
+        # its own ddptui): the tracks are those ranks, by their global numbers once their hellos said them
+        self.partial = False
+        self.renumbered: dict[int, int] = {}  # the plan's number of a rank -> its global number, where they differ
+        self.said_hello: set[int] = set()  # ranks whose hello was read (their number is their own word for it)
+        self.unseen_said = False  # the unseen ranks were named (runners/world_view.py)
         self.attached = False  # `ddptui attach`: the job is not ddptui's, it signals none of its processes
         self.job_waiting = False  # the ranks' batch job has not started them yet (Slurm: pending): no stall clock
         # XLA's rendezvous warnings in the worker's log: collective evidence (runners/xla_evidence.py)
         self.xla_rdv = xla_evidence.Rendezvous() if profile.runner == "xla" else None
         self._out: list = []
 
-    def begin(self, world: int, processes: int) -> None:
+    def begin(self, world: int, processes: int, here: tuple[int, ...] | None = None) -> None:
+        """Track ranks 0..world-1, or only `here` (LaunchPlan.ranks_here: this ddptui sees part of the world)."""
         self.world = world
-        self.one_launcher = processes == 1
+        self.partial = here is not None and len(here) < world
+        self.one_launcher = processes == 1 and not self.partial
         now = self.mono
-        self.tracks = {r: RankTrack(r, now, last_progress=now, steps_total=self.profile.steps) for r in range(world)}
+        ranks = range(world) if here is None else here
+        self.tracks = {r: RankTrack(r, now, last_progress=now, steps_total=self.profile.steps) for r in ranks}
+
+    def unseen(self) -> tuple[int, ...]:
+        """The world's ranks this ddptui does not watch (they run on other nodes); () when it watches every one."""
+        return tuple(r for r in range(self.world) if r not in self.tracks) if self.partial else ()
+
+    def plan_ranks(self, ranks) -> tuple[int, ...]:
+        """Ranks as the plan numbered them (ProcSpec.ranks), by the numbers the tracks have now."""
+        return tuple(self.renumbered.get(r, r) for r in ranks)
 
     # ---- the outbox ----------------------------------------------------------------------------------
     def take(self) -> list:

@@ -51,12 +51,13 @@ def hang_without_stacks(stalled, steps: dict, since: float, rdv, wall: float, fi
                           collective=finding.to_dict() if finding is not None else {})
 
 
-def stack_sentence(where: dict, steps: dict, stalled, since: float, slowed=None):
+def stack_sentence(where: dict, steps: dict, stalled, since: float, slowed=None, unseen: tuple[int, ...] = ()):
     """(text, culprits, waiting) read from the stacks: a hang of the stalled ranks or, with ``slowed``
-    (steptime.SlowDown list), a slow-down of a run that still moves, never phrased as a hang."""
+    (steptime.SlowDown list), a slow-down of a run that still moves, never phrased as a hang. `unseen`: ranks on
+    other nodes, not watched here: the one holding the others up may be among them."""
     if slowed is not None:
         return verdict.slow_sentence(where, {d.rank: d.text() for d in slowed})
-    return verdict.hang_sentence(where, steps, stalled, since)
+    return verdict.hang_sentence(where, steps, stalled, since, unseen)
 
 
 def stopped_words(state: str) -> str:
@@ -95,12 +96,12 @@ def with_xla(rdv, text: str, culprits, waiting, where: dict, calls: dict, steps:
     return xla_evidence.stall_sentence(rdv, text, tuple(culprits), tuple(waiting), where, calls, steps)
 
 
-def collective_finding(fr: dict | None, collectives: dict, world: int | None):
+def collective_finding(fr: dict | None, collectives: dict, world: int | None, unseen: tuple[int, ...] = ()):
     """What Flight Recorder says: from the dumps taken with the stacks (rank -> dump), else from the ranks' live
-    `coll` reports (rank -> RankTrack.collectives); None when there is neither."""
+    `coll` reports (rank -> RankTrack.collectives); None when there is neither. `unseen`: ranks on other nodes."""
     if fr:
-        return fr_analysis.analyse(fr, world)
-    return fr_analysis.from_collectives(collectives or {}, world)
+        return fr_analysis.analyse(fr, world, unseen=unseen)
+    return fr_analysis.from_collectives(collectives or {}, world, unseen)
 
 
 def with_collective(finding, text: str, culprits, waiting, where: dict, steps: dict, since: float):
@@ -148,9 +149,10 @@ def rank_evidence(t, stopped_by: str | None, exc: dict | None, kill=None, stderr
         completed=t.completed, stopped_by=stopped_by, step=t.step_named, kill=kill, stderr_seen=stderr_seen)
 
 
-def crash(evidence: list[RankEvidence], launcher_root: int | None, wall: float):
-    """(CrashVerdict, {rank: (status, words)}) or (None, {}): who failed first, and every other rank's fate."""
-    v = decide_crash(evidence, launcher_root)
+def crash(evidence: list[RankEvidence], launcher_root: int | None, wall: float, unseen: tuple[int, ...] = ()):
+    """(CrashVerdict, {rank: (status, words)}) or (None, {}): who failed first, and every other rank's fate (`unseen`:
+    the world's ranks on other nodes, not watched here)."""
+    v = decide_crash(evidence, launcher_root, unseen)
     if v is None:
         return None, {}
     return ev.CrashVerdict(v.text, v.root, v.victims, v.what, v.excerpt, wall, v.together, v.stopped,

@@ -309,8 +309,10 @@ class Session:
                 from .heartbeat import Heartbeat, path
                 self._heartbeat = Heartbeat(path(self.run_dir)).start()
         self._tick()
-        self._carry_out(self.judge.begin(self.plan.world_size, len(self.plan.procs)))
-        self._emit(ev.RunStarted(str(self.run_dir), p.name, p.runner, self.world, p.steps, time.time()))
+        here = self.plan.ranks_here
+        self._carry_out(self.judge.begin(self.plan.world_size, len(self.plan.procs), here))
+        self._emit(ev.RunStarted(str(self.run_dir), p.name, p.runner, self.world, p.steps, time.time(),
+                                 len(here) if self.judge.state.partial else None))
         self._sockets, problem = fr_env.prepare(p, self.run_dir)  # before any rank starts: they bind in it
         if problem:
             self._launcher_line(f"ddptui: {problem}")
@@ -368,6 +370,7 @@ class Session:
             got = tailer.poll()
             wall = time.time()
             self.judge.tick(mono, wall)
+            self._renumber(tailer)
             for rank, stream, lines in got:
                 self.ingest(rank, stream, lines, wall, mono)
             for proc in self.procs:
@@ -408,9 +411,15 @@ class Session:
                     self._proc_exited(proc, torn_down=True)
         for rank, stream, lines in tailer.drain():
             self._tick()
+            self._renumber(tailer)
             self.ingest(rank, stream, lines, time.time(), time.monotonic())
             self._flush()  # one chunk at a time: what is left after the ranks exit can be large
         return self._conclude(end)
+
+    def _renumber(self, tailer: Tailer) -> None:
+        """Ranks whose hello named another number than the plan guessed: before their lines are read."""
+        for guess, rank in tailer.take_renamed():
+            self._carry_out(self.judge.rank_learned(guess, rank))
 
     def _check(self) -> list:
         """The judge's periodic decisions, with the CPU evidence and the machine's cores and load it needs."""
@@ -549,7 +558,7 @@ class Session:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             fr_job = pool.submit(fr_client.take, [t.rank for t in targets],
                                  {r: sock for r, sock in socks.items() if r not in stopped}, hosts, here, job_id,
-                                 len(self.tracks), no_socket,
+                                 self.world, no_socket,
                                  fr_client.known_groups({r: t.collectives for r, t in self.tracks.items()}))
             # ranks on other nodes are dumped there, through srun in their job (runners/remote_stacks.py)
             results = remote_stacks.collect_everywhere(targets, hosts, here, job_id, method=self.stack_method,

@@ -37,7 +37,8 @@ class StackVerdicts:
             return s.hang
         steps = s.steps()
         since = req.since or s.wall
-        text, culprits, waiting = run_verdicts.stack_sentence(where, steps, req.stalled, since, req.slowed)
+        text, culprits, waiting = run_verdicts.stack_sentence(where, steps, req.stalled, since, req.slowed,
+                                                              s.unseen())
         if not slow and s.xla_rdv is not None:
             calls = run_verdicts.xla_calls(s.profile, results)
             self.xla_fix_hint(calls, culprits)
@@ -61,7 +62,8 @@ class StackVerdicts:
         """What Flight Recorder says of the collectives (fr_analysis.Finding): from the dumps taken with the stacks,
         else from the ranks' live reports; None with neither (XLA has none)."""
         s = self.s
-        return run_verdicts.collective_finding(fr, {r: t.collectives for r, t in s.tracks.items()}, s.world)
+        return run_verdicts.collective_finding(fr, {r: t.collectives for r, t in s.tracks.items()}, s.world,
+                                               s.unseen())
 
     def without_stacks(self, stalled, since: float, finding=None) -> None:
         """The run's hang verdict in words, when there are no stacks to read (on_stall: wait, or none could be taken)."""

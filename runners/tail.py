@@ -192,6 +192,10 @@ class Tailer:
                 and self.learner.learned.get(os.path.dirname(t.path)) == rank]
         return hits[-1] if hits else None
 
+    def take_renamed(self) -> list[tuple[int | None, int]]:
+        """(guess, rank) of the folders whose hello named another rank than the plan guessed (RankLearner)."""
+        return self.learner.take_renamed()
+
     def _attribute(self, t: FileTail, lines, mono: float) -> list[tuple[int | None, str, list[str]]]:
         if not t.learn:
             return [(t.rank, t.stream, lines)]

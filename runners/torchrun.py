@@ -7,7 +7,7 @@ from pathlib import Path
 from .plan import LaunchPlan, LogSource, ProcSpec
 from .profile import Profile, default
 from .rankenv import base_env, workload_target
-from .torchrun_argv import launcher_end, nproc_per_node
+from .torchrun_argv import launcher_end, max_nodes, node_rank, nproc_per_node, rdzv_backend
 
 _OUTPUT_FLAGS = ("-r", "--redirects", "-t", "--tee", "--log-dir", "--log_dir")
 
@@ -85,22 +85,37 @@ def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None =
 
 
 def _adhoc_plan(profile: Profile, run_dir: Path, dashboard_pid: int | None) -> LaunchPlan:
-    """Wrap a user's own torchrun command line, adding per-rank log files unless it already chose its own."""
+    """Wrap a user's own torchrun command line, adding per-rank log files unless it already chose its own.
+
+    With --nnodes N > 1 the command is one node's agent of a job whose other agents run elsewhere (each node runs the
+    same line, under its own ddptui): this ddptui sees its agent's ranks only, of a world of N x nproc. Their global
+    numbers are the agent's node rank x nproc + local rank: known from a static --node-rank, else (c10d: node ranks in
+    arrival order) learned from each rank's hello."""
     argv = list(profile.workload.command)
     head = launcher_end(argv)
     if head is None:
         raise ValueError(f"the torchrun runner wraps a torchrun command; {argv[0]!r} is not one (runner: env runs it)")
     nproc = nproc_per_node(argv) or profile.nproc
+    nodes = max_nodes(argv) or 1
+    node = (node_rank(argv) or 0) if rdzv_backend(argv) == "static" else 0
+    if node >= nodes:
+        node = 0
+    here = tuple(range(node * nproc, (node + 1) * nproc))
     notes, sources = [], []
     log_dir = run_dir / "torchrun" / "node0"
     if not any(a.split("=")[0] in _OUTPUT_FLAGS for a in argv[head:]):
         argv[head:head] = ["--log-dir", str(log_dir), "--redirects", "3"]
-        sources = rank_sources(log_dir, 0, nproc)
+        sources = rank_sources(log_dir, node, nproc, learn_rank=nodes > 1)
         notes.append("added --log-dir/--redirects 3 so every rank's output is read from its own file")
     else:
         notes.append("the command chose its own output flags: ranks are attributed by torchrun's "
                      "[rankN]:/[defaultN]: prefixes where present")
+    if nodes > 1:
+        notes.append(f"--nnodes {nodes}: this is one node's agent of a {nodes * nproc}-rank job; ddptui sees its "
+                     f"{nproc} rank(s) here, numbered by what each rank's hello says, and names the others unseen "
+                     "(each node's ddptui watches its own)")
     env = base_env(profile, dashboard_pid, run_dir=run_dir)
-    proc = ProcSpec("torchrun", tuple(argv), env, os.getcwd(), tuple(range(nproc)),
+    proc = ProcSpec("torchrun", tuple(argv), env, os.getcwd(), here,
                     str(run_dir / "raw" / "torchrun.out"), str(run_dir / "raw" / "torchrun.err"))
-    return LaunchPlan("torchrun", nproc, (proc,), tuple(sources), tuple(notes))
+    return LaunchPlan("torchrun", nodes * nproc, (proc,), tuple(sources), tuple(notes),
+                      ranks_here=here if nodes > 1 else None)

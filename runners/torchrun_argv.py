@@ -6,6 +6,8 @@ from typing import Sequence
 
 NPROC_FLAGS = ("--nproc_per_node", "--nproc-per-node")
 NNODES_FLAGS = ("--nnodes",)
+NODE_RANK_FLAGS = ("--node-rank", "--node_rank")
+RDZV_BACKEND_FLAGS = ("--rdzv-backend", "--rdzv_backend")
 
 
 def launcher_end(argv: Sequence[str]) -> int | None:
@@ -19,8 +21,19 @@ def launcher_end(argv: Sequence[str]) -> int | None:
     return None
 
 
-def int_flag(argv: Sequence[str], names: Sequence[str]) -> int | None:
-    """The value of a flag like --nproc_per_node 4 / --nproc-per-node=4 when it is an integer >= 1, else None."""
+def flag(argv: Sequence[str], names: Sequence[str]) -> str | None:
+    """The value of a flag given as `--name V` or `--name=V`, the first one given; None when it is not there."""
+    for i, word in enumerate(argv):
+        for name in names:
+            if word == name and i + 1 < len(argv):
+                return argv[i + 1]
+            if word.startswith(name + "="):
+                return word[len(name) + 1:]
+    return None
+
+
+def int_flag(argv: Sequence[str], names: Sequence[str], least: int = 1) -> int | None:
+    """The value of a flag like --nproc_per_node 4 / --nproc-per-node=4 when it is an integer >= least, else None."""
     for i, word in enumerate(argv):
         for name in names:
             value = None
@@ -28,7 +41,7 @@ def int_flag(argv: Sequence[str], names: Sequence[str]) -> int | None:
                 value = argv[i + 1]
             elif word.startswith(name + "="):
                 value = word[len(name) + 1:]
-            if value is not None and value.isdigit() and int(value) >= 1:
+            if value is not None and value.isdigit() and int(value) >= least:
                 return int(value)
     return None
 
@@ -39,3 +52,22 @@ def nproc_per_node(argv: Sequence[str]) -> int | None:
 
 def nnodes(argv: Sequence[str]) -> int | None:
     return int_flag(argv, NNODES_FLAGS)
+
+
+def max_nodes(argv: Sequence[str]) -> int | None:
+    """The most nodes the job can have: --nnodes N, or the MAX of an elastic --nnodes MIN:MAX; None when not given."""
+    value = flag(argv, NNODES_FLAGS)
+    if value is None:
+        return None
+    _, _, top = value.rpartition(":")
+    return int(top) if top.isdigit() and int(top) >= 1 else None
+
+
+def node_rank(argv: Sequence[str]) -> int | None:
+    """--node-rank K of a static rendezvous (the agent's ranks are then K * nproc + local rank); None when not given."""
+    return int_flag(argv, NODE_RANK_FLAGS, least=0)
+
+
+def rdzv_backend(argv: Sequence[str]) -> str:
+    """The rendezvous backend the command asks for ("static" when it names none: torchrun's default)."""
+    return flag(argv, RDZV_BACKEND_FLAGS) or "static"

@@ -7,6 +7,7 @@ import time
 
 from ddptui.runners import events as ev
 from ddptui.runners import stacks as stk
+from ddptui.runners.world_view import UNSEEN_WHY
 from ddptui.tui import hangup
 from ddptui.tui.rate import RunTally
 from ddptui.tui.ranktag import untag_lines
@@ -30,6 +31,7 @@ class Console:
         self.replica: ev.ReplicaVerdict | None = None
         self.stacks: ev.StacksCollected | None = None  # the latest collection: a verdict's culprit stack comes from it
         self.tally = RunTally()  # the ranks' pace and the host's load, for the summary
+        self.unseen: set[int] = set()  # ranks on other nodes, not watched by this ddptui (RankState "unseen")
 
     def _tag(self, rank: int | None) -> str:
         tag = "[launcher]" if rank is None else f"[rank {rank}]"
@@ -59,7 +61,10 @@ class Console:
                 self.tally.resources(e.load, e.cpus)
             elif isinstance(e, ev.RunStarted):
                 self.world, self.steps_total = e.world_size, e.steps
-                parts.append(self._note(e.wall, f"run {e.profile} ({e.runner}, {e.world_size} ranks) -> {e.run_dir}"))
+                here = "" if e.here is None else f", {e.here} of them on this node's agent, watched here"
+                parts.append(self._note(e.wall, f"run {e.profile} ({e.runner}, {e.world_size} ranks{here}) -> {e.run_dir}"))
+            elif isinstance(e, ev.RankState) and e.status == "unseen":
+                self.unseen.add(e.rank)
             elif isinstance(e, ev.RankState) and e.status in ("failed", "stalled", "slow", "killed"):
                 parts.append(self._note(e.wall, f"rank {e.rank} {e.status}" + (f": {e.detail}" if e.detail else "")))
             elif isinstance(e, ev.HintRaised):
@@ -76,7 +81,8 @@ class Console:
                                         f"({', '.join(sorted(set(e.method.values())))}) -> {e.path}"))
             elif isinstance(e, ev.HangVerdict):
                 parts.append(self._note(e.wall, e.text, "slow" if e.reason == "slow" else "stall"))
-                parts += [f"{ln}\n" for ln in culprit_stacks(e, self.stacks)]  # the culprit's stack follows the verdict
+                # the culprit's stack follows the verdict
+                parts += [f"{ln}\n" for ln in culprit_stacks(e, self.stacks, self.unseen)]
                 if e.fix:
                     parts.append(f"    fix: {e.fix}\n")
             elif isinstance(e, ev.CrashVerdict):
@@ -102,9 +108,13 @@ class Console:
 
     def render_summary(self, e: ev.RunFinished) -> str:
         s = e.summary
-        rows = [f"\n== ddptui: {s.get('profile')} ({s.get('runner')}, {s.get('world_size')} ranks) "
+        unseen = [r for r in s.get("unseen") or () if isinstance(r, int)]
+        seen = f"{len(s.get('ranks') or {})} of {s.get('world_size')} ranks seen here" if unseen else ""
+        rows = [f"\n== ddptui: {s.get('profile')} ({s.get('runner')}, {seen or str(s.get('world_size')) + ' ranks'}) "
                 f"finished in {s.get('duration_s', 0):.1f} s =="]
-        ranks = sorted((s.get("ranks") or {}).items(), key=lambda kv: int(kv[0]))
+        ranks = sorted([*(s.get("ranks") or {}).items(),
+                        *((str(r), {"status": "unseen", "outcome": UNSEEN_WHY}) for r in unseen)],
+                       key=lambda kv: int(kv[0]))
         # where each rank ran (records older than nodes: the host, or nothing)
         where = {r: str(info.get("node") or info.get("host") or "-") for r, info in ranks}
         wn = max([4, *map(len, where.values())])
@@ -168,12 +178,16 @@ def _ranks(rs) -> str:
     return f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ", ".join(map(str, rs))
 
 
-def culprit_stacks(hang: ev.HangVerdict, stacks: ev.StacksCollected | None) -> list[str]:
-    """The culprits' stacks as the verdict names them (user frames first, library frames folded) and the folder."""
+def culprit_stacks(hang: ev.HangVerdict, stacks: ev.StacksCollected | None, unseen=()) -> list[str]:
+    """The culprits' stacks as the verdict names them (user frames first, library frames folded) and the folder;
+    a culprit on another node this ddptui does not watch (`unseen`) is said to be so."""
     if stacks is None or not hang.path or stacks.path != hang.path:
         return []
     out = []
     for r in hang.culprits:
+        if r in unseen and r not in stacks.threads:
+            out.append(f"    rank {r}: unseen here ({UNSEEN_WHY})")
+            continue
         where = hang.where.get(r) or {}
         worker = where.get("worker") or {}
         if worker.get("pid") is not None:

@@ -287,6 +287,8 @@ class RunModel:
                 rv = self.rank(e.ranks[0])
                 rv.pid = rv.pid or e.pid
                 self.changes.ranks.add(rv.rank)
+        elif isinstance(e, ev.RankRenumbered):
+            self._renumber(e.was, e.rank)
         elif isinstance(e, ev.RankHello):
             rv = self.rank(e.rank)
             placed = rv.node or rv.host
@@ -407,6 +409,20 @@ class RunModel:
         elif isinstance(e, ev.RunFinished):
             self.finished = e
             self.changes.run = True
+
+    def _renumber(self, was: int, rank: int) -> None:
+        """The pane the plan numbered `was` is global rank `rank` (its hello said so): what it showed moves there, and
+        `was` starts over (a rank of another node, which this ddptui does not see)."""
+        rv = self.ranks.pop(was, None)
+        if rv is not None:
+            rv.rank = rank
+            self.ranks[rank] = rv
+        for held in (self._rates, self.collectives):
+            if was in held:
+                held[rank] = held.pop(was)
+        self.rank(was)
+        self.changes.ranks.update((was, rank))
+        self.changes.run = True
 
 
 def _ranks_of(finding: dict) -> set[int]:
