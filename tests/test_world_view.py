@@ -222,3 +222,32 @@ def test_the_console_summary_counts_the_ranks_seen_and_lists_the_unseen(tmp_path
     assert "(torchrun, 1 of 2 ranks seen here)" in text, text
     rows = [ln.split() for ln in text.splitlines() if ln.strip()[:1].isdigit()]
     assert [r[:1] for r in rows] == [["0"], ["1"]] and rows[0][3] == "unseen" and rows[1][1] == "node1", rows
+
+
+def test_the_dashboard_panes_say_the_global_rank_and_the_unseen_one():
+    import asyncio
+
+    from ddptui.tui.app import DdpApp
+    from ddptui.tui.widgets.rank_pane import RankPane
+    from tests.test_tui_app import SIZE, ScriptSource, settle
+
+    summary = {"profile": "adhoc", "runner": "torchrun", "world_size": 2, "unseen": [0], "status": "ok", "ranks": {}}
+    batches = [[ev.RunStarted("/r", "adhoc", "torchrun", 2, None, W0, here=1),
+                ev.ProcessStarted("torchrun", 99, (0,), W0)],
+               [ev.RankRenumbered(0, 1, W0 + 1), ev.RankHello(1, 4242, "h", 2, W0 + 1, node="node1"),
+                ev.RankState(0, "unseen", "runs on another node, not watched by this ddptui", W0 + 1),
+                ev.Progress(1, 5, 0.5, W0 + 2, "hook"), ev.RankState(1, "exited", "exit 0", W0 + 3)],
+               [ev.RunFinished("ok", 0, "/r/summary.json", W0 + 4, summary)]]
+
+    async def body():
+        app = DdpApp(source=ScriptSource(batches))
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, app)
+            await pilot.press("escape")  # from the tab the end opened back to the panes
+            await pilot.pause()
+            one, zero = (app.screen.query_one(f"#rank-{r}", RankPane) for r in (1, 0))
+            assert "rank 1" in str(one.border_title) and "node1" in str(one.border_title), one.border_title
+            assert "exited" in str(one.border_subtitle)
+            assert "unseen" in str(zero.border_subtitle), zero.border_subtitle
+            assert "4242" not in str(zero.border_title) and "99" not in str(zero.border_title)
+    asyncio.run(body())
