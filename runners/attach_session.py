@@ -10,10 +10,10 @@ import select
 import socket
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Callable
 
 from . import events as ev
+from . import slurm_state
 from .attach_find import AttachedJob
 from .attach_output import last_lines
 from .attach_liveness import (STACK_EVERY, Liveness, Seen, decide, frame_key, liveness_words, motion_key, seen_words,
@@ -21,7 +21,7 @@ from .attach_liveness import (STACK_EVERY, Liveness, Seen, decide, frame_key, li
 from .deathwatch import DeathWatch
 from .judge import EXIT_FAILED, EXIT_OK, EXIT_STALLED, TearDown
 from .profile import Profile, Workload
-from .session import IDLE_POLL, Session, _hint_matcher
+from .session import IDLE_POLL, Session, _hint_matcher, slurm_words_first
 from .tail import Tailer
 
 OBSERVE = 3.0  # --no-ui: seconds of output and CPU watched before the verdict (the busy test looks at 3 s of CPU)
@@ -131,8 +131,12 @@ class AttachSession(Session):
         self._moved: set[int] = set()  # ranks whose sampled frame moved while watched
         self._servers = None  # the search for the ranks' debug servers (a Future of attach_debug.Servers)
         self._fr_on: set[int] = set()  # ranks that keep Flight Recorder entries (TORCH_FR_BUFFER_SIZE set)
-        if job.slurm_job:  # remote ranks' stacks are taken on their node inside the job (Session._collect_stacks)
-            self.slurm = SimpleNamespace(job_id=job.slurm_job, own_job=False)
+        if job.slurm_job:  # remote ranks' stacks are taken on their node inside the job (Session._collect_stacks);
+            # its state followed, and who cancelled it if Slurm did (runners/job_follow.py)
+            from .plan import SlurmJob
+            from .slurm_job import SlurmJobWatch
+            self.slurm = SlurmJobWatch(SlurmJob("step", "srun", "", job.slurm_job))
+            self.judge.job.attached(job.slurm_job)
         self.stop_said, self.stop_how = stop_words(job)
         self.stopped_job: str | None = None  # what stop_job did
 
@@ -154,6 +158,8 @@ class AttachSession(Session):
         self.judge.teardown_began("stopped")
         ok = True
         if isinstance(how, list):
+            self._tick()
+            self.judge.job_cancelling()  # Slurm's cancel that follows is ddptui's, asked by the user
             r = subprocess.run(how, capture_output=True, text=True, timeout=30)
             ok = r.returncode == 0
             done = " ".join(how) + ("" if ok else f" failed: {(r.stderr or r.stdout).strip()}")
@@ -282,7 +288,7 @@ class AttachSession(Session):
         started = self._watch_start
         deadline = None if self.watch else started + self.observe
         self._bound = started + max(self.observe, float(self.profile.stall_after) + EXTEND_MARGIN)
-        next_sample, next_check = 0.0, started + FIRST_CHECK
+        next_sample, next_check, next_job = 0.0, started + FIRST_CHECK, 0.0
         next_stack = started + (self.stack_every if self.watch else float("inf"))
         next_report = started + REPORT_EVERY
         end: TearDown | None = None
@@ -292,8 +298,14 @@ class AttachSession(Session):
             got = tailer.poll()
             wall = time.time()
             self.judge.tick(mono, wall)
+            if self.job.slurm_job:
+                got = slurm_words_first(got)
             for rank, stream, lines in got:
                 self.ingest(rank, stream, lines, wall, mono)
+            if self.job.slurm_job:
+                self._ask_canceller()
+                if mono >= next_job:  # the job's state; Slurm's own word when it cancels the job
+                    next_job = mono + slurm_state.poll_interval(self._job_poll())
             self._check_rank_pids()
             self._take_servers()
             if mono >= next_sample:
@@ -549,6 +561,8 @@ class AttachSession(Session):
         if gone and self.stopped_job is not None and end is None:  # the user's stop ended it: no crash of its own
             return self._conclude(TearDown("stopped", EXIT_FAILED))
         if gone or end is not None:  # the job ended (or failed) while attached: the crash verdict, as a launched run
+            if self.job.slurm_job:
+                self._job_end_state()  # how Slurm ended it (cancelled? by whom?), bounded
             return self._conclude(end)
         st = self.judge.stall_info
         if st is not None:

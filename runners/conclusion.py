@@ -104,7 +104,8 @@ class Conclusion:
                 self._kill_hint(t.rank, kill)
             # an attached rank's stderr may go where it cannot be read: there an exit 1 may hide a traceback
             seen = not s.attached or bool(t.err_tail)
-            evidence.append(run_verdicts.rank_evidence(t, stopped_by, exc, kill, seen))
+            how = s.slurm_stop["words"] if stopped_by == "slurm" else ""  # who cancelled the job, and when
+            evidence.append(run_verdicts.rank_evidence(t, stopped_by, exc, kill, seen, how))
         crash, outcomes = run_verdicts.crash(evidence, s.launcher_log.root_rank, s.wall, s.unseen())
         s.own_exit = own_exit.decide(evidence, {r: str(t.verdict.get("text") or "")
                                                 for r, t in s.tracks.items() if t.verdict})

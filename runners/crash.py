@@ -42,6 +42,7 @@ class RankEvidence:
     step: int | None = None
     kill: Reading | None = None  # a SIGKILL nobody we know of sent: how sure it is that the OOM killer did
     stderr_seen: bool = True  # its stderr was read (an uncaught exception's traceback would be among err_lines)
+    stopped_how: str = ""  # its end in words when more is known than who stopped it (Slurm: who cancelled, when)
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def stopped_words(why: str | None, failed_first: int | None = None) -> str:
 
 # Who ended a rank that had no error of its own, in words: the one home of these phrases (the crash verdict, a
 # rank's outcome while the run goes on, and the hints all say it so).
-_BY = {"ddptui": "torn down by ddptui", "launcher": "stopped by the launcher"}
+_BY = {"ddptui": "torn down by ddptui", "launcher": "stopped by the launcher", "slurm": "stopped by Slurm"}
 
 
 def ended_by(who: str, failed_first: int | None = None, did: str = "failed") -> str:
@@ -114,8 +115,8 @@ def kind(e: RankEvidence, someone_died_before: bool) -> str:
     own_error = e.exc is not None or any(_FATAL in ln for ln in e.err_lines)
     if not e.started and not own_error:
         return "never_started"
-    if e.stopped_by == "ddptui":
-        return "stopped"  # ended by ddptui's own teardown, before any error of its own (ended_by_our_stop)
+    if e.stopped_by in ("ddptui", "slurm"):
+        return "stopped"  # ended by ddptui's own teardown or Slurm's cancel, before any error of its own
     if victim_marker(e):
         return "victim"
     if own_error:
@@ -357,9 +358,10 @@ def decide(ranks: list[RankEvidence], launcher_root: int | None = None, unseen: 
         sigs = sorted({signal_of(e.returncode) for e in grp} - {None})
         by = _BY[who]
         parts.append(f"{_ranks(sorted(e.rank for e in grp))} {by}" + (f" ({', '.join(sigs)})" if sigs else "")
-                     + f" when rank {root.rank} {'had failed' if who == 'ddptui' else 'died'}")
+                     + (" when the job was cancelled" if who == "slurm"
+                        else f" when rank {root.rank} {'had failed' if who == 'ddptui' else 'died'}"))
         for e in grp:
-            outcomes[e.rank] = ("killed", ended_by(who, root.rank))
+            outcomes[e.rank] = ("killed", e.stopped_how or ended_by(who, root.rank))
     if never:
         parts.append(f"{_ranks(never)} never started (stopped before {'its' if len(never) == 1 else 'their'} "
                      f"program ran)")

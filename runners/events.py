@@ -297,7 +297,7 @@ class CollectiveProgress(Event):
 @dataclass(frozen=True)
 class RunFinished(Event):
     kind: ClassVar[str] = "run_finished"
-    status: str  # "ok" | "failed" | "stalled" | "replicas differ" | "stopped"
+    status: str  # "ok" | "failed" | "stalled" | "replicas differ" | "stopped" | "cancelled" (Slurm, not ddptui)
     exit_code: int  # the documented ddptui exit code
     summary_path: str
     wall: float

@@ -55,13 +55,22 @@ def agent_lost_node(returncode: int, signal: str | None, ranks_failed: bool, oth
 class JobFollow:
     """The job's state as Slurm reports it, and the run's nodes, over a RunState."""
 
-    def __init__(self, state: RunState, agent_exit_grace: float = AGENT_EXIT_GRACE) -> None:
+    def __init__(self, state: RunState, agent_exit_grace: float = AGENT_EXIT_GRACE, life=None) -> None:
         self.s = state
+        self.life = life  # rank_lifecycle.RankLifecycle: ranks Slurm stopped are judged again when that is learned
         self.grace = agent_exit_grace
         self.job: slurm_state.JobInfo | None = None  # what Slurm said last
+        self.job_id: str | None = None
         self.job_nodes: tuple[str, ...] = ()
         self.cancelled_by_us = False
         self.lost = state.nodes_lost  # node -> {"ranks", "why", "wall"}
+        self.ours_at: float | None = None  # wall time ddptui ran its own scancel
+        # Slurm cancelled the job (or its step): {"at": wall (Slurm's, to the second), "how": "cancelled" | "ended at its
+        # time limit" | "preempted", "evidence": Slurm's own words}; who asked: {"uid", "user", "at"} from slurmctld's
+        # log, or {"why"} it could not be read
+        self.cancel: dict | None = None
+        self.canceller: dict | None = None
+        self._said_cancel: tuple | None = None  # what was said of it last (said again once who asked is known)
         self._failed_at: float | None = None  # mono: the run failed or lost a node; agents get self.grace
         self._watchdog_fired = False
         self.under_slurm = False  # the ranks run under a Slurm job or step ddptui follows
@@ -80,9 +89,19 @@ class JobFollow:
         self.under_slurm = True
         self.launch = launch
 
+    def attached(self, job_id: str) -> None:
+        """`ddptui attach --slurm`: the ranks are a running Slurm job's, followed but not submitted by ddptui."""
+        self.under_slurm = True
+        self.job_id = job_id
+
     def job_info(self, info: slurm_state.JobInfo, nodes: tuple[str, ...], down: tuple[str, ...] = ()) -> None:
         """Slurm's answer about the job (`nodes`: its node list expanded; `down`: those Slurm has down)."""
         s = self.s
+        self.job_id = info.job_id
+        due = {"CANCELLED": "", "TIMEOUT": "TIME LIMIT", "PREEMPTED": "PREEMPTION"}.get(info.state)
+        end = slurm_state.slurm_time(info.end) if info.end else None
+        if due is not None and end is not None:
+            self._cancel_seen(end, due, f"Slurm: job {info.job_id} {info.state} at {info.end}")
         if not slurm_state.changed(self.job, info):
             return
         first_run = info.state in slurm_state.RUNNING and s.job_waiting
@@ -108,8 +127,101 @@ class JobFollow:
             s.say(f"ddptui: Slurm job {info.job_id} ended {slurm_state.end_words(info)}")
 
     def cancelling(self) -> None:
-        """ddptui cancels the job now (its teardown): a CANCELLED job is then ddptui's doing, not a failure."""
+        """ddptui cancels the job now (its teardown): a CANCELLED job is then ddptui's doing, not a failure, unless
+        Slurm had cancelled it before (runners/slurm_state.py: what Slurm records of that)."""
         self.cancelled_by_us = True
+        if self.ours_at is None:
+            self.ours_at = self.s.wall
+
+    # ---- Slurm's cancel ------------------------------------------------------------------------------------
+    def stepd_lines(self, lines) -> None:
+        """slurmstepd's `*** STEP 4.0 ON n1 CANCELLED AT 2026-12-04T19:32:02 ***` in a task's or the batch's output."""
+        for ln in lines:
+            c = slurm_state.stepd_cancel(ln) if slurm_state.CANCEL_NEEDLE in ln else None
+            at = slurm_state.slurm_time(c.at) if c is not None else None
+            if at is not None:
+                self._cancel_seen(at, c.due, f"slurmstepd: {c.what} ON {c.node} CANCELLED AT {c.at}"
+                                  + (f" DUE TO {c.due}" if c.due else ""))
+
+    def _cancel_seen(self, at: float, due: str, evidence: str) -> None:
+        how = slurm_state.cancel_words(due)
+        if how is None:
+            return  # a node failure (a node lost, said by its own rules) or a requeue: no stop of the job as such
+        if self.cancel is not None and self.cancel["at"] <= at:
+            return
+        self.cancel = {"at": at, "how": how, "due": due, "evidence": evidence}
+        self._decide()
+
+    @property
+    def wants_canceller(self) -> bool:
+        """Slurm cancelled the job, not at its time limit, and who asked is not read yet (slurmctld's log)."""
+        return self.cancel is not None and not self.cancel["due"] and self.canceller is None and self.job_id is not None
+
+    def canceller_read(self, requests: list, where: str) -> None:
+        """slurmctld's kill requests of the job: (wall, uid, user name) each, read from `where` (else why not)."""
+        if requests:
+            wall, uid, user = min(requests)
+            self.canceller = {"uid": uid, "user": user, "at": wall, "source": where}
+        else:
+            self.canceller = {"why": where if not where.startswith("/") else f"{where} names no kill request"}
+        self._decide()
+
+    def ours(self) -> bool:
+        """ddptui's own scancel is what cancelled the job: it came before anyone else's (slurmctld's log, to the
+        millisecond; without it, slurmstepd's or scontrol's time, to the second)."""
+        if not self.cancelled_by_us:
+            return False
+        if self.cancel is None:
+            return True
+        first = (self.canceller or {}).get("at")
+        if first is not None:
+            return self.ours_at is not None and first >= self.ours_at - 0.05
+        return self.ours_at is not None and self.ours_at <= self.cancel["at"] + 1.0
+
+    def outside(self) -> bool:
+        """Slurm stopped the job, and not because ddptui asked."""
+        return self.cancel is not None and not self.ours()
+
+    def who(self) -> str:
+        """'uid 0 (root)', or why who cancelled it is not known here."""
+        c = self.canceller or {}
+        if "uid" in c:
+            return f"uid {c['uid']}" + (f" ({c['user']})" if c.get("user") else "")
+        return ""
+
+    def stop_words(self) -> str:
+        """A rank's end when Slurm stopped it: 'stopped by Slurm: scancel by uid 0 (root) at 19:32:02'."""
+        import time
+        c = self.cancel
+        when = time.strftime("%H:%M:%S", time.localtime((self.canceller or {}).get("at") or c["at"]))
+        if self.who() and not c["due"]:
+            return f"stopped by Slurm: scancel by {self.who()} at {when}"
+        job = f"job {self.job_id}" if self.job_id else "the job"
+        return f"stopped by Slurm: {job} {c['how']} at {when}, not by ddptui"
+
+    def _decide(self) -> None:
+        """Once Slurm's cancel is known (or who asked for it): say it, and judge the ranks it stopped again."""
+        s = self.s
+        if not self.outside():
+            s.slurm_stop = None
+            return
+        words = self.stop_words()
+        s.slurm_stop = {"at": self.cancel["at"] if self.canceller is None or "at" not in self.canceller
+                        else min(self.cancel["at"], self.canceller["at"]), "words": words}
+        why = (self.canceller or {}).get("why")
+        if self._said_cancel != (self.who(), why) and not self.wants_canceller:  # said once who asked is read
+            self._said_cancel = (self.who(), why)
+            s.say(f"ddptui: Slurm {self.cancel['how']} {'job ' + self.job_id if self.job_id else 'the job'}, not ddptui"
+                  f" ({self.cancel['evidence']})"
+                  + (f", asked by {self.who()} (slurmctld's log)" if self.who()
+                     else f"; who asked is not known here: {why}" if why else "")
+                  + ": its ranks are stopped by Slurm, not failed")
+        if self.life is not None:
+            self.life.slurm_stopped_again(words)
+        if not any(t.status == "failed" for t in s.tracks.values()):
+            s.first_failure = None  # the ranks "failed" of Slurm's signals only: nothing to tear down for
+            if not self.lost:
+                self._failed_at = None
 
     # ---- nodes -------------------------------------------------------------------------------------------
     def node_lost(self, node: str, ranks: tuple[int, ...], why: str, teardown: bool = True) -> None:
@@ -170,13 +282,15 @@ class JobFollow:
         if self.lost and not self._ended_job:
             self._tear_down()
             return
-        if self.under_slurm and not self._asked_peers and not self._ended_job and not s.tearing_down:
+        if self.under_slurm and not self._asked_peers and not self._ended_job and not s.tearing_down \
+                and not self.outside():
             ask = self._lost_peers()  # from the first error read, before the rank has even exited
             if ask:  # the teardown waits for their answer (the next check): scancel ends the job srun asks in
                 self._asked_peers = True
                 s.emit(ProbeNodes(ask))
                 return
-        if self.under_slurm and s.first_failure is not None and not self._ended_job and not s.tearing_down:
+        if self.under_slurm and s.first_failure is not None and not self._ended_job and not s.tearing_down \
+                and not self.outside():
             # the surviving tasks block in their collective (the plan leaves --kill-on-bad-exit out): the crash grace
             # gives the survivors nothing; ddptui ends the job now, through scancel, and the first failure stays the cause
             s.say("ddptui: a rank failed; ending the Slurm job now")
@@ -279,9 +393,11 @@ class JobFollow:
         Slurm ended badly (not by ddptui's scancel) fails an otherwise ok run."""
         j = self.job
         bad_job = (j is not None and j.state in slurm_state.ENDED and j.state != "COMPLETED"
-                   and not (j.state == "CANCELLED" and self.cancelled_by_us))
+                   and not (j.state == "CANCELLED" and self.ours()))
         if self.lost and status not in ("failed", "stopped"):
             return "failed", EXIT_FAILED  # a stall or differing replicas of a run that lost a node: the node's loss
+        if self.outside() and self.s.crash is None and status in ("ok", "failed"):
+            return "cancelled", EXIT_FAILED  # Slurm stopped every rank, none failed by itself: no crash
         if bad_job and status == "ok":
             return "failed", EXIT_FAILED
         return status, exit_code
@@ -292,6 +408,19 @@ class JobFollow:
         job = None if j is None else {"id": j.job_id, "state": j.state, "reason": j.reason,
                                       "exit_code": j.exit_code, "nodes": list(self.job_nodes),
                                       # ddptui's scancel is what ended it (a job that failed first says FAILED)
-                                      "cancelled_by_ddptui": self.cancelled_by_us and j.state == "CANCELLED",
+                                      "cancelled_by_ddptui": self.ours() and j.state == "CANCELLED",
+                                      # who else did, when Slurm cancelled it (runners/slurm_state.py)
+                                      "cancelled_by": self.cancelled_by(),
                                       "end": slurm_state.end_words(j)}
         return {"job": job, "nodes_lost": {n: dict(v) for n, v in self.lost.items()}}
+
+    def cancelled_by(self) -> str | None:
+        """summary.json's job `cancelled_by`: 'ddptui', 'uid 0 (root)', 'not ddptui (who: ...)'; None: not cancelled."""
+        if self.cancel is None:
+            return "ddptui" if self.cancelled_by_us and self.job is not None and self.job.state == "CANCELLED" else None
+        if self.ours():
+            return "ddptui"
+        if self.cancel["due"]:
+            return f"Slurm ({self.cancel['how']})"
+        return self.who() or "not ddptui" + (f" (who: {self.canceller['why']})" if self.canceller and
+                                             "why" in self.canceller else "")

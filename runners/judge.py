@@ -32,7 +32,7 @@ class Judge:
         self.stacks = StackVerdicts(s)
         self.watch = Watch(s, self.stacks)
         self.end = Conclusion(s, self.life, self.stacks)
-        self.job = JobFollow(s, profile.agent_exit_grace)
+        self.job = JobFollow(s, profile.agent_exit_grace, self.life)
 
     # ---- what the session and the front ends read ----------------------------------------------------
     profile = property(lambda self: self.state.profile)
@@ -81,12 +81,14 @@ class Judge:
     def lines(self, rank: int | None, stream: str, lines: list[str], wall: float, mono: float) -> list:
         """Lines read from one source in one go (rank None: a launcher's own output). Returns their LogLines (with
         reports taken out) and whatever they caused: progress is coalesced until `progress()`."""
-        self.ingest.lines(rank, stream, lines, wall, mono)
-        if rank is None and self.job.under_slurm:
-            from .slurm_state import NODE_FAILURE_NEEDLE, TASK_END_NEEDLE
+        if self.job.under_slurm:  # slurmstepd's word of a cancel first: the ranks' ends that follow are Slurm's
+            from .slurm_state import CANCEL_NEEDLE, NODE_FAILURE_NEEDLE, TASK_END_NEEDLE
             blob = getattr(lines, "text", None) or "\n".join(lines)
-            if NODE_FAILURE_NEEDLE in blob or TASK_END_NEEDLE in blob:
-                self.job.launcher_lines(lines, self.life.exit_codes)
+            if CANCEL_NEEDLE in blob:
+                self.job.stepd_lines(lines)
+        self.ingest.lines(rank, stream, lines, wall, mono)
+        if rank is None and self.job.under_slurm and (NODE_FAILURE_NEEDLE in blob or TASK_END_NEEDLE in blob):
+            self.job.launcher_lines(lines, self.life.exit_codes)
         return self.state.take()
 
     def progress(self) -> list:
@@ -216,6 +218,12 @@ class Judge:
     def job_cancelling(self) -> None:
         """ddptui scancels the job now (teardown)."""
         self.job.cancelling()
+
+    def job_canceller(self, requests: list, where: str) -> list:
+        """Who asked Slurm to kill the job (slurm_job.SlurmJobWatch.kill_requests: (wall, uid, user) each, and where
+        that was read or why it could not be), once `job.wants_canceller`."""
+        self.job.canceller_read(requests, where)
+        return self.state.take()
 
     def node_lost(self, node: str, ranks: tuple[int, ...], why: str) -> list:
         """A node cannot be reached or stopped taking part (e.g. stacks could not be taken there)."""

@@ -46,7 +46,7 @@ class RankLifecycle:
 
     def _rank_died(self, t: RankTrack, wall: float) -> None:
         t.exit_wall = wall
-        if t.returncode is not None:
+        if t.returncode is not None or self.slurm_stopped(t):  # Slurm's cancel ended it: its exit code is no news
             self.rank_ended(t, False)
         elif not t.completed and self.s.first_failure is None and t.exc is not None:
             self.s.first_failure = self.s.mono
@@ -95,6 +95,9 @@ class RankLifecycle:
         elif t.node in s.nodes_lost and rc is None and not own_error:  # no word of it since: it went with its node
             t.outcome = f"lost with node {t.node}"
             s.set_status(t, "killed", t.outcome)
+        elif self.slurm_stopped(t):  # Slurm's cancel ended it (scancel from outside, its time limit): not a failure
+            t.outcome = s.slurm_stop["words"]
+            s.set_status(t, "killed", t.outcome)
         elif self.ended_by_our_stop(t, stopped):  # ddptui's own signal (or a launcher passing it on): not a failure
             words = stopped_words(s.stop_why, first.rank if first else None)
             t.outcome = words if t.ran else f"never started ({words})"
@@ -127,8 +130,31 @@ class RankLifecycle:
         return ended_by_our_stop(RankEvidence(t.rank, t.returncode, died_at=t.exit_wall,
                                               error_at=t.first_failure_wall), self.s.stop_at)
 
+    def slurm_stopped(self, t: RankTrack) -> bool:
+        """It died after Slurm cancelled the job (not ddptui: runners/job_follow.py), with no error of its own before,
+        and before any teardown of ddptui's own began."""
+        stop, s = self.s.slurm_stop, self.s
+        if stop is None or t.exit_wall is None or (s.stop_at is not None and s.stop_at < stop["at"]):
+            return False
+        return ended_by_our_stop(RankEvidence(t.rank, t.returncode, died_at=t.exit_wall,
+                                              error_at=t.first_failure_wall if t.exc is not None else None),
+                                 stop["at"])
+
+    def slurm_stopped_again(self, words: str) -> None:
+        """Slurm's cancel was learned (or who asked for it): the ranks it stopped, already ended, say so now."""
+        for t in self.s.tracks.values():
+            if t.returncode == 0 or t.status == "exited" or not self.slurm_stopped(t):
+                continue
+            if t.status not in ENDED:  # died with no exit code known yet (srun ended before it said one)
+                self.rank_ended(t, False)
+            elif t.outcome != words:
+                t.outcome = words
+                self.s.set_status(t, "killed", words)
+
     def stopped_by(self, t: RankTrack) -> str | None:
-        """Who sent the signal it ended with: "ddptui", "launcher", or None (nobody we know of)."""
+        """Who sent the signal it ended with: "slurm" (its cancel), "ddptui", "launcher", or None (nobody we know of)."""
+        if self.slurm_stopped(t):
+            return "slurm"
         if self.ended_by_our_stop(t, "by ddptui" in t.outcome):
             return "ddptui"
         if self.s.launcher_log.pid_stopped(t.pid):

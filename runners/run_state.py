@@ -86,6 +86,8 @@ class RunState:
         self.unseen_said = False  # the unseen ranks were named (runners/world_view.py)
         self.attached = False  # `ddptui attach`: the job is not ddptui's, it signals none of its processes
         self.job_waiting = False  # the ranks' batch job has not started them yet (Slurm: pending): no stall clock
+        # Slurm stopped the job, not ddptui (runners/job_follow.py): {"at": wall, "words": a stopped rank's end}
+        self.slurm_stop: dict | None = None
         # XLA's rendezvous warnings in the worker's log: collective evidence (runners/xla_evidence.py)
         self.xla_rdv = xla_evidence.Rendezvous() if profile.runner == "xla" else None
         self._out: list = []

@@ -140,13 +140,16 @@ def hang_event(text: str, culprits, waiting, where: dict, steps: dict, wall: flo
                           fix or fix_lines.fix_line(finding, where, culprits, waiting, slow))
 
 
-def rank_evidence(t, stopped_by: str | None, exc: dict | None, kill=None, stderr_seen: bool = True) -> RankEvidence:
-    """What the crash rule reads of one rank track (runners/crash.py); kill: a SIGKILL's oom.Reading."""
+def rank_evidence(t, stopped_by: str | None, exc: dict | None, kill=None, stderr_seen: bool = True,
+                  stopped_how: str = "") -> RankEvidence:
+    """What the crash rule reads of one rank track (runners/crash.py); kill: a SIGKILL's oom.Reading; stopped_how:
+    its end in words when more is known than who stopped it."""
     return RankEvidence(
         t.rank, t.returncode, died_at=t.exit_wall,
         error_at=t.first_failure_wall if exc is not None else None, exc=exc,
         err_lines=tuple(t.err_tail), out_lines=tuple(t.tail), started=t.ran or exc is not None,
-        completed=t.completed, stopped_by=stopped_by, step=t.step_named, kill=kill, stderr_seen=stderr_seen)
+        completed=t.completed, stopped_by=stopped_by, step=t.step_named, kill=kill, stderr_seen=stderr_seen,
+        stopped_how=stopped_how)
 
 
 def crash(evidence: list[RankEvidence], launcher_root: int | None, wall: float, unseen: tuple[int, ...] = ()):

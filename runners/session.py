@@ -252,10 +252,14 @@ class Session:
         running = any(pr.returncode is None and pr.poll() is None for pr in self.procs)
         if not running and (w.job_id is None or w.gone()):
             return
-        self.judge.job_cancelling()
         self._job_waited = True
-        what = w.cancel()
-        self._launcher_line(f"ddptui: scancel {what}")
+        if self.judge.job.outside():  # Slurm is ending it already (someone's scancel): no scancel of ddptui's
+            what = f"job {w.job_id}"
+            self._launcher_line(f"ddptui: Slurm is ending {what} already (not ddptui's scancel): waiting for its end")
+        else:
+            self.judge.job_cancelling()
+            what = w.cancel()
+            self._launcher_line(f"ddptui: scancel {what}")
         t0 = time.monotonic()
         lost = set(self.judge.job.lost)
         left, held = [], None
@@ -283,7 +287,15 @@ class Session:
         down = self.slurm.down_nodes(nodes) if info.state in slurm_state.NODE_FAILED else ()
         self._tick()
         self._job_end = self._carry_out(self.judge.job_info(info, nodes, down)) or self._job_end
+        self._ask_canceller()
         return info.state
+
+    def _ask_canceller(self) -> None:
+        """Slurm cancelled the job and ddptui did not: who asked, from what Slurm recorded (slurmctld's log)."""
+        if self.slurm is not None and self.judge.job.wants_canceller and hasattr(self.slurm, "kill_requests"):
+            requests, where = self.slurm.kill_requests()
+            self._tick()
+            self._carry_out(self.judge.job_canceller(requests, where))
 
     def _job_end_state(self, bound: float = 10.0) -> None:
         """How Slurm ended the job, for the summary: sbatch --wait has returned, the job may still be COMPLETING."""
@@ -371,8 +383,11 @@ class Session:
             wall = time.time()
             self.judge.tick(mono, wall)
             self._renumber(tailer)
+            if self.slurm is not None:
+                got = slurm_words_first(got)
             for rank, stream, lines in got:
                 self.ingest(rank, stream, lines, wall, mono)
+            self._ask_canceller()
             for proc in self.procs:
                 if proc.returncode is None and proc.poll() is not None:
                     end = self._proc_exited(proc) or end
@@ -659,6 +674,18 @@ class Session:
         self._emit(ev.RunFinished(status, exit_code, str(path), wall, summary))
         self._flush()
         return exit_code
+
+
+def slurm_words_first(got: list) -> list:
+    """A poll's batches with slurmstepd's cancel lines first: it writes them before it signals the tasks, so the deaths
+    read in the same poll (srun's "task 1: Terminated") are judged knowing Slurm cancelled the job."""
+    from .slurm_state import CANCEL_NEEDLE
+
+    def has(batch) -> bool:
+        lines = batch[2]
+        text = getattr(lines, "text", None)
+        return CANCEL_NEEDLE in (text if text is not None else "\n".join(lines))
+    return sorted(got, key=lambda b: not has(b)) if any(has(b) for b in got) else got
 
 
 def host_load() -> tuple[float, int | None] | None:

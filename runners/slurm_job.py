@@ -15,6 +15,7 @@ CMD_TIMEOUT = 5.0  # seconds one Slurm client call may take (slurmctld answers i
 # 30 s bound on a stopped ddptui (tui/stopper.py), with the rank teardown's deadline (5 s + 2 s) after it. Once the
 # launchers exited, a node known lost is not waited for (Slurm holds it until SlurmdTimeout).
 GONE_DEADLINE = 20.0
+LOG_TAIL = 4 << 20  # bytes of slurmctld's log read from its end for a job's kill requests
 
 
 class SlurmJobWatch:
@@ -29,6 +30,7 @@ class SlurmJobWatch:
         self.last: JobInfo | None = None
         self.error: str | None = None  # the last client failure, said once per kind
         self._hostnames: dict[str, tuple[str, ...]] = {}
+        self._ctld_log: str | None = None  # slurmctld's log file, as `scontrol show config` names it
         # an srun run outside any allocation makes its own job: followed and ended as a job, found by its name
         self.own_job = job.mode == "sbatch" or job.job_id is None
 
@@ -109,6 +111,31 @@ class SlurmJobWatch:
             self.step = slurm_state.parse_steps(out, self.job.name) if out is not None else None
         return self.step
 
+    def kill_requests(self) -> tuple[list[tuple[float, int, str]], str]:
+        """Who asked Slurm to kill the job, as slurmctld logged it: (wall time, uid, user name) of each request, and
+        where that was read (or why it could not be: on most clusters the controller's log is not readable here)."""
+        jid = self.job_id
+        if jid is None:
+            return [], "the job id is not known"
+        if self._ctld_log is None:
+            out = self._run(["scontrol", "show", "config"])
+            self._ctld_log = slurm_state.config_value(out or "", "SlurmctldLogFile")
+        path = self._ctld_log
+        if not path:
+            return [], "slurmctld writes no log file ddptui could read (SlurmctldLogFile unset)"
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(max(0, fh.seek(0, 2) - LOG_TAIL))
+                text = fh.read().decode("utf-8", "replace")
+        except OSError as e:
+            return [], f"slurmctld's log {path} is not readable here ({e.strerror or e})"
+        reqs = []
+        for when, uid in slurm_state.kill_requests(text, jid):
+            wall = slurm_state.slurm_time(when)
+            if wall is not None:
+                reqs.append((wall, uid, _user(uid)))
+        return reqs, path
+
     # ---- ending it -------------------------------------------------------------------------------------
     def cancel(self) -> str:
         """scancel the job (a step: only the step, the allocation is the user's). Returns what was cancelled."""
@@ -154,3 +181,12 @@ class SlurmJobWatch:
             out = self._run(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i|%j"])
             return out is not None and slurm_state.parse_steps(out, self.job.name) is None
         return slurm_state.gone(self.poll()) if self.job_id is not None else True
+
+
+def _user(uid: int) -> str:
+    """The user name of a uid on this machine, "" when it has none."""
+    import pwd
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return ""

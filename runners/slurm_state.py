@@ -26,6 +26,7 @@ class JobInfo:
     reason: str  # "" when Slurm says None
     nodelist: str  # Slurm's compressed form ("n[1-2]"); "" while pending
     exit_code: str = ""  # scontrol's ExitCode ("0:15"); "" from squeue
+    end: str = ""  # scontrol's EndTime ("2026-12-04T19:05:32", Slurm's local time), set once the job ended; "" else
 
 
 def sbatch_job_id(text: str) -> str | None:
@@ -60,8 +61,10 @@ def parse_scontrol(out: str, job_id: str) -> JobInfo | None:
         fields = dict(_FIELD.findall(line))
         if fields.get("JobId") == job_id and "JobState" in fields:
             nodes = fields.get("NodeList", "")
+            end = fields.get("EndTime", "")
             return JobInfo(job_id, fields["JobState"].upper(), _reason(fields.get("Reason", "")),
-                           "" if nodes == "(null)" else nodes, fields.get("ExitCode", ""))
+                           "" if nodes == "(null)" else nodes, fields.get("ExitCode", ""),
+                           end if end[:1].isdigit() else "")
     return None
 
 
@@ -168,3 +171,66 @@ def end_words(info: JobInfo) -> str:
     """The job's end for the summary and the console: "CANCELLED", "FAILED (NonZeroExitCode, exit 1:0)"."""
     extra = [x for x in (info.reason, f"exit {info.exit_code}" if info.exit_code else "") if x]
     return info.state + (f" ({', '.join(extra)})" if extra else "")
+
+
+# What Slurm itself records of who ended a job, strongest first: slurmctld's log names the uid of every kill request
+# (`_slurm_rpc_kill_job: REQUEST_KILL_JOB JobId=4 uid 0`, at info level; scontrol and squeue keep no canceller, and
+# sacct needs accounting storage); slurmstepd writes when and why into the tasks' stderr and the batch output
+# (`slurmstepd-n1: error: *** STEP 4.0 ON n1 CANCELLED AT 2026-12-04T19:32:02 ***`, "... DUE TO TIME LIMIT ***").
+CANCEL_NEEDLE = "CANCELLED AT"
+_STEPD_CANCEL = re.compile(r"\*\*\* (STEP|JOB) (\S+) ON (\S+) CANCELLED AT (\S+?)(?: DUE TO ([^*]*?))? \*\*\*")
+_KILL_REQUEST = re.compile(r"^\[(\S+)\] _slurm_rpc_kill_job: REQUEST_KILL_JOB JobId=(\S+) uid (\d+)")
+# the DUE TO words of a slurmstepd cancel line that still mean "Slurm stopped the ranks", and how to say them
+_DUE = {"": "cancelled", "TIME LIMIT": "ended at its time limit", "PREEMPTION": "preempted"}
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """slurmstepd's word that Slurm cancelled a step or a job: what, on which node, when (Slurm's local time), why."""
+    what: str  # "STEP 4.0" | "JOB 4"
+    node: str
+    at: str  # "2026-12-04T19:32:02"
+    due: str  # "" (a cancel: scancel, anyone's), "TIME LIMIT", "PREEMPTION", "NODE FAILURE, SEE SLURMCTLD LOG ..."
+
+
+def stepd_cancel(line: str) -> Cancel | None:
+    """The cancel slurmstepd wrote into a task's stderr or the batch output, or None."""
+    m = _STEPD_CANCEL.search(line)
+    return Cancel(f"{m.group(1)} {m.group(2)}", m.group(3), m.group(4), (m.group(5) or "").strip()) if m else None
+
+
+def cancel_words(due: str) -> str | None:
+    """How Slurm stopped the ranks, in words ("cancelled", "ended at its time limit", "preempted"); None for a cancel
+    that is no stop of the job as such (a node failure: a node lost; a requeue)."""
+    return _DUE.get(due)
+
+
+def kill_requests(log_text: str, job_id: str) -> list[tuple[str, int]]:
+    """(time as slurmctld wrote it, uid) of every kill request of the job in slurmctld's log, in the log's order."""
+    out = []
+    for line in log_text.splitlines():
+        m = _KILL_REQUEST.match(line)
+        if m and m.group(2) == job_id:
+            out.append((m.group(1), int(m.group(3))))
+    return out
+
+
+def slurm_time(text: str) -> float | None:
+    """Slurm's local time "2026-12-04T19:32:02" (or with ".835", as its logs write it) as a wall-clock time."""
+    import time
+    head, _, frac = text.partition(".")
+    try:
+        wall = time.mktime(time.strptime(head, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+    return wall + (float(f"0.{frac}") if frac.isdigit() else 0.0)
+
+
+def config_value(out: str, key: str) -> str:
+    """A value of `scontrol show config` ("SlurmctldLogFile        = /var/log/slurmctld.log"); "" when unset."""
+    for line in out.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() == key:
+            value = value.strip()
+            return "" if value in ("(null)", "None") else value
+    return ""

@@ -21,7 +21,7 @@ ANY_PYTHON = frozenset({
     "test_tui_dashboard_items",
     "test_chart_scale", "test_tui_loss_chart",
     "test_fix_lines", "test_final_view",
-    "test_world_view",
+    "test_world_view", "test_slurm_cancel",
 })
 
 # Long end-to-end rank runs (20-40 s a test; 5 of these modules took 9 min on 3.10 on a loaded 2-core machine), while
@@ -70,6 +70,7 @@ RANKS_ONLY = {
     "test_rank_debug_server": "real gloo ranks under ddptui; its AF_UNIX client and plain torchrun run beside the test's own interpreter",
     "test_rank_output": "a plain program's ranks under ddptui, and torch's debug server started on the test's own interpreter",
     "test_rank_learned": "its c10d torchrun agents run on the test's own interpreter",
+    "test_slurm_cancel_runs": "a real Slurm cluster whose tasks run the test's own interpreter",
     "test_partial_world_run": "one ddptui per (namespaced) host wrapping c10d torchrun agents on the test's own interpreter",
     "test_attach_runs": "plain torchrun and torch.multiprocessing.spawn jobs started outside ddptui on the test's own interpreter",
     "test_attach_slurm": "real Slurm clusters (one host; two namespaced hosts) whose tasks run the test's own interpreter",

@@ -133,8 +133,11 @@ class Console:
                         + (f"   ({info['outcome']})" if info.get("outcome") not in (None, "", "exited 0") else ""))
         job = s.get("job")
         if isinstance(job, dict) and job.get("id"):
+            by = job.get("cancelled_by")
             rows.append(f"slurm job {job['id']}: {job.get('end') or job.get('state') or '?'}"
-                        + (" (cancelled by ddptui)" if job.get("cancelled_by_ddptui") else ""))
+                        + (" (cancelled by ddptui)" if job.get("cancelled_by_ddptui")
+                           else f" (cancelled from outside ddptui: scancel by {by})" if str(by).startswith("uid ")
+                           else f" ({by})" if by and by != "ddptui" else ""))
         for node, lost in (s.get("nodes_lost") or {}).items():
             lost = lost if isinstance(lost, dict) else {}
             rows.append(f"node lost: {node}" + (f" ({_ranks(lost['ranks'])})" if lost.get("ranks") else "")

@@ -7,7 +7,7 @@ _MARKS = {
     "ok": OK, "exited ok": OK, "identical": OK,
     "failed": FAILED, "replicas differ": FAILED, "differ": FAILED, "crash": FAILED,
     "stalled": WARN, "slow": WARN, "incomplete": WARN,
-    "stopped": STOPPED, "killed": STOPPED,
+    "stopped": STOPPED, "killed": STOPPED, "cancelled": STOPPED,
 }
 
 
