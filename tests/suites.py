@@ -21,7 +21,7 @@ ANY_PYTHON = frozenset({
     "test_tui_dashboard_items",
     "test_chart_scale", "test_tui_loss_chart",
     "test_fix_lines", "test_final_view",
-    "test_world_view", "test_slurm_cancel",
+    "test_world_view", "test_slurm_cancel", "test_node_lost_decisions",
 })
 
 # Long end-to-end rank runs (20-40 s a test; 5 of these modules took 9 min on 3.10 on a loaded 2-core machine), while
@@ -63,6 +63,7 @@ RANKS_ONLY = {
     "test_remote_stacks_slurm": "a real Slurm cluster on namespaced hosts whose gloo job runs the test's own interpreter",
     "test_fr_remote_slurm": "a real Slurm cluster on namespaced hosts whose gloo job runs the test's own interpreter",
     "test_node_lost": _LONG,
+    "test_node_lost_slurm": "a real Slurm cluster on namespaced hosts whose gloo job runs the test's own interpreter",
     "test_collectives_run": _LONG,
     "test_fr_verdicts": _LONG,
     "test_rank_phases_run": _LONG,
