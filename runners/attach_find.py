@@ -204,6 +204,8 @@ def _locate(snap: Mapping[int, Proc], pid: int) -> Located:
     if below:
         raise NotAJob(f"pid {pid} ({name_of(me)}) is above {len(below)} PyTorch jobs, not one; attach to one of "
                       "them by its pid:\n" + "\n".join(f"  {describe(snap, kids, k, q)}" for k, q in below))
+    if me.environ is None and me.error.startswith("a zombie"):
+        raise NotAJob(f"pid {pid} has exited ({me.error})")
     if me.environ is None:
         raise NotAJob(f"pid {pid} ({name_of(me)}) cannot be read: {me.error}")
     raise NotAJob(f"pid {pid} ({name_of(me)}) is not part of a PyTorch job: no process in its tree has "

@@ -122,6 +122,14 @@ def test_an_unreadable_pid_outside_any_job_says_so():
     assert str(e.value) == f"pid 200 (python3) cannot be read: {DENIED}"
 
 
+def test_a_zombie_outside_any_job_has_exited():
+    zombie = "a zombie: it has exited and its parent has not reaped it"
+    s = snap(Proc(200, 10, (), None, 3.0, zombie))  # an ended launcher (torchrun) its parent has not waited for
+    with pytest.raises(NotAJob) as e:
+        locate(s, 200)
+    assert str(e.value) == f"pid 200 has exited ({zombie})"
+
+
 def test_env_ranks_of_a_users_launcher_and_shell_wrappers():
     # launch.py started `bash -c 'exec-less python train.py'` per rank: the python under each bash is the rank
     s = snap(Proc(300, 10, (PY, "launch.py"), {"PATH": "/bin"}, 3.0),
