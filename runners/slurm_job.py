@@ -119,7 +119,7 @@ class SlurmJobWatch:
             return [], "the job id is not known"
         if self._ctld_log is None:
             out = self._run(["scontrol", "show", "config"])
-            self._ctld_log = slurm_state.config_value(out or "", "SlurmctldLogFile")
+            self._ctld_log = slurm_state.config_value(out or "", "SlurmctldLogFile") or ""
         path = self._ctld_log
         if not path:
             return [], "slurmctld writes no log file ddptui could read (SlurmctldLogFile unset)"

@@ -87,11 +87,13 @@ def step_nodes(out: str, name: str) -> str | None:
 
 
 def config_value(out: str, key: str) -> str | None:
-    """One setting of `scontrol show config` ("SlurmdTimeout           = 300 sec" -> "300 sec"), None if absent."""
+    """One setting of `scontrol show config` ("SlurmdTimeout           = 300 sec" -> "300 sec"), None if absent or
+    unset ("(null)")."""
     for line in out.splitlines():
         k, sep, v = line.partition("=")
         if sep and k.strip() == key:
-            return v.strip()
+            v = v.strip()
+            return None if v in ("(null)", "None", "") else v
     return None
 
 
@@ -224,13 +226,3 @@ def slurm_time(text: str) -> float | None:
     except ValueError:
         return None
     return wall + (float(f"0.{frac}") if frac.isdigit() else 0.0)
-
-
-def config_value(out: str, key: str) -> str:
-    """A value of `scontrol show config` ("SlurmctldLogFile        = /var/log/slurmctld.log"); "" when unset."""
-    for line in out.splitlines():
-        name, sep, value = line.partition("=")
-        if sep and name.strip() == key:
-            value = value.strip()
-            return "" if value in ("(null)", "None") else value
-    return ""

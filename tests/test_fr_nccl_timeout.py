@@ -93,6 +93,9 @@ def test_the_crash_verdict_and_summary_name_the_collective():
     end = Conclusion(s, life, StackVerdicts(s))
     for r in (0, 1):
         s.tracks[r].pid, s.tracks[r].ran = 100 + r, True
+    # the timeout's own exception, as the rank's stderr shows it (an exit 1 without one is the program's own choice)
+    s.tracks[0].err_tail.extend(["Traceback (most recent call last):",
+                                 "torch.distributed.DistBackendError: [Rank 0] Timed out in all_reduce"])
     life.deaths([(100, W0 + 2.0, 1)], own=set())
     s.mono, s.wall = T0 + 3.0, W0 + 3.0
     end.settle()

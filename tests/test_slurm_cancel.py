@@ -49,7 +49,7 @@ def test_slurmctld_kill_requests_and_its_log_file():
     assert ss.slurm_time("Unknown") is None
     conf = "SlurmctldHost  = localhost\nSlurmctldLogFile        = /tmp/x/slurmctld.log\nSlurmdLogFile = (null)\n"
     assert ss.config_value(conf, "SlurmctldLogFile") == "/tmp/x/slurmctld.log"
-    assert ss.config_value(conf, "SlurmdLogFile") == "" and ss.config_value(conf, "Nope") == ""
+    assert ss.config_value(conf, "SlurmdLogFile") is None and ss.config_value(conf, "Nope") is None
 
 
 def test_scontrol_says_when_the_job_ended():
