@@ -185,6 +185,8 @@ class Ingest:
         elif kind == "coll":
             if collectives.merge(t.collectives, rep.get("pgs")):
                 self._coll_changed[rank] = wall
+            if t.step is not None:  # the rank flushes its steps before any report: this is its step now
+                t.coll_marks.append((t.step, {pg: e["enqueued"] for pg, e in t.collectives.items()}))
         elif kind == "exc":
             t.exc = rep
             if t.first_failure_wall is None:

@@ -39,6 +39,8 @@ class RankTrack:
     verdict: dict | None = None
     exc: dict | None = None
     collectives: dict = field(default_factory=dict)  # pg name -> its Flight Recorder numbers (runners/collectives.py)
+    # (its step, {pg name: collectives enqueued}) at each of its recent `coll` reports (runners/lockstep.py)
+    coll_marks: deque = field(default_factory=lambda: deque(maxlen=16))
     debug_sock: str | None = None  # its torch debug server's unix socket (a `debug_server` report), on its node
     first_failure_wall: float | None = None
     phase: str = ""  # the start-up phase it said last (runners/ingest.py PHASES), "" before any
@@ -139,10 +141,58 @@ class RankTrack:
         return self.digests is not None and self.exc is None and reached
 
 
-def find_slow(tracks) -> list[int]:
-    """Ranks progressing but far behind the others (a straggler in a workload not in lock-step)."""
-    live = [t for t in tracks if t.alive and t.step is not None]
-    if len(live) < 2:
+@dataclass(frozen=True)
+class Behind:
+    """A rank far behind the lead at one moment of their own clocks: its step then and the lead's."""
+    rank: int
+    step: int
+    lead: int
+
+    def detail(self) -> str:
+        return f"at step {self.step}, {self.lead - self.step} steps behind the lead ({self.lead})"
+
+
+def behind_by(lead: int, bound: int | None = None) -> float:
+    """How far behind the lead a straggler is: more than 5 steps and a quarter of the lead's, and than `bound`."""
+    return max(5, 0.25 * lead, bound or 0)
+
+
+def aligned_steps(tracks, remote=frozenset(), wall_offset: float = 0.0) -> tuple[int, dict[int, int]] | None:
+    """(the lead's step, rank -> its step) at one moment of the live ranks' own clocks, or None before two ranks
+    can be compared.
+
+    A rank's step count as read is as old as its last batched report (0.1 s apart, later under load), so counts read
+    together are of different moments. They are compared at the moment T the least recent rank last counted a step:
+    each rank's step at T is at most that of its first mark (runners/steptime.py) at or after T, and the lead is the
+    most steps any rank had surely counted by T. Ranks on this host are timed by their monotonic clocks (one clock
+    per host); a rank on another node (`remote`) by the wall time its report carries, moved onto the engine's
+    monotonic clock by `wall_offset` (engine wall - engine monotonic); one whose report has no wall time is left
+    out. Marks of ranks that report no clock are the engine's read times (the engine's clock)."""
+    marks = {}
+    for t in tracks:
+        if not t.alive or t.step is None or not t.clock.marks:
+            continue
+        if t.clock.own and t.rank in remote:
+            if any(w is None for _, _, w in t.clock.marks):
+                continue
+            marks[t.rank] = [(s, w - wall_offset) for s, _, w in t.clock.marks]
+        else:
+            marks[t.rank] = [(s, m) for s, m, _ in t.clock.marks]
+    if len(marks) < 2:
+        return None
+    moment = min(m[-1][1] for m in marks.values())
+    at_least = [s for m in marks.values() for s, at in m if at <= moment]
+    if not at_least:
+        return None
+    return max(at_least), {r: next(s for s, at in m if at >= moment) for r, m in marks.items()}
+
+
+def find_slow(tracks, remote=frozenset(), wall_offset: float = 0.0, bound: int | None = None) -> list[Behind]:
+    """Ranks progressing but far behind the others at one moment of their clocks (`aligned_steps`): a straggler in a
+    workload not in lock-step. `bound`: the most steps the ranks can be apart at all (runners/lockstep.py)."""
+    found = aligned_steps(tracks, remote, wall_offset)
+    if found is None:
         return []
-    lead = max(t.step for t in live)
-    return sorted(t.rank for t in live if lead - t.step > max(5, 0.25 * lead))
+    lead, steps = found
+    need = behind_by(lead, bound)
+    return [Behind(r, s, lead) for r, s in sorted(steps.items()) if lead - s > need]

@@ -8,6 +8,7 @@ BASE_STEPS = 20  # the early steps a rank's baseline step time is the median of
 SLOWER = 4.0  # recent steps this many times the baseline: the rank slowed down
 RECENT_STEPS, RECENT_SECONDS = 3, 1.0  # "recent" spans at least 3 steps and 1 s: one hiccup of a loaded machine is not a slow-down
 KEEP = 256  # samples kept per rank
+MARKS = 128  # (step, time) marks kept per rank: at ~10 reports a second, the last 12 s or more
 
 
 def weighted_median(samples) -> float | None:
@@ -40,6 +41,9 @@ class StepClock:
         self.timed_to: int | None = None  # the step the newest sample ends at: how far this clock has seen
         self._mark: tuple[int, float] | None = None  # (step, time) the next span starts from
         self._read: tuple[int, float] | None = None  # (newest step, read time) of the current read
+        # when each newest step was counted: (step, the rank's monotonic time or the engine's read time, the rank's
+        # wall time or None); read-time marks are engine time, and own marks replace them once the rank stamps
+        self.marks: deque = deque(maxlen=MARKS)
 
     def _add(self, per_step: float, steps: int) -> None:
         if steps <= 0 or per_step < 0:
@@ -49,14 +53,26 @@ class StepClock:
             self.early.append((per_step, steps))
             self.timed_steps += steps
 
-    def reported(self, step: int, at: float, dts=()) -> None:
-        """A report stamped by the rank: step `step` was counted at its time `at`; `dts` are the durations
-        of the single steps that led to it (newest last, possibly fewer than the steps since the last report)."""
+    def _marked(self, step: int, t: float, wall: float | None) -> None:
+        m = self.marks
+        if m and (step < m[-1][0] or t < m[-1][1]):  # the count (or the clock) started over: a new process
+            m.clear()
+        if m and t == m[-1][1]:  # one read: its newest step
+            m[-1] = (max(step, m[-1][0]), t, wall)
+        elif not m or step > m[-1][0]:
+            m.append((step, t, wall))
+
+    def reported(self, step: int, at: float, dts=(), wall: float | None = None) -> None:
+        """A report stamped by the rank: step `step` was counted at its time `at` (and its wall time `wall`); `dts`
+        are the durations of the single steps that led to it (newest last, possibly fewer than the steps since the
+        last report)."""
         if not self.own:  # the rank's clock replaces read-time estimates from here on
             self.own, self._read, self._mark = True, None, None
             self.samples.clear()
             self.early.clear()
             self.timed_steps = 0
+            self.marks.clear()
+        self._marked(step, at, wall)
         mark, self._mark = self._mark, (step, at)
         self.timed_to = step
         dts = [d for d in dts if isinstance(d, (int, float)) and d >= 0]
@@ -76,6 +92,7 @@ class StepClock:
         """A step parsed from output (or reported without a stamp), read at engine time `mono`."""
         if self.own:
             return
+        self._marked(step, mono, None)
         cur = self._read
         if cur is not None and mono == cur[1]:
             if step > cur[0]:
@@ -177,8 +194,9 @@ def fmt_seconds(s: float) -> str:
 def take_report(clock: StepClock, rep: dict, steps: list, mono: float) -> None:
     """Time a `step`/`loss` report: by the rank's `at`/`dt` stamps, or by read time when it has none."""
     at, dts = rep.get("at"), rep.get("dt")
-    if (isinstance(at, list) and len(at) == 2 and isinstance(at[0], int)
-            and isinstance(at[1], (int, float)) and not isinstance(at[1], bool)):
-        clock.reported(at[0], float(at[1]), dts if isinstance(dts, list) else ())
+    if (isinstance(at, list) and len(at) in (2, 3) and isinstance(at[0], int) and not isinstance(at[0], bool)
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in at[1:])):
+        clock.reported(at[0], float(at[1]), dts if isinstance(dts, list) else (),
+                       float(at[2]) if len(at) == 3 else None)
     elif steps:
         clock.read(max(steps), mono)

@@ -4,11 +4,12 @@ from __future__ import annotations
 import time
 
 from . import events as ev
+from . import lockstep
 from . import stall as stall_rule
-from .rank_track import find_slow
+from .rank_track import Behind, aligned_steps, behind_by, find_slow
 from .run_state import EXIT_FAILED, EXIT_STALLED, CollectStacks, RunState, TearDown
 from .stack_verdicts import StackVerdicts
-from .steptime import pace_known, slowed_down, slowed_together
+from .steptime import SLOWER, SlowDown, fmt_seconds, pace_known, slowed_down, slowed_together
 
 CRASH_GRACE = 5.0  # seconds survivors get to fail on their own after a rank died, before we tear them down
 SLOW_SAMPLES = 3  # stack samples taken at most to single out the slow rank of a run slowed in lock-step
@@ -25,6 +26,7 @@ class Watch:
         self.held: stall_rule.Held | None = None  # the hold of the last check, if any
         self._cpu_pid: dict[int, int] = {}  # rank -> pid its CPU history belongs to
         self._no_cpu: dict[int, str] = {}  # rank -> why it has no CPU sample at all (it runs on another node)
+        self._slow_kind = ""  # what named the slow ranks: "behind" (a straggler) or "slower" (its own step times)
 
     # ---- CPU samples (the stall rule's busy test) ----------------------------------------------------
     def sample_targets(self) -> dict[int, int | None]:
@@ -192,17 +194,19 @@ class Watch:
 
     # ---- slow-down -----------------------------------------------------------------------------------
     def _check_slow(self) -> None:
-        """Name a rank whose steps got SLOWER x its own early steps (by its own clock), or a straggler, once."""
+        """Name a rank whose steps got SLOWER x its own early steps (by its own clock), or a straggler, once; while
+        the run lives, a named rank that is back at pace is said to be so (the verdict stays the run's)."""
         s = self.s
         if s.slow_info is not None:
+            self._recheck_slow()
             return
-        lag = find_slow(s.tracks.values())
+        lag = self._behind()
         if lag:
-            lead = max(t.step for t in s.tracks.values() if t.alive and t.step is not None)
-            for r in lag:
-                s.set_status(s.tracks[r], "slow", f"at step {s.tracks[r].step}, "
-                             f"{lead - s.tracks[r].step} steps behind the lead ({lead})")
-            self._slow_named(lag, f"{_ranks_word(lag)} far behind the other ranks (lead at step {lead})")
+            for b in lag:
+                s.set_status(s.tracks[b.rank], "slow", b.detail())
+            lead = lag[0].lead
+            self._slow_named([b.rank for b in lag], f"{_ranks_word([b.rank for b in lag])} far behind the other "
+                                                    f"ranks (lead at step {lead})", "behind")
             return
         clocks = {t.rank: t.clock for t in s.tracks.values() if t.alive and not t.completed}
         downs = slowed_down(clocks)
@@ -237,11 +241,56 @@ class Watch:
     def _slow_ranks(self, downs, why: str) -> None:
         for d in downs:
             self.s.set_status(self.s.tracks[d.rank], "slow", d.detail())
-        self._slow_named([d.rank for d in downs], "; ".join(d.text() for d in downs) + why)
+        self._slow_named([d.rank for d in downs], "; ".join(d.text() for d in downs) + why, "slower")
 
-    def _slow_named(self, ranks, text: str) -> None:
+    def _slow_named(self, ranks, text: str, kind: str) -> None:
         self.s.slow_info = {"ranks": list(ranks), "text": text, "wall": self.s.wall}
+        self._slow_kind = kind
         self.s.say(f"ddptui: {text}")
+
+    def _behind(self) -> list:
+        """The stragglers at one moment of the ranks' clocks, beyond what ties the ranks together."""
+        s = self.s
+        bound = lockstep.step_bound(s.tracks.values(), s.first_digests)
+        if bound is not None and bound <= lockstep.LOCKSTEP:
+            return []  # ranks in lock-step cannot be steps apart: a gap is when their counts were read
+        return find_slow(s.tracks.values(), set(self._no_cpu), s.wall - s.mono, bound)
+
+    def _recheck_slow(self) -> None:
+        """A live slow rank that is back at pace is no longer shown slow (a straggler that caught up, steps as fast
+        as its first ones again); one running that slows again is shown slow again (a stalled one stays stalled).
+        Hysteresis: back means within half the gap that names a straggler, or steps under half the slow-down factor."""
+        s = self.s
+        named = [s.tracks[r] for r in s.slow_info["ranks"] if s.tracks[r].alive and not s.tracks[r].completed]
+        if not named:
+            return
+        if self._slow_kind == "behind":
+            found = aligned_steps(s.tracks.values(), set(self._no_cpu), s.wall - s.mono)
+            if found is None:
+                return
+            lead, steps = found
+            for t in named:
+                step = steps.get(t.rank)
+                if step is None:
+                    continue
+                if t.status == "slow" and lead - step <= behind_by(lead) / 2:
+                    self._back(t, f"caught up: at step {step}, the lead at {lead}")
+                elif t.status == "running" and lead - step > behind_by(lead):
+                    s.set_status(t, "slow", Behind(t.rank, step, lead).detail())
+            return
+        for t in named:
+            base, now = t.clock.baseline(), t.clock.recent()
+            if base is None or now is None:
+                continue
+            if t.status == "slow" and now < SLOWER / 2 * base:
+                self._back(t, f"back at pace: steps take {fmt_seconds(now)}, its first {t.clock.timed_steps} "
+                              f"steps' {fmt_seconds(base)}")
+            elif t.status == "running" and now >= SLOWER * base:
+                s.set_status(t, "slow", SlowDown(t.rank, now, base, t.clock.timed_steps, t.clock.timed_to).detail())
+
+    def _back(self, t, words: str) -> None:
+        self.s.set_status(t, "running", words)
+        self.s.say(f"ddptui: rank {t.rank} {words}")
 
 
 def _ranks_word(ranks) -> str:

@@ -230,6 +230,8 @@ def test_progress_lines_carry_the_ranks_own_step_clock(tmp_path):
     assert all(x["at"][0] == x["step"] for x in lines)  # stamped at the step the line reports
     ats = [x["at"] for x in lines]
     assert [a[0] for a in ats] == sorted({a[0] for a in ats}) and [a[1] for a in ats] == sorted(a[1] for a in ats)
+    offset = time.time() - time.monotonic()  # and the same moment on the wall clock, for ranks on other nodes
+    assert all(abs(a[2] - a[1] - offset) < 0.05 for a in ats), (ats, offset)
     timed = {}  # step -> its own duration, from the dt lists (newest last, ending at the line's step)
     for x in lines:
         for k, d in enumerate(reversed(x.get("dt", []))):
@@ -351,7 +353,7 @@ def test_report_helpers_in_process(capfd, monkeypatch):
                  list(p.shape), "torch.float64"] for n, p in inner.named_parameters()]
     assert dig == {"k": "digest", "r": 2, "source": "explicit", "params": expected}
     assert [p[0] for p in dig["params"]] == ["0.weight", "0.bias", "1.weight"]
-    assert loss.pop("at")[0] == 5 and step.pop("at")[0] == 6  # the rank's clock: [step, monotonic time]
+    assert loss.pop("at")[0] == 5 and step.pop("at")[0] == 6  # the rank's clock: [step, monotonic time, wall time]
     assert len(step.pop("dt")) == 1  # step 6 came right after step 5: its duration, by the rank's clock
     assert loss == {"k": "loss", "r": 2, "steps": [[5, 0.25]]}
     assert step == {"k": "step", "r": 2, "step": 6}

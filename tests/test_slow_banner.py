@@ -53,3 +53,21 @@ def test_a_stall_verdict_led_by_flight_recorder_names_the_culprits_first():
     both = "ranks disagree at collective #11 in the default group: rank 0 called barrier, rank 1 all_reduce [161]"
     m.apply([ev.HangVerdict(both, (0, 1), (), {}, 13.3, "/runs/x/stacks/01-stall", "stall")])
     assert banner_text(m) == ("-stall", "STALL: ranks 0,1 · " + both)
+
+
+def test_the_slow_banner_goes_when_the_rank_is_back_at_pace_and_the_verdict_stays():
+    """A live banner says what holds now: a straggler that caught up is no longer shown SLOW while every rank moves."""
+    m = RunModel()
+    m.apply([ev.RunStarted("/runs/x", "slow", "torchrun", 2, 400, 1.0), ev.RankState(0, "running", "", 2.0),
+             ev.RankState(1, "running", "", 2.0)])
+    m.apply([ev.RankState(1, "slow", "at step 23, 9 steps behind the lead (32)", 3.0)])
+    assert banner_text(m) == ("-info", "SLOW: rank 1: at step 23, 9 steps behind the lead (32)")
+    m.apply([ev.RankState(1, "running", "caught up: at step 40, the lead at 40", 4.0)])
+    assert banner_text(m) == ("", "")
+    sample = ("the run slowed down (rank 1's steps take 0.50 s, 100x its first 20 steps' 5.0 ms): rank 1 is in "
+              "at_step() at _faults.py:67 (calls time.sleep); rank 0 waits for it in all_reduce")
+    m.apply([ev.HangVerdict(sample, (1,), (0,), {}, 9.1, "/runs/x/stacks/01-slow", "slow"),
+             ev.RankState(1, "slow", "steps take 0.50 s, 100x its first 20 steps' 5.0 ms", 9.1)])
+    assert banner_text(m) == ("-info", "SLOW: " + sample)
+    m.apply([ev.RankState(1, "running", "back at pace: steps take 5.0 ms, its first 20 steps' 5.0 ms", 12.0)])
+    assert banner_text(m) == ("", "") and m.slow.text == sample  # the Stacks tab keeps the sample's verdict

@@ -114,6 +114,7 @@ class RunModel:
         self.stall_hang: ev.HangVerdict | None = None  # the current stall's own verdict, once it came
         self.hang: ev.HangVerdict | None = None  # the run's hang verdict, as the engine keeps it: stalls only
         self.slow: ev.HangVerdict | None = None  # the latest stack sample of a run that slowed down
+        self.slow_over = False  # a slow rank is back at pace since that sample (the banner goes; the verdict stays)
         self.stacks: ev.StacksCollected | None = None
         self.crash: ev.CrashVerdict | None = None
         self.replica: ev.ReplicaVerdict | None = None
@@ -328,6 +329,8 @@ class RunModel:
             self.changes.ranks.add(rv.rank)
         elif isinstance(e, ev.RankState):
             rv = self.rank(e.rank)
+            if rv.status == "slow" or e.status == "slow":
+                self.slow_over = e.status != "slow"
             rv.status, rv.detail = e.status, e.detail
             if e.status == "slow":
                 rv.slowed = e.detail
@@ -377,7 +380,7 @@ class RunModel:
             self.changes.run = True
         elif isinstance(e, ev.HangVerdict):
             if e.reason == "slow":  # a sample of a moving run never replaces a stall's verdict (nor does the engine)
-                self.slow = e
+                self.slow, self.slow_over = e, False
             else:
                 self.hang = e
                 if self.stall is not None:

@@ -190,7 +190,8 @@ def flush_progress() -> None:
 
 
 def _stamp(body: dict, r: int | None) -> None:
-    """The rank's clock on its last line of a flush: `at` [step, monotonic time], `dt` single-step durations."""
+    """The rank's clock on its last line of a flush: `at` [step, monotonic time, wall time], `dt` single-step
+    durations."""
     st, d, dts, later = _stamps.get(r), _dts.get(r), [], []
     while d:  # popped one by one: the stepping thread may append meanwhile
         try:
@@ -203,8 +204,8 @@ def _stamp(body: dict, r: int | None) -> None:
             later.append((n, dt))
     for item in reversed(later):
         d.appendleft(item)
-    if st is not None:
-        body["at"] = [st[0], round(st[1], 6)]
+    if st is not None:  # and its wall time: ranks on other nodes share no monotonic clock with the engine
+        body["at"] = [st[0], round(st[1], 6), round(st[1] + time.time() - time.monotonic(), 6)]
         if dts:
             body["dt"] = dts
     b = _step_samples.get(r)

@@ -45,7 +45,7 @@ def banner_text(model: RunModel) -> tuple[str, str]:
         if own:  # the ranks chose their exit status (no crash): what they said
             text += f": {own}"
         cls, parts = ("-ok" if f.status == "ok" else "-failed"), [text]
-    slow = slow_text(model)
+    slow = slow_text(model) if f is not None else slow_now(model)
     if slow and (f is not None or not parts):  # live, the alarm of the moment alone; at the end, every verdict
         parts.append("SLOW: " + slow)
         cls = cls or "-info"
@@ -58,6 +58,16 @@ def banner_text(model: RunModel) -> tuple[str, str]:
         if cls == "-ok" and len(parts) > 1 and (slow or model.hang is not None):
             cls = "-info"  # ok, but not without a warning
     return cls, " · ".join(parts)
+
+
+def slow_now(model: RunModel) -> str:
+    """Live, the slow-down that holds now: the ranks slow now with their words, then the stack sample's sentence until
+    a slow rank is back at pace (RunModel.slow_over); "" when none is. The verdict stays the run's (slow_text)."""
+    sample = model.slow if not model.slow_over else None
+    named = set(sample.culprits) if sample is not None else set()
+    ranks = [f"rank {r}: {v.detail}" for r, v in sorted(model.ranks.items())
+             if v.status == "slow" and v.detail and r not in named]
+    return " · ".join(ranks + ([sample.text] if sample is not None else []))
 
 
 def _stall(model: RunModel) -> str:
