@@ -297,6 +297,45 @@ def test_the_hosts_load_is_sent_each_sample_unless_every_rank_runs_on_another_no
 
 
 # ---- samples a second, where the ranks' model inputs told their batch ---------------------------------------
+def test_header_says_no_step_for_once_the_newest_step_is_late_and_the_pace_decays():
+    """A hung run's header said '10.0 steps/s · ETA 47s' until its stall was declared; by its own pace (0.1 s a step,
+    late after 3 of them, never before 2 s) the newest step is late: say for how long, and let the pace fall."""
+    from ddptui.tui.screens.run import head_text
+    m = started(steps=500)
+    for i in range(1, 4):
+        m.apply([told(0, 10 * i, T + i, 32), told(1, 10 * i, T + i, 32)])
+    m.apply([ev.Resources({}, {}, T + 4.9)])  # 1.9 s after the last step: batched reads, not late yet
+    assert " · 10.0 steps/s · 640 samples/s · ETA 47s" in head_text(m, "live").plain
+    m.apply([ev.Resources({}, {}, T + 15)])  # the engine's samples come every second while nothing else does
+    head = head_text(m, "live").plain
+    assert " · 0.083 steps/s · 5.3 samples/s · no step for 12s" in head and "ETA" not in head
+    assert m.no_step_for() == pytest.approx(12.0)
+    m.apply([ev.Resources({}, {}, T + 63)])
+    assert " · 0.017 steps/s · 1.1 samples/s · no step for 1m00s" in head_text(m, "live").plain
+    m.apply([told(0, 40, T + 64, 32), told(1, 40, T + 64, 32)])  # steps again: the measured pace, the time left
+    head = head_text(m, "live").plain
+    assert "no step for" not in head and " · ETA " in head
+    m.apply([ev.RunFinished("stalled", 3, "runs/x/summary.json", T + 200, {})])
+    assert m.no_step_for() is None and "no step for" not in head_text(m, "live").plain  # the end says how it ended
+
+
+def test_a_late_rank_sets_the_pace_and_the_run_is_late_only_when_no_rank_steps():
+    ranks = [rate_view(0, 30, 0.1, T + 3), rate_view(1, 30, 0.1, T + 3)]
+    assert rate.no_step_for(ranks, 500, T + 4) is None and rate.run_pace(ranks, 500, T + 4).step_time == 0.1
+    ranks[0] = rate_view(0, 130, 0.1, T + 13)  # rank 1 is silent 10 s while rank 0 steps on: it finishes last
+    p = rate.run_pace(ranks, 500, T + 13)
+    assert (p.rank, p.step_time) == (1, pytest.approx(10.0)) and rate.no_step_for(ranks, 500, T + 13) is None
+    assert rate.no_step_for(ranks, 500, T + 16) == pytest.approx(3.0)  # 3 step times and 2 s after the newest
+    assert rate.run_pace(ranks, 500).step_time == 0.1  # without a clock: the pace as measured
+    done = [rate_view(0, 500, 0.1, T + 3), rate_view(1, 500, 0.1, T + 3)]
+    assert rate.no_step_for(done, 500, T + 60) is None  # at the last step: finishing, not late
+
+
+def rate_view(rank: int, step: int, step_time: float, step_wall: float):
+    from ddptui.tui.model import RankView
+    return RankView(rank, status="running", step=step, step_time=step_time, step_wall=step_wall)
+
+
 def told(rank: int, last: int, wall: float, samples: int | None, n: int = 10) -> ev.Progress:
     e = batched(rank, last, wall, n)
     return ev.Progress(e.rank, e.step, e.loss, e.wall, e.source, e.losses, samples)

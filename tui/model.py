@@ -61,6 +61,7 @@ class RankView:
     signal: str | None = None
     last_progress: float | None = None
     step_time: float | None = None  # seconds per step over the rank's recent steps; None until known
+    step_wall: float | None = None  # wall time its newest step was read (the pace decays once it is late)
     samples: int | None = None  # samples in its newest optimizer step (Progress.samples); None when unknown
     phase: str = ""  # what a rank not yet training is doing, in words (spawning, importing torch, rendezvous...)
     phase_since: float | None = None  # wall time it entered `phase`
@@ -201,13 +202,22 @@ class RunModel:
         m = self.coll_mismatch
         return (m, str(m.get("fix") or "")) if m else ({}, "")
 
+    def _now(self) -> float | None:
+        """The newest event's wall time while the run lives (the engine sends its samples every second): what a pace
+        decays by once no step comes. None once it ended, or in a replay of an ended run."""
+        return self.last_wall if self.live else None
+
     def pace(self) -> rate.Pace | None:
         """The run's pace: steps/s and time left of the rank that finishes last (tui/rate.py)."""
-        return rate.run_pace(self.ranks.values(), self.steps)
+        return rate.run_pace(self.ranks.values(), self.steps, self._now())
 
     def samples_rate(self) -> float | None:
         """Samples a second over the live ranks, where their models' inputs told their batch (tui/rate.py)."""
-        return rate.run_samples_rate(self.ranks.values())
+        return rate.run_samples_rate(self.ranks.values(), self._now())
+
+    def no_step_for(self) -> float | None:
+        """Seconds since the run's newest step, once that is late by the run's own pace; None while steps come."""
+        return rate.no_step_for(self.ranks.values(), self.steps, self._now())
 
     def phase_text(self, rv: RankView) -> str:
         """'rendezvous 12s': the rank's start-up phase and its seconds in it, as of the newest event; "" if none."""
@@ -306,6 +316,8 @@ class RunModel:
         elif isinstance(e, ev.Progress):
             rv = self.rank(e.rank)
             if e.step is not None and (rv.step is None or e.step >= rv.step):
+                if e.step != rv.step:
+                    rv.step_wall = e.wall
                 rv.step = e.step
             steps = self._rates.get(e.rank)
             if steps is None:

@@ -58,13 +58,35 @@ class Pace:
         return 1.0 / self.step_time if self.step_time > 0 else float("inf")
 
 
-def run_pace(ranks: Iterable, steps: int | None) -> Pace | None:
-    """From RankView-like objects (rank, status, step, step_time): the live ranks' slowest, by time left when the run
-    has a step count (a rank far behind at the same pace finishes last), else by step time. None before any rank
-    has a step time, or once every rank with one has ended or reached the last step."""
+LATE_STEPS, LATE_MIN = 3.0, 2.0  # a step is late after 3 step times of the run's pace, and never before 2 s
+
+
+def late_after(step_time: float) -> float:
+    """Seconds without a step after which the next one is late, by a pace of `step_time` seconds a step. Progress is
+    read in batches (a rank's report every 0.1 s, the engine's reads every 0.25 s, later on a loaded machine), so a
+    fast run's silence of a few step times is how it is read: not before LATE_MIN."""
+    return max(LATE_STEPS * step_time, LATE_MIN)
+
+
+def step_time_now(rv, now: float | None) -> float | None:
+    """A rank's step time as of `now`: once its newest step (`step_wall`) is late, the time since then, which keeps
+    growing (the step in flight has taken at least that long), so a pace read from it decays while no step comes."""
+    st = rv.step_time
+    wall = getattr(rv, "step_wall", None)
+    if st is None or now is None or wall is None:
+        return st
+    quiet = now - wall
+    return quiet if quiet > late_after(st) else st
+
+
+def run_pace(ranks: Iterable, steps: int | None, now: float | None = None) -> Pace | None:
+    """From RankView-like objects (rank, status, step, step_time, step_wall): the live ranks' slowest, by time left
+    when the run has a step count (a rank far behind at the same pace finishes last), else by step time; with `now`,
+    a rank whose newest step is late counts the time since it (`step_time_now`). None before any rank has a step
+    time, or once every rank with one has ended or reached the last step."""
     best: tuple | None = None
     for rv in ranks:
-        st = rv.step_time
+        st = step_time_now(rv, now)
         if st is None or rv.status in ENDED:
             continue
         if steps:
@@ -80,16 +102,30 @@ def run_pace(ranks: Iterable, steps: int | None) -> Pace | None:
     return best[1] if best is not None else None
 
 
-def samples_rate(rv) -> float | None:
-    """A rank's samples a second: its samples per step over its step time; None while either is unknown."""
-    return rv.samples / rv.step_time if rv.samples and rv.step_time else None
+def samples_rate(rv, now: float | None = None) -> float | None:
+    """A rank's samples a second: its samples per step over its step time (as of `now`: `step_time_now`); None while
+    either is unknown."""
+    st = step_time_now(rv, now)
+    return rv.samples / st if rv.samples and st else None
 
 
-def run_samples_rate(ranks: Iterable) -> float | None:
+def run_samples_rate(ranks: Iterable, now: float | None = None) -> float | None:
     """The samples a second the live ranks train together (data parallel: each rank its own share of the global
     batch); None while no live rank's is known."""
-    rates = [r for rv in ranks if rv.status not in ENDED and (r := samples_rate(rv)) is not None]
+    rates = [r for rv in ranks if rv.status not in ENDED and (r := samples_rate(rv, now)) is not None]
     return sum(rates) if rates else None
+
+
+def no_step_for(ranks: Iterable, steps: int | None, now: float | None) -> float | None:
+    """Seconds since the run's newest step, once it is late by the run's own pace (`late_after` of the step time of
+    the rank that finishes last, as its steps came); None while a step is not late, or before the pace is known."""
+    ranks = [rv for rv in ranks if rv.status not in ENDED and getattr(rv, "step_wall", None) is not None
+             and not (steps and (rv.step or 0) >= steps)]
+    pace = run_pace(ranks, steps)
+    if now is None or pace is None:
+        return None
+    quiet = now - max(rv.step_wall for rv in ranks)
+    return quiet if quiet > late_after(pace.step_time) else None
 
 
 def fmt_samples_rate(per_s: float) -> str:

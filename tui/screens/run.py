@@ -50,7 +50,8 @@ class RanksBox(Vertical):
 
 def head_text(model: RunModel, source_kind: str) -> Text:
     """The header, most needed first, since a narrow terminal cuts its end: the profile and status (a replay says so),
-    the job, the time, pace and ETA, an overloaded machine; then the run's shape, samples/s, a calm load, the record."""
+    the job, the time, pace and ETA (or how long no step came), an overloaded machine; then the run's shape,
+    samples/s, a calm load, the record."""
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append(" ddptui ", style="bold reverse")
     t.append(f" {model.profile or '…'} ", style="bold")
@@ -70,7 +71,10 @@ def head_text(model: RunModel, source_kind: str) -> Text:
     pace = model.pace()
     if pace is not None:  # the rank that finishes last sets the run's pace and its time left
         t.append(f" · {fmt_rate(pace.steps_per_s)}")
-        if pace.eta is not None:
+        late = model.no_step_for()
+        if late is not None:  # no time left can be told while no step comes; the pace decays meanwhile
+            t.append(f" · no step for {fmt_duration(late)}", style="bold yellow")
+        elif pace.eta is not None:
             t.append(f" · ETA {fmt_duration(pace.eta)}")
     busy = model.load is not None and bool(model.cpus) and overloaded(model.load, model.cpus)
     if busy:  # a loaded machine slows every rank: not the model's fault, and said before the figures
