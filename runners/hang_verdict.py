@@ -10,8 +10,11 @@ from typing import Any, Callable, Iterable
 from .stacks import Frame, StackResult, ThreadStack, is_helper, is_user_frame, qualified, worker_label
 from .world_view import unseen_words
 
-CATEGORIES = ("collective", "compute", "sleep", "io", "dataloader", "xla", "unknown")
-WAITING = ("collective", "xla")  # categories in which a rank waits for its peers
+CATEGORIES = ("collective", "compute", "sleep", "io", "dataloader", "xla", "turn", "unknown")
+# categories in which a rank waits for its peers; "turn": in ddptui's own ordinal turnstile (XLA thread replicas),
+# waiting for the lower ordinals to end their turn: no collective of the program, never evidence against it
+WAITING = ("collective", "xla", "turn")
+TURNSTILE = "ddptui's ordinal turnstile"
 
 _C10D_OPS = {
     "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor", "all_gather_object",
@@ -92,7 +95,7 @@ def collective_frame(func: str, file: str) -> tuple[str, str] | None:
     if name in _DDP_SYNC and in_ddp(func, file):
         return "collective", _DDP_SYNC[name]
     if f.file.endswith("ddptui_turnstile.py") and name == "before":  # the ordinal turnstile (Turnstile.before)
-        return "xla", "ordinal-ordered sync (waits for its turn after the lower ordinals)"
+        return "turn", f"its turn after the lower ordinals ({TURNSTILE}, not a collective of the program)"
     if _in(f, "torch_xla/") and _XLA_OPS.get(name):
         return "xla", _XLA_OPS[name]
     return None
@@ -280,7 +283,19 @@ def _culprit_phrase(r: int, w: Where, steps: dict[int, int | None]) -> str:
     return f"rank {r} {where_phrase(w)}, {_step(steps, r)}"
 
 
+def _turn_group(turn: list[int]) -> str:
+    """Ranks in ddptui's turnstile: they wait for the lower ordinals' turn, in no collective of the program."""
+    if len(turn) == 1:
+        lower = "rank 0" if turn[0] == 1 else "the lower ranks"
+        return f"rank {turn[0]} waits for its turn after {lower} in {TURNSTILE}"
+    return f"{ranks_text(turn)} wait for their turns after the lower ranks in {TURNSTILE}"
+
+
 def _wait_group(waiting: list[int], wheres: dict[int, Where]) -> str:
+    turn = [r for r in waiting if wheres[r].category == "turn"]
+    if turn:
+        rest = [r for r in waiting if r not in turn]
+        return "; ".join(([_wait_group(rest, wheres)] if rest else []) + [_turn_group(turn)])
     details = {wheres[r].detail for r in waiting}
     if len(details) == 1:
         ats = {wheres[r].at for r in waiting}
@@ -337,6 +352,24 @@ def _hang_sentence(wheres: dict[int, Where], steps: dict[int, int | None], stall
             text += f" ({ranks_text(blind)}: no stacks)"
         return text, tuple(culprits), tuple(waiting)
 
+    turn = [r for r in waiting if known[r].category == "turn"]
+    held = [r for r in waiting if r not in turn]
+    if turn and held and not progressing and len({known[r].detail for r in held}) == 1:
+        # the ranks in the turnstile wait for the others' turn to end: those are in their own XLA or collective work
+        # (compiling, running their graph), waited for by the turnstile, not by a collective the program calls
+        w = known[held[0]]
+        at = f" at {w.at}" if len({known[r].at for r in held}) == 1 and w.file else ""
+        text = (f"{ranks_text(held)} {_is_verb(held)} in {w.detail}{at} ("
+                + ", ".join(f"{r}: {_step(steps, r)}" for r in held) + f") in {'its' if len(held) == 1 else 'their'} "
+                f"turn; {_turn_group(turn)}, since {since}")
+        if blind:
+            text += f"; {ranks_text(blind)}: no stacks"
+        return text, tuple(held), tuple(turn)
+    if waiting and not held:  # only ddptui's turnstile: the ranks it waits for are those without stacks, or gone
+        text = f"{_turn_group(turn)} since {since}"
+        text += f"; {ranks_text(blind)}: no stacks, likely the culprit" if blind else "; no other rank is stalled"
+        return text, tuple(blind), tuple(turn)
+
     if waiting and progressing:
         # the stalled ranks wait for ranks that still make progress: those are slow, not stuck
         steps_txt = ", ".join(f"rank {r} {_step(steps, r)}" for r in progressing)
@@ -345,13 +378,15 @@ def _hang_sentence(wheres: dict[int, Where], steps: dict[int, int | None], stall
         return text, tuple(progressing), tuple(waiting)
 
     if waiting:
-        details = {known[r].detail for r in waiting}
-        step_vals = {steps.get(r) for r in waiting}
-        step_txt = ", ".join(f"{r}: {_step(steps, r)}" for r in waiting)
+        details = {known[r].detail for r in held}
+        step_vals = {steps.get(r) for r in held}
+        step_txt = ", ".join(f"{r}: {_step(steps, r)}" for r in held)
         if len(details) > 1 or len(step_vals) > 1:
             text = (f"every rank waits inside a collective since {since}, but not the same one ("
-                    + "; ".join(f"rank {r} in {known[r].detail} at {known[r].at} ({_step(steps, r)})" for r in waiting)
+                    + "; ".join(f"rank {r} in {known[r].detail} at {known[r].at} ({_step(steps, r)})" for r in held)
                     + "): mismatched collectives — the ranks call different collectives or in a different order")
+            if turn:
+                text += f"; {_turn_group(turn)}"
         else:
             who = "all ranks" if not blind and not partial else ranks_text(waiting)
             verb = "waits" if partial and len(waiting) == 1 else "wait"

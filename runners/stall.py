@@ -9,6 +9,9 @@ QUIET = 1.0  # seconds without progress that make a rank part of a stall another
 AUTO_FACTOR, AUTO_MIN, AUTO_UNKNOWN = 20.0, 10.0, 30.0  # stall_after auto: 20 x median step, >= 10 s; 30 s before
 BUSY_WINDOW = 3.0  # seconds of CPU time looked at (never more than the rank has been quiet)
 BUSY_HOLD = 3.0  # a busy quiet rank holds a stall off until the quiet time reaches this many times the limit
+# ... times the machine's overload (load / cores: a rank gets that much less of a core than alone), at most this much:
+# on a machine far over its cores a busy rank's steps take that much longer, which is no fault of the run's
+OVERLOAD_HOLD_MAX = 10.0
 BLOCKED_CPU = 0.03  # a rank blocked in a collective uses ~0.5 % of a core; never call less than 3 % busy
 BUSY_CPU = 0.25  # enough to be busy on a machine with a core to spare per rank
 
@@ -132,8 +135,9 @@ def any_over(quiet: list[Quiet]) -> bool:
     return any(q.over for q in quiet)
 
 
-def judge(quiet: list[Quiet], floor: float) -> Stall | Held | None:
-    """Stall, Held (past the limit, but a quiet rank is busy on CPU) or None."""
+def judge(quiet: list[Quiet], floor: float, cores: int = 0, load: float = 0.0) -> Stall | Held | None:
+    """Stall, Held (past the limit, but a quiet rank is busy on CPU) or None. cores/load: this machine's, whose
+    overload (load / cores) lengthens the busy hold up to OVERLOAD_HOLD_MAX times (0 cores: not known)."""
     over = [q for q in quiet if q.over]
     if not over:
         return None
@@ -146,14 +150,21 @@ def judge(quiet: list[Quiet], floor: float) -> Stall | Held | None:
         said += f"; {_no_cpu_words(blind)}"
     busy = {q.rank: q.cpu for q in quiet if q.rank in stalled and q.cpu is not None and q.cpu >= floor}
     if busy:
-        until = BUSY_HOLD * trigger.limit.seconds
+        over_cores = load / cores if cores > 0 else 1.0
+        factor = min(max(1.0, over_cores), OVERLOAD_HOLD_MAX)
+        until = BUSY_HOLD * factor * trigger.limit.seconds
         cpu = _cpu_words(busy)
+        hold, note = f"{BUSY_HOLD:g} x the limit", ""
+        if factor > 1.0:
+            hold += f" x {factor:.1f}"
+            note = (f"; the machine is overloaded (load {load:.1f} on {cores} cpu{'s' if cores > 1 else ''}): the hold "
+                    f"grows with its load over its cores, up to {OVERLOAD_HOLD_MAX:g} x")
         if trigger.quiet <= until:
-            return Held(busy, trigger, until, f"{said}, but {cpu}: busy, not stalled; "
-                                                f"held until {until:g} s ({BUSY_HOLD:g} x the limit)")
+            return Held(busy, trigger, until, f"{said}, but {cpu}: busy, not stalled; held until {until:.0f} s "
+                                                f"({hold}{note})")
         return Stall(stalled, progressing, trigger,
-                     f"{said}; {cpu}, held {BUSY_HOLD:g} x the limit ({until:g} s) without a step: "
-                     f"busy but not progressing", tuple(quiet))
+                     f"{said}; {cpu}, held {hold} ({until:.0f} s{note}) without a step: busy but not progressing",
+                     tuple(quiet))
     return Stall(stalled, progressing, trigger, said, tuple(quiet))
 
 

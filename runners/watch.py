@@ -124,7 +124,9 @@ class Watch:
             return None
         quiet = stall_rule.quiet_ranks(s.profile, tracks, s.mono, no_cpu=self._no_cpu)
         floor = stall_rule.busy_floor(cores, stall_rule.sharing_cores(quiet), load)
-        return stall_rule.judge(quiet, floor)
+        if all(q.no_cpu for q in quiet):  # this host's load says nothing of ranks that all run on other nodes
+            return stall_rule.judge(quiet, floor)
+        return stall_rule.judge(quiet, floor, cores, load)
 
     def _stalled(self, found) -> None:
         s = self.s

@@ -61,7 +61,7 @@ CASES = [
     ("xla turnstile", th([("Condition.wait", f"{LIB}/threading.py", 320, "waiter.acquire()"),
                           ("Condition.wait_for", f"{LIB}/threading.py", 360, ""),
                           ("Turnstile.before", "/work/main/runners/inject/ddptui_turnstile.py", 27, ""), user(22, "", "_mp_fn")]),
-     "xla", "ordinal-ordered sync (waits for its turn after the lower ordinals)", 22),
+     "turn", "its turn after the lower ordinals (ddptui's ordinal turnstile, not a collective of the program)", 22),
     ("time.sleep", th([("culprit", USER, 88, "time.sleep(600)"), user(40, "culprit()")]), "sleep", "time.sleep", 88),
     ("dataloader worker wait", th([("Connection._recv", f"{LIB}/multiprocessing/connection.py", 395, ""),
                                    ("_MultiProcessingDataLoaderIter._try_get_data", f"{SP}/torch/utils/data/dataloader.py", 1100, ""),
@@ -165,6 +165,37 @@ def test_sentence_nothing_stalled():
     text, c, w = hang_sentence({}, {0: 40, 1: 30}, set(), T)
     assert (c, w) == ((), ())
     assert text == "no rank is stalled; rank 1 is behind (30 vs 40 steps) but progressing"
+
+
+TURN = Where("turn", "its turn after the lower ordinals (ddptui's ordinal turnstile, not a collective of the program)",
+             "_mp_fn", "/w/xla_pattern1.py", 60, "xm.optimizer_step(opt)")
+
+
+def test_a_replica_waiting_in_ddptuis_turnstile_is_no_collective_of_the_program():
+    """The issue's verdict on a healthy XLA run under load: 'mismatched collectives (rank 0 in graph execution
+    (torch_xla.sync) ...; rank 1 in ordinal-ordered sync ...)'. Rank 1 waits for rank 0's turn in ddptui's own
+    turnstile: rank 0 is the one working (or stuck), in its turn, and no collective of the program is mismatched."""
+    mp = ("_mp_fn", "/w/xla_pattern1.py", 60, "xm.optimizer_step(opt)")
+    rank0 = th([("sync", f"{SP}/torch_xla/torch_xla.py", 70, ""), mp], name="xla-rank-0")
+    rank1 = th([("Condition.wait", f"{LIB}/threading.py", 320, "waiter.acquire()"),
+                ("Condition.wait_for", f"{LIB}/threading.py", 360, ""),
+                ("Turnstile.before", "/work/main/runners/inject/ddptui_turnstile.py", 27, ""), mp], name="xla-rank-1")
+    text, c, w = hang_sentence({0: classify(rank0), 1: classify(rank1)}, {0: 12, 1: 12}, {0, 1}, T)
+    assert (c, w) == ((0,), (1,))
+    assert text == ("rank 0 is in graph execution (torch_xla.sync) at xla_pattern1.py:60 (0: step 12) in its turn; "
+                    "rank 1 waits for its turn after rank 0 in ddptui's ordinal turnstile, since 14:02:11")
+    assert "mismatch" not in text and "lost peer" not in text
+
+
+def test_the_turnstile_waits_for_a_culprit_in_user_code_and_alone_points_at_the_rank_without_stacks():
+    text, c, w = hang_sentence({0: SLEEP, 1: TURN, 2: TURN}, {0: 3, 1: 3, 2: 3}, {0, 1, 2}, T)
+    assert (c, w) == ((0,), (1, 2))
+    assert text == ("rank 0 is stuck in culprit() at ddp_mlp.py:88 (calls time.sleep), step 3; ranks 1, 2 wait for "
+                    "their turns after the lower ranks in ddptui's ordinal turnstile since 14:02:11")
+    text, c, w = hang_sentence({1: TURN}, {0: 3, 1: 3}, {0, 1}, T)
+    assert (c, w) == ((0,), (1,))
+    assert text == ("rank 1 waits for its turn after rank 0 in ddptui's ordinal turnstile since 14:02:11; rank 0: "
+                    "no stacks, likely the culprit")
 
 
 # ---- the culprit named in the user's own code, ddptui's helper thread, DataLoader workers ----

@@ -161,3 +161,24 @@ def test_a_verdict_names_the_step_the_rank_printed_when_it_tells_the_hooks_momen
     sparse.saw_step(180, None, 2.0, 2.0, reported=True)
     assert sparse.step_named == 180
     assert RankTrack(3, 0.0).step_named is None
+
+
+def test_a_machine_far_over_its_cores_holds_busy_ranks_longer_and_says_so_with_its_bound():
+    """The issue's XLA run at load 38 on 2 cores: both replicas at 6 % of a core, quiet 25 s past stall_after 8:
+    torn down at 3 x the limit (24 s). Each rank gets 19x less of a core than alone: the hold grows with the load
+    over the cores, at most 10 x (240 s here), and the words say why and how long."""
+    lim = Limit(8.0, "stall_after 8 s")
+    quiet = [q(0, 25.0, lim, cpu=0.06), q(1, 25.0, lim, cpu=0.06)]
+    floor = busy_floor(2, 2, 38.0)
+    assert isinstance(judge(quiet, floor), Stall)  # without the machine's load: the old 24 s
+    held = judge(quiet, floor, cores=2, load=38.0)
+    assert isinstance(held, Held) and held.until == 240.0
+    assert held.reason == ("no step or output for 25 s (stall_after 8 s), but ranks 0, 1 still use 6 % of a core each: "
+                           "busy, not stalled; held until 240 s (3 x the limit x 10.0; the machine is overloaded "
+                           "(load 38.0 on 2 cpus): the hold grows with its load over its cores, up to 10 x)")
+    gone = judge([q(0, 241.0, lim, cpu=0.06), q(1, 241.0, lim, cpu=0.06)], floor, cores=2, load=38.0)
+    assert isinstance(gone, Stall) and "held 3 x the limit x 10.0 (240 s; the machine is overloaded" in gone.reason
+    assert judge(quiet, floor, cores=2, load=5.0).until == pytest.approx(60.0)  # 2.5 x its cores: 3 x 8 x 2.5
+    assert isinstance(judge(quiet, floor, cores=2, load=1.5), Stall)  # not over its cores: 3 x the limit, 24 s
+    idle = [q(0, 25.0, lim, cpu=0.004), q(1, 25.0, lim, cpu=0.005)]  # blocked ranks are a stall whatever the load
+    assert isinstance(judge(idle, floor, cores=2, load=38.0), Stall)
