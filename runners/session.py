@@ -498,8 +498,10 @@ class Session:
     def _sample_resources(self, emit: bool = True) -> None:
         """CPU seconds and RSS of every live rank, for the judge (the stall rule's busy test) and the front end.
 
-        A rank whose process is not known yet (a launcher still starting it) is judged by its launcher's CPU. A rank
-        on another node is not sampled: its pid is another machine's (the judge is told it has no CPU evidence)."""
+        A rank whose process is not known yet (a launcher still starting it) is judged by the CPU of its launcher's
+        whole process tree: the launcher waits while what it started imports torch (torchrun's ranks, torch_xla's
+        worker). A rank on another node is not sampled: its pid is another machine's (the judge is told it has no CPU
+        evidence)."""
         from .remote_stacks import is_local
         seen, samples, no_cpu, here = {}, {}, {}, socket.gethostname()
         for rank, pid in self.judge.sample_targets().items():
@@ -507,6 +509,7 @@ class Session:
             if not is_local(t.host, here):
                 no_cpu[rank] = f"runs on {t.node or t.host}"
                 continue
+            starting = not pid
             pid = pid or self._starter_pid(rank)
             if not pid:
                 continue
@@ -515,7 +518,8 @@ class Session:
                     pr = _psproc(pid)
                     with pr.oneshot():
                         times = pr.cpu_times()
-                        seen[pid] = (time.monotonic(), times.user + times.system, pr.memory_info().rss)
+                        used = _tree_cpu(pr, times) if starting else times.user + times.system
+                        seen[pid] = (time.monotonic(), used, pr.memory_info().rss)
                 except psutil.Error:
                     seen[pid] = None
             if seen[pid] is not None:
@@ -697,6 +701,23 @@ def host_load() -> tuple[float, int | None] | None:
 
 
 _PS_CACHE: dict[int, psutil.Process] = {}
+
+
+def _tree_cpu(pr: psutil.Process, times) -> float:
+    """CPU seconds of a process and everything below it, the ended ones too (each process's reaped children's times
+    count in its own `children_*`): a launcher's, while the ranks it starts have not said their pids."""
+    total = times.user + times.system + times.children_user + times.children_system
+    try:
+        kids = pr.children(recursive=True)
+    except psutil.Error:
+        return total
+    for kid in kids:
+        try:
+            t = kid.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            continue
+    return total
 
 
 def _psproc(pid: int) -> psutil.Process:

@@ -22,6 +22,7 @@ ANY_PYTHON = frozenset({
     "test_chart_scale", "test_tui_loss_chart",
     "test_fix_lines", "test_final_view",
     "test_world_view", "test_slurm_cancel", "test_node_lost_decisions",
+    "test_stragglers",
 })
 
 # Long end-to-end rank runs (20-40 s a test; 5 of these modules took 9 min on 3.10 on a loaded 2-core machine), while
@@ -80,6 +81,7 @@ RANKS_ONLY = {
     "test_dashboard_items_runs": "its wrapped torchrun runs on the test's own interpreter",
     "test_tui_chart_live": _LONG + "; its ad-hoc ranks run on the test's own interpreter",
     "test_installed": "pip-installs the checkout with the test's interpreter (test-pythons installs it on each Python)",
+    "test_load": _LONG + "; beside busy loops and lanes importing torch on the test's own interpreter",
 }
 
 # These check the interpreter a profile naming none gets (ddptui's own): they run without DDPTUI_PYTHON.
