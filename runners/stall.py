@@ -107,7 +107,9 @@ def busy_floor(ncpu: int, ranks: int, load: float) -> float:
 
 
 def live_tracks(tracks) -> list:
-    return [t for t in tracks if t.alive and not t.completed]  # a finished rank may take seconds to exit
+    """The ranks a stall can be about: not finished (a finished rank may take seconds to exit), and whose process has
+    not died (the death watch saw it go; its exit code may come only later, from its launcher's table)."""
+    return [t for t in tracks if t.alive and not t.completed and t.exit_wall is None]
 
 
 def quiet_ranks(profile, tracks, now: float, with_cpu: bool = True, no_cpu: dict[int, str] | None = None

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 IMPORTER = "while :; do \"$0\" -c 'import torch' >/dev/null 2>&1; done"
@@ -26,7 +25,6 @@ class Load:
                  token: bool = True) -> None:
         self.busy, self.importers, self.python, self.lifetime, self.token = busy, importers, str(python), lifetime, token
         self.procs: list[subprocess.Popen] = []
-        self.reached: float | None = None  # the load average `wait_for_load` saw
 
     def __enter__(self) -> "Load":
         """Start every lane; each ends by itself after `lifetime` seconds (`timeout -s KILL`) should its owner never
@@ -54,13 +52,3 @@ class Load:
         for p in self.procs:
             p.wait(timeout=10)
         self.procs.clear()
-
-    def wait_for_load(self, at_least: float, timeout: float = 60.0) -> float:
-        """Until the 1-minute load average reaches `at_least` (it follows the runnable processes with a ~1 min
-        lag): the run under test starts on a machine already loaded. Returns the load reached."""
-        deadline = time.monotonic() + timeout
-        load = os.getloadavg()[0]
-        while load < at_least and time.monotonic() < deadline:
-            time.sleep(1.0)
-            load = os.getloadavg()[0]
-        return load

@@ -3,7 +3,6 @@ false verdict, and a real straggler is still named: plain rank scripts under tor
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,7 @@ def machine_load():
     """The machine at several times its cores for this module's runs, started and ended by the module; the lanes
     end themselves after 15 min whatever happens to this session (`timeout`), and carry no test token: they are the
     fixture's, not a test's leftovers."""
-    n = cores()
-    with Load(BUSY_PER_CORE * n, importers=2, lifetime=900, token=False) as load:
-        load.reached = load.wait_for_load(2.0 * n, timeout=45.0)
+    with Load(BUSY_PER_CORE * cores(), importers=2, lifetime=900, token=False) as load:
         yield load
 
 
@@ -52,7 +49,7 @@ def load_said(rec) -> float:
 def test_lock_stepped_ddp_ranks_beside_load_get_no_false_verdict(machine_load, runs_dir, tmp_path):
     """4 DDP ranks on a loaded machine: their batched reports are read at different moments (the issue: 'rank 3 is
     far behind the other ranks' at step 22); ranks in lock-step are never stragglers, nor slow, nor stalled."""
-    path = profile(tmp_path, "slow_rank_ddp.py", 4, {"SLOW_SECONDS": "0", "STEPS": "300"})
+    path = profile(tmp_path, "slow_rank_ddp.py", 4, {"SLOW_SECONDS": "0", "STEPS": "150"})
     code, rec, session = run_profile(path, runs_dir)
     assert code == EXIT_OK and verdicts(rec) == [], (load_said(rec), verdicts(rec))
     summary = json.loads((session.run_dir / "summary.json").read_text())
@@ -62,8 +59,9 @@ def test_lock_stepped_ddp_ranks_beside_load_get_no_false_verdict(machine_load, r
 
 @pytest.mark.timeout(300)
 def test_a_straggler_beside_load_is_still_named(machine_load, runs_dir, tmp_path):
-    """Ranks not in lock-step (no collective per step): rank 1 sleeps 40 ms a step and falls far behind rank 0."""
-    path = profile(tmp_path, "independent_ranks.py", 2, {"SLOW_SECONDS": "0.04", "STEPS": "200"})
+    """Ranks not in lock-step (no collective per step): rank 1 sleeps 40 ms a step and falls far behind rank 0 (which
+    then waits for it in the final barrier: stall_after 60 keeps that wait out of this test)."""
+    path = profile(tmp_path, "independent_ranks.py", 2, {"SLOW_SECONDS": "0.04", "STEPS": "120"}, stall_after=60)
     code, rec, session = run_profile(path, runs_dir)
     assert code == EXIT_OK
     slow = [e for e in rec.of(ev.RankState) if e.status == "slow"]
@@ -93,36 +91,3 @@ def test_an_xla_run_beside_load_is_neither_stalled_nor_stopped(machine_load, run
     assert code == EXIT_OK and verdicts(rec) == [], (load_said(rec), [e.to_json() for e in verdicts(rec)])
     assert not [ln for ln in rec.lines(None) if "turnstile" in ln or "mismatch" in ln]
 
-
-TRAIN = """
-import torch
-w = torch.nn.Parameter(torch.ones(4))
-opt = torch.optim.SGD([w], lr=0.1)
-for step in range(5):
-    loss = (w * w).sum()
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-    print(f"step {step} loss {loss.item():.4f}", flush=True)
-"""
-
-
-@pytest.mark.timeout(150)
-def test_a_rank_whose_start_keeps_its_launchers_tree_busy_is_not_stalled(runs_dir, tmp_path):
-    """Before a rank says its pid its CPU is its launcher's, and a launcher waits while what it started works
-    (torch_xla's worker importing torch for tens of seconds on a loaded machine, 0 % for the launcher itself: the
-    issue's run was torn down at startup_grace, 'never started'). Here torchrun's rank is a shell that computes 8 s
-    before its Python starts: the launcher's whole tree is busy, the start-up is held, and the run completes."""
-    (tmp_path / "train.py").write_text(TRAIN)
-    torchrun = str(Path(sys.executable).parent / "torchrun")
-    rank = f"end=$((SECONDS+8)); while ((SECONDS<end)); do :; done; exec {sys.executable} -u {tmp_path / 'train.py'}"
-    path = tmp_path / "slow_start.yaml"
-    path.write_text("\n".join([
-        "name: slow_start", "workload:", "  command: " + json.dumps(
-            [torchrun, "--standalone", "--nproc_per_node=1", "--no-python", "bash", "-c", rank]),
-        "startup_grace: 6", "stall_after: 3", "on_stall: stop", "timeout: 120"]) + "\n")
-    code, rec, session = run_profile(path, runs_dir)
-    assert not rec.of(ev.StallDetected), [e.reason for e in rec.of(ev.StallDetected)]
-    assert code == EXIT_OK and session.tracks[0].step == 5
-    held = [ln for ln in rec.lines(None) if "busy, not stalled" in ln]
-    assert held and "(startup_grace 6 s applies before the first step)" in held[0], rec.lines(None)

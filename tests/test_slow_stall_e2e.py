@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,37 @@ def test_a_stall_that_ends_is_cleared_and_its_verdict_kept(runs_dir, tmp_path):
     out = io.StringIO()
     Console(out, color=False).handle(rec.events)
     assert "stall over: " + ("rank 1" if stall.stalled == (1,) else "ranks ") in out.getvalue()
+
+
+TRAIN = """
+import torch
+w = torch.nn.Parameter(torch.ones(4))
+opt = torch.optim.SGD([w], lr=0.1)
+for step in range(5):
+    loss = (w * w).sum()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    print(f"step {step} loss {loss.item():.4f}", flush=True)
+"""
+
+
+@pytest.mark.timeout(150)
+def test_a_rank_whose_start_keeps_its_launchers_tree_busy_is_not_stalled(runs_dir, tmp_path):
+    """Before a rank says its pid its CPU is its launcher's, and a launcher waits while what it started works
+    (torch_xla's worker importing torch for tens of seconds on a loaded machine, 0 % for the launcher itself: the
+    issue's run was torn down at startup_grace, 'never started'). Here torchrun's rank is a shell that computes 8 s
+    before its Python starts: the launcher's whole tree is busy, the start-up is held, and the run completes."""
+    (tmp_path / "train.py").write_text(TRAIN)
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    rank = f"end=$((SECONDS+8)); while ((SECONDS<end)); do :; done; exec {sys.executable} -u {tmp_path / 'train.py'}"
+    path = tmp_path / "slow_start.yaml"
+    path.write_text("\n".join([
+        "name: slow_start", "workload:", "  command: " + json.dumps(
+            [torchrun, "--standalone", "--nproc_per_node=1", "--no-python", "bash", "-c", rank]),
+        "startup_grace: 6", "stall_after: 3", "on_stall: stop", "timeout: 120"]) + "\n")
+    code, rec, session = run_profile(path, runs_dir)
+    assert not rec.of(ev.StallDetected), [e.reason for e in rec.of(ev.StallDetected)]
+    assert code == EXIT_OK and session.tracks[0].step == 5
+    held = [ln for ln in launcher_lines(rec) if "busy, not stalled" in ln]
+    assert held and "(startup_grace 6 s applies before the first step)" in held[0], rec.lines(None)

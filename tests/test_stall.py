@@ -182,3 +182,12 @@ def test_a_machine_far_over_its_cores_holds_busy_ranks_longer_and_says_so_with_i
     assert isinstance(judge(quiet, floor, cores=2, load=1.5), Stall)  # not over its cores: 3 x the limit, 24 s
     idle = [q(0, 25.0, lim, cpu=0.004), q(1, 25.0, lim, cpu=0.005)]  # blocked ranks are a stall whatever the load
     assert isinstance(judge(idle, floor, cores=2, load=38.0), Stall)
+
+
+def test_a_rank_whose_process_died_is_no_stall_while_its_exit_code_is_pending():
+    """On a loaded machine the launcher reaped the exited rank before the death watch read its code (returncode
+    None until torchrun's table): 7 s of quiet after its last step was called a stall and the run stopped, exit 3."""
+    tracks = [RankTrack(0, 0.0, last_progress=0.0)]
+    assert [x.rank for x in quiet_ranks(prof(stall_after=3.0), tracks, 10.0)] == [0]
+    tracks[0].exit_wall = 9.0  # the death watch saw it go
+    assert quiet_ranks(prof(stall_after=3.0), tracks, 10.0) == [] and tracks[0].alive
