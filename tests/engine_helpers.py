@@ -30,6 +30,20 @@ class Recorder:
         return [ln for e in self.of(ev.LogLines) if e.rank == rank for ln in e.lines]
 
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def script_profile(tmp_path: Path, script: str, env: dict, nproc: int = 2, timeout: int = 120, **fields) -> Path:
+    """A profile for a fixture rank script under torchrun, gloo: `env` its variables, `fields` more profile fields."""
+    lines = ["name: " + Path(script).stem, "runner: torchrun", f"nproc: {nproc}", "workload:",
+             f"  script: {FIXTURES / script}", "backend: gloo", f"timeout: {timeout}"]
+    lines += [f"{k}: {v}" for k, v in fields.items()]
+    lines += ["env:"] + [f"  {k}: '{v}'" for k, v in env.items()]
+    path = tmp_path / f"{Path(script).stem}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def run_profile(name_or_path, runs_dir: Path, overrides=(), **kw):
     path = name_or_path if str(name_or_path).endswith(".yaml") else PROFILES / f"{name_or_path}.yaml"
     profile = load_profile(path, list(overrides))

@@ -9,10 +9,9 @@ import pytest
 
 from ddptui.runners import events as ev
 from ddptui.runners.session import EXIT_OK
-from tests.engine_helpers import run_profile
+from tests.engine_helpers import run_profile, script_profile
 from tests.loadgen import Load, cores
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
 BUSY_PER_CORE = 3  # busy loops per core: with the ranks and the importers, about 4-5 runnable processes a core
 
 
@@ -23,16 +22,6 @@ def machine_load():
     fixture's, not a test's leftovers."""
     with Load(BUSY_PER_CORE * cores(), importers=2, lifetime=900, token=False) as load:
         yield load
-
-
-def profile(tmp_path: Path, script: str, nproc: int, env: dict, **fields) -> Path:
-    lines = ["name: " + Path(script).stem, "runner: torchrun", f"nproc: {nproc}", "workload:",
-             f"  script: {FIXTURES / script}", "backend: gloo", "timeout: 240"]
-    lines += [f"{k}: {v}" for k, v in fields.items()]
-    lines += ["env:"] + [f"  {k}: '{v}'" for k, v in env.items()]
-    path = tmp_path / f"{Path(script).stem}.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def verdicts(rec) -> list:
@@ -49,7 +38,7 @@ def load_said(rec) -> float:
 def test_lock_stepped_ddp_ranks_beside_load_get_no_false_verdict(machine_load, runs_dir, tmp_path):
     """4 DDP ranks on a loaded machine: their batched reports are read at different moments (the issue: 'rank 3 is
     far behind the other ranks' at step 22); ranks in lock-step are never stragglers, nor slow, nor stalled."""
-    path = profile(tmp_path, "slow_rank_ddp.py", 4, {"SLOW_SECONDS": "0", "STEPS": "150"})
+    path = script_profile(tmp_path, "slow_rank_ddp.py", {"SLOW_SECONDS": "0", "STEPS": "150"}, nproc=4, timeout=240)
     code, rec, session = run_profile(path, runs_dir)
     assert code == EXIT_OK and verdicts(rec) == [], (load_said(rec), verdicts(rec))
     summary = json.loads((session.run_dir / "summary.json").read_text())
@@ -61,7 +50,8 @@ def test_lock_stepped_ddp_ranks_beside_load_get_no_false_verdict(machine_load, r
 def test_a_straggler_beside_load_is_still_named(machine_load, runs_dir, tmp_path):
     """Ranks not in lock-step (no collective per step): rank 1 sleeps 40 ms a step and falls far behind rank 0 (which
     then waits for it in the final barrier: stall_after 60 keeps that wait out of this test)."""
-    path = profile(tmp_path, "independent_ranks.py", 2, {"SLOW_SECONDS": "0.04", "STEPS": "120"}, stall_after=60)
+    path = script_profile(tmp_path, "independent_ranks.py", {"SLOW_SECONDS": "0.04", "STEPS": "120"}, timeout=240,
+                          stall_after=60)
     code, rec, session = run_profile(path, runs_dir)
     assert code == EXIT_OK
     slow = [e for e in rec.of(ev.RankState) if e.status == "slow"]

@@ -11,21 +11,8 @@ import pytest
 
 from ddptui.runners import events as ev
 from ddptui.runners.session import EXIT_OK, EXIT_STALLED
-from tests.engine_helpers import run_profile
+from tests.engine_helpers import run_profile, script_profile
 from ddptui.tui.console import Console
-
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-
-
-def profile(tmp_path: Path, script: str, env: dict, **fields) -> Path:
-    """A profile for a fixture script under torchrun, 2 ranks, gloo."""
-    lines = ["name: " + Path(script).stem, "runner: torchrun", "nproc: 2", "workload:",
-             f"  script: {FIXTURES / script}", "backend: gloo", "timeout: 120"]
-    lines += [f"{k}: {v}" for k, v in fields.items()]
-    lines += ["env:"] + [f"  {k}: '{v}'" for k, v in env.items()]
-    path = tmp_path / f"{Path(script).stem}.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def launcher_lines(rec) -> list[str]:
@@ -36,7 +23,7 @@ def launcher_lines(rec) -> list[str]:
 def test_plain_script_whose_rank_1_slows_down_is_named(runs_dir, tmp_path):
     # lock-step DDP: rank 1 sleeps 0.3 s per step from step 20, rank 0 waits for it in the all-reduce, so both
     # ranks' steps slow down; the engine must name rank 1, the one whose own work grew
-    path = profile(tmp_path, "slow_rank_ddp.py", {"SLOW_SECONDS": "0.3", "SLOW_FROM": "20", "STEPS": "36"})
+    path = script_profile(tmp_path, "slow_rank_ddp.py", {"SLOW_SECONDS": "0.3", "SLOW_FROM": "20", "STEPS": "36"})
     code, rec, session = run_profile(path, runs_dir)
     assert code == EXIT_OK and not rec.of(ev.StallDetected)
     slow = [e for e in rec.of(ev.RankState) if e.status == "slow"]
@@ -62,7 +49,7 @@ def test_plain_script_whose_rank_1_slows_down_is_named(runs_dir, tmp_path):
 def test_ranks_busy_on_cpu_before_their_first_step_are_not_stalled(runs_dir, tmp_path):
     # 14 s of pure CPU work without output before the first step, under startup_grace 10: busy, not stalled
     # (held up to 3 x 10 s: start-up on this loaded machine also takes seconds without output)
-    path = profile(tmp_path, "busy_first_step_ddp.py", {"BUSY_SECONDS": "14", "STEPS": "20"},
+    path = script_profile(tmp_path, "busy_first_step_ddp.py", {"BUSY_SECONDS": "14", "STEPS": "20"},
                    startup_grace=10, stall_after=3)
     code, rec, session = run_profile(path, runs_dir)
     assert not rec.of(ev.StallDetected), [e.reason for e in rec.of(ev.StallDetected)]
@@ -76,7 +63,7 @@ def test_ranks_busy_on_cpu_before_their_first_step_are_not_stalled(runs_dir, tmp
 def test_a_hang_before_the_first_step_names_the_startup_grace_that_applied(runs_dir, tmp_path):
     # rank 1 sleeps forever before its first step; rank 0 blocks in the all-reduce. On this loaded machine rank 0
     # may still be starting up (busy on CPU) when the grace runs out: then the stall comes at 3 x the grace
-    path = profile(tmp_path, "hang_ddp.py", {"HANG_STEP": "0", "PG_TIMEOUT": "300"}, startup_grace=5,
+    path = script_profile(tmp_path, "hang_ddp.py", {"HANG_STEP": "0", "PG_TIMEOUT": "300"}, startup_grace=5,
                    stall_after=3)
     code, rec, session = run_profile(path, runs_dir)
     assert code == EXIT_STALLED
@@ -92,7 +79,7 @@ def test_a_hang_before_the_first_step_names_the_startup_grace_that_applied(runs_
 @pytest.mark.timeout(150)
 def test_a_rank_spinning_forever_is_held_then_called_stalled(runs_dir, tmp_path):
     # rank 1 spins in a busy loop at step 3 (100 % of a core, no step), rank 0 waits for it in the all-reduce
-    path = profile(tmp_path, "hang_ddp.py", {"HANG_STEP": "3", "HANG_MODE": "spin", "PG_TIMEOUT": "300"},
+    path = script_profile(tmp_path, "hang_ddp.py", {"HANG_STEP": "3", "HANG_MODE": "spin", "PG_TIMEOUT": "300"},
                    stall_after=2)
     code, rec, session = run_profile(path, runs_dir)
     assert code == EXIT_STALLED
@@ -108,7 +95,7 @@ def test_a_rank_spinning_forever_is_held_then_called_stalled(runs_dir, tmp_path)
 def test_a_stall_that_ends_is_cleared_and_its_verdict_kept(runs_dir, tmp_path):
     # rank 1 pauses 15 s at step 3, rank 0 waits in the all-reduce: a stall (on_stall dump: stacks, a verdict, the
     # run goes on); then both ranks progress again, and the engine says the stall is over
-    path = profile(tmp_path, "pause_then_resume_ddp.py", {"PAUSE_SECONDS": "15", "STEPS": "8"},
+    path = script_profile(tmp_path, "pause_then_resume_ddp.py", {"PAUSE_SECONDS": "15", "STEPS": "8"},
                    stall_after=3, on_stall="dump")
     code, rec, session = run_profile(path, runs_dir)
     assert code == EXIT_OK
