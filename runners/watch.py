@@ -26,7 +26,9 @@ class Watch:
         self.held: stall_rule.Held | None = None  # the hold of the last check, if any
         self._cpu_pid: dict[int, int] = {}  # rank -> pid its CPU history belongs to
         self._no_cpu: dict[int, str] = {}  # rank -> why it has no CPU sample at all (it runs on another node)
-        self._slow_kind = ""  # what named the slow ranks: "behind" (a straggler) or "slower" (its own step times)
+        self._slow_kind = ""  # what named them: "behind" (a straggler), "slower" (its step times), "machine" (none)
+        self._host: tuple[float, int | None] | None = None  # this host's last load average and CPUs (resources)
+        self._sampled: list[set[int]] = []  # the ranks each slow-down sample found outside a collective
 
     # ---- CPU samples (the stall rule's busy test) ----------------------------------------------------
     def sample_targets(self) -> dict[int, int | None]:
@@ -42,6 +44,8 @@ class Watch:
         self._no_cpu = dict(no_cpu or {})
         if host_load is not None and self._no_cpu and all(r in self._no_cpu for r in self.sample_targets()):
             host_load = None  # every rank runs on another node: this host's load says nothing of theirs
+        if host_load is not None:
+            self._host = host_load
         cpu, rss, held = {}, {}, {}
         for rank, (pid, mono, used, size) in samples.items():
             t = self.s.tracks[rank]
@@ -223,15 +227,26 @@ class Watch:
             return
         if not self._slow_samples:
             s.say("ddptui: every rank's steps got slower (" + "; ".join(d.text() for d in downs)
-                  + "); sampling stacks to find the rank whose own work grew")
+                  + f"){self._overload_words()}; sampling stacks to find the rank whose own work grew")
         self._slow_samples.append(s.mono)
         s.emit(CollectStacks("slow", slowed=tuple(downs)))  # a sample's verdict: summary.json's slow, never its hang
 
     def _slow_sampled(self, downs, hv) -> None:
         culprits = set(hv.culprits) if hv is not None else set()
+        overloaded = bool(self._overload_words())
+        if overloaded:
+            # on a machine over its cores a rank waiting for a core is caught outside its collective by chance: the
+            # same rank must be found there twice
+            self._sampled.append(culprits)
+            culprits = {r for r in culprits if sum(r in c for c in self._sampled) >= 2}
         named = [d for d in downs if d.rank in culprits]
         if named:
-            self._slow_ranks(named, " (every rank slowed in lock-step; it is the one not waiting in a collective)")
+            self._slow_ranks(named, " (every rank slowed in lock-step; it is the one not waiting in a collective"
+                                    + (", in two stack samples" if overloaded else "") + ")")
+        elif len(self._slow_samples) >= SLOW_SAMPLES and overloaded:
+            self._slow_named([], "every rank's steps got slower together (" + "; ".join(d.text() for d in downs)
+                             + f"){self._overload_words()}: the machine's load, not one rank ({SLOW_SAMPLES} stack "
+                             "samples found no rank twice outside a collective)", "machine")
         elif len(self._slow_samples) >= SLOW_SAMPLES:
             self._slow_ranks(downs, f" (every rank slowed in lock-step; {SLOW_SAMPLES} stack samples did not single "
                                     "one out)")
@@ -249,6 +264,13 @@ class Watch:
         self.s.slow_info = {"ranks": list(ranks), "text": text, "wall": self.s.wall}
         self._slow_kind = kind
         self.s.say(f"ddptui: {text}")
+
+    def _overload_words(self) -> str:
+        """'while the machine is overloaded (load 18.5 on 2 cpus)' when this host's load is over its CPUs, else ''."""
+        load, cpus = self._host or (0.0, None)
+        if not cpus or load <= cpus:
+            return ""
+        return f" while the machine is overloaded (load {load:.1f} on {cpus} cpu{'s' if cpus > 1 else ''})"
 
     def _behind(self) -> list:
         """The stragglers at one moment of the ranks' clocks, beyond what ties the ranks together."""

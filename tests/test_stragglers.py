@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ddptui.runners import events as ev
-from ddptui.runners.judge import Judge
+from ddptui.runners.judge import CollectStacks, Judge
 from ddptui.runners.lockstep import step_bound
 from ddptui.runners.profile import load_profile
 from ddptui.runners.rank_track import RankTrack, find_slow
@@ -163,3 +163,64 @@ def test_a_rank_whose_steps_are_fast_again_is_back_at_pace():
     outs = check(j, 9.0)
     assert slow_states(outs) == [(1, "running", "back at pace: steps take 10 ms, its first 20 steps' 10 ms")]
     assert j.slow_info["ranks"] == [1]
+
+
+def lockstep_slowed(load: float) -> Judge:
+    """2 ranks whose steps all got 10x slower together (lock-step), the host at `load` on 2 cpus."""
+    j = make(world=2)
+    j.resources({}, host_load=(load, 2))
+    for r in (0, 1):
+        t = 50.0
+        lines = []
+        for s in range(1, 28):
+            dt = 1.0 if s > 22 else 0.1
+            t += dt
+            lines.append("@ddptui " + json.dumps({"k": "loss", "r": r, "steps": [[s, 1.0]], "at": [s, t], "dt": [dt]}))
+        j.tick(T0 + 2.0, W0 + 2.0)
+        j.lines(r, "out", lines, W0 + 2.0, T0 + 2.0)
+    return j
+
+
+def sample(outside: int):
+    """Stacks of both ranks: `outside` computing in its own code, the other waiting in the all-reduce."""
+    from ddptui.runners.stacks import Frame, StackResult, ThreadStack
+    sp, user = "/venv/lib/python3.11/site-packages", "/work/train.py"
+    wait = [Frame("all_reduce", f"{sp}/torch/distributed/distributed_c10d.py", 3252, "work.wait()"),
+            Frame("main", user, 30, "dist.all_reduce(t)")]
+    work = [Frame("forward", user, 12, "x = layer(x)"), Frame("main", user, 28, "loss = model(x)")]
+    return {r: StackResult(r, 100 + r, "py-spy", [ThreadStack("MainThread", 1, r != outside,
+                                                              work if r == outside else wait)]) for r in (0, 1)}
+
+
+def run_samples(j: Judge, outside: list[int]) -> list:
+    outs = []
+    for k, who in enumerate(outside):
+        j.tick(T0 + 2.0 + 1.5 * k, W0 + 2.0 + 1.5 * k)
+        checked = j.check()
+        outs += checked
+        for req in [o for o in checked if isinstance(o, CollectStacks)]:
+            outs += j.stacks_collected(req, sample(who), f"runs/x/stacks/0{k + 1}-slow")
+    return outs
+
+
+def test_every_rank_slowed_on_an_overloaded_machine_is_the_machines_load_unless_one_rank_is_caught_twice():
+    """Under load the rank caught outside its collective is the one waiting for a core at that moment, a different
+    one each time: naming it blamed a healthy rank. Overloaded, a rank is named only when found there twice."""
+    j = lockstep_slowed(load=18.5)
+    outs = run_samples(j, [0, 1, 0])
+    assert j.slow_info["ranks"] == [0] and "in two stack samples" in j.slow_info["text"]
+    said = [ln for o in outs if isinstance(o, ev.LogLines) for ln in o.lines]
+    j = lockstep_slowed(load=18.5)
+    outs = run_samples(j, [0, 1, -1])  # the third sample catches both in the all-reduce
+    assert j.slow_info["ranks"] == [] and slow_states(outs) == []
+    assert j.slow_info["text"].startswith("every rank's steps got slower together (rank 0's steps take 1.00 s, 10x")
+    assert j.slow_info["text"].endswith(" while the machine is overloaded (load 18.5 on 2 cpus): the machine's load, "
+                                        "not one rank (3 stack samples found no rank twice outside a collective)")
+    assert [ln for ln in said if ln.startswith("ddptui: every rank's steps got slower (")][0].endswith(
+        " while the machine is overloaded (load 18.5 on 2 cpus); sampling stacks to find the rank whose own work grew")
+
+
+def test_every_rank_slowed_on_a_machine_within_its_cores_names_the_first_rank_caught():
+    j = lockstep_slowed(load=1.5)
+    run_samples(j, [1])
+    assert j.slow_info["ranks"] == [1] and "in two stack samples" not in j.slow_info["text"]
