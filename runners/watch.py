@@ -49,9 +49,9 @@ class Watch:
         cpu, rss, held = {}, {}, {}
         for rank, (pid, mono, used, size) in samples.items():
             t = self.s.tracks[rank]
-            if self._cpu_pid.get(rank) != pid:  # another process now (started, restarted): history starts over
+            if self._cpu_pid.get(rank) != pid:  # another process now (its launcher's until its hello, a restart)
                 self._cpu_pid[rank] = pid
-                t.cpu_hist.clear()
+                _rebase(t.cpu_hist, mono, used)
             prev = t.cpu_hist[-1] if t.cpu_hist else None
             t.cpu_hist.append((mono, used))
             if t.pid:
@@ -315,6 +315,23 @@ class Watch:
     def _back(self, t, words: str) -> None:
         self.s.set_status(t, "running", words)
         self.s.say(f"ddptui: rank {t.rank} {words}")
+
+
+def _rebase(hist, mono: float, used: float) -> None:
+    """A rank's CPU history now counts another process's seconds (its own, once its hello named it, after its
+    launcher's tree): move the history onto the new count, assuming the last measured share held since the last
+    sample, so the busy test keeps its evidence across the switch. An XLA replica's hello comes on its launcher's
+    output and is no output of its own: a busy start-up held past its limit was called stalled in the sample's gap
+    (after 209 s of a held start at load 20). With fewer than two samples it starts over."""
+    if len(hist) < 2:
+        hist.clear()
+        return
+    (m0, c0), (m1, c1) = hist[-2], hist[-1]
+    share = (c1 - c0) / (m1 - m0) if m1 > m0 else 0.0
+    shift = c1 + share * max(0.0, mono - m1) - used
+    moved = [(m, c - shift) for m, c in hist]
+    hist.clear()
+    hist.extend(moved)
 
 
 def _ranks_word(ranks) -> str:

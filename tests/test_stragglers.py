@@ -1,5 +1,8 @@
-"""A straggler is judged at one moment of the ranks' own clocks, never from counts read at different moments, and a
-job whose ranks share a collective every step has none (runners/rank_track.py, runners/lockstep.py): fake clock."""
+"""Slow and stalled verdicts a loaded machine must not make, with a fake clock: a straggler is judged at one moment of
+the ranks' own clocks, never from counts read at different moments, and a job whose ranks share a collective every
+step has none (runners/rank_track.py, runners/lockstep.py); a slow verdict that no longer holds is said to be over;
+every rank slowed on an overloaded machine is the machine's unless one rank is caught twice; a rank's CPU evidence
+survives the switch from its launcher's pid to its own."""
 from __future__ import annotations
 
 import json
@@ -224,3 +227,25 @@ def test_every_rank_slowed_on_a_machine_within_its_cores_names_the_first_rank_ca
     j = lockstep_slowed(load=1.5)
     run_samples(j, [1])
     assert j.slow_info["ranks"] == [1] and "in two stack samples" not in j.slow_info["text"]
+
+
+def test_a_busy_rank_keeps_its_cpu_evidence_when_its_own_pid_replaces_its_launchers():
+    """Before its hello a rank's CPU is its launcher's tree (seconds of the whole tree); its own process counts from
+    0. The switch must not leave a busy rank past its limit without evidence, to be called stalled in that gap: an
+    XLA replica's hello comes on its launcher's output, its quiet time goes on (a healthy start held at load 20 was
+    stopped so)."""
+    j = Judge(load_profile(ROOT / "profiles" / "cpu-ddp.yaml", ["nproc=1", "startup_grace=5", "stall_after=3"]),
+              T0, W0)
+    j.begin(1, 1)
+    for s in range(1, 7):  # the launcher's tree burns 0.9 of a core while the rank starts
+        j.tick(T0 + s, W0 + s)
+        j.resources({0: (500, T0 + s, 40.0 + 0.9 * s, 10)})
+    j.tick(T0 + 6.2, W0 + 6.2)
+    j.lines(None, "out", ["@ddptui " + json.dumps({"k": "hello", "r": 0, "pid": 501, "host": "h", "world": 1})],
+            W0 + 6.2, T0 + 6.2)
+    j.tick(T0 + 6.3, W0 + 6.3)
+    j.resources({0: (501, T0 + 6.3, 2.0, 10)}, emit=False)  # its own process: 2 s of CPU so far
+    j.tick(T0 + 6.5, W0 + 6.5)
+    outs = j.check(cores=2, load=0.0)
+    assert [o for o in outs if isinstance(o, ev.StallDetected)] == []
+    assert any("busy, not stalled" in ln for o in outs if isinstance(o, ev.LogLines) for ln in o.lines)
