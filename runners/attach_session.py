@@ -507,17 +507,15 @@ class AttachSession(Session):
     def _watch_on(self, mono: float) -> bool:
         """--no-ui at the end of a look: every rank showed progress (a line, a frame that moved): done. Otherwise its
         silence is no evidence of health: watch on, saying so, until the bound; there, what was seen is said. A stall
-        held off because a quiet rank burns CPU moves the bound to the hold's end (at most BUSY_HOLD x the limit)."""
-        from .stall import BUSY_HOLD
+        held off because a quiet rank burns CPU moves the bound to the hold's end (BUSY_HOLD x the limit, x the
+        machine's overload when it is over its cores: the hold's own bound, runners/stall.py)."""
         left = waiting(self._seen())
         if not left:
             self.undecided = []
             return False
         held = self.judge.held
         if mono >= self._bound and held is not None:
-            limit = float(self.profile.stall_after)
-            hold_end = EXTEND_MARGIN + min(mono + held.until - held.trigger.quiet,
-                                           self._watch_start + BUSY_HOLD * limit)
+            hold_end = EXTEND_MARGIN + min(mono + held.until - held.trigger.quiet, self._watch_start + held.until)
             if hold_end > self._bound + 1.0:
                 self._launcher_line(f"ddptui: {held.reason}: watching until the hold ends, up to "
                                     f"{hold_end - mono:.0f} s more")

@@ -8,6 +8,7 @@ import glob
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -229,7 +230,8 @@ def test_a_culprit_spinning_in_one_function_is_no_progress(tmp_path):
         r, run, _ = attach(tmp_path, job, "--stall-after", "4")
         out = r.stdout
         assert r.returncode == 3, (out[-3000:], r.stderr[-2000:])
-        assert "busy, not stalled; held until 12 s" in out and "busy but not progressing" in out, out[-3000:]
+        held = re.search(r"busy, not stalled; held until (\d+) s", out)  # 3 x 4 s, x the overload of a loaded machine
+        assert held and int(held[1]) >= 12 and "busy but not progressing" in out, out[-3000:]
         assert "slow but still progressing" not in out, out[-3000:]
         summary = json.loads((run / "summary.json").read_text())
         assert summary["hang"]["culprits"] == [1] and "culprit_wait() at hang_ddp.py:" in summary["hang"]["text"]
