@@ -192,6 +192,32 @@ class SlurmCluster:
         return subprocess.run(self._argv(node, argv), env=self.node_env(env), capture_output=True, text=True,
                               timeout=timeout, check=check)
 
+    def srun_outside(self, name: str, script: Path, logs: Path, **popen_kw) -> subprocess.Popen:
+        """A user's own `srun -N2 --ntasks-per-node=1 python -u SCRIPT` from node0 (the login node), not ddptui's:
+        task T's output in logs/rankT.out and .err, its rendezvous on node0."""
+        addr = self.hostnames[0] if self.namespaced else "127.0.0.1"
+        env = {"MASTER_ADDR": addr, "MASTER_PORT": str(self.free_port(0)), "OMP_NUM_THREADS": "1"}
+        popen_kw.setdefault("stdout", subprocess.DEVNULL)
+        popen_kw.setdefault("stderr", subprocess.PIPE)
+        return self.on_node(0, ["srun", "-N2", "--ntasks-per-node=1", f"--job-name={name}",
+                                f"--output={logs}/rank%t.out", f"--error={logs}/rank%t.err",
+                                sys.executable, "-u", str(script)], env=env, **popen_kw)
+
+    def wait_for_lines(self, job: subprocess.Popen, logs: Path, needle: str = "step 10 ",
+                       timeout: float = 150) -> str:
+        """Waits until both tasks of srun_outside's job printed `needle`; then its running job's id."""
+        def text(p: Path) -> str:
+            try:
+                return p.read_text(errors="replace")
+            except OSError:
+                return ""
+        deadline = time.monotonic() + timeout
+        while not all(needle in text(logs / f"rank{r}.out") for r in (0, 1)):
+            assert job.poll() is None, f"srun exited {job.returncode}: {[text(p)[-500:] for p in logs.iterdir()]}"
+            assert time.monotonic() < deadline, f"both tasks printed {needle!r} within {timeout} s"
+            time.sleep(0.2)
+        return next(j[0] for j in self.jobs() if j[1] == "RUNNING")
+
     def free_port(self, node: int = 0) -> int:
         """A TCP port free on that node (its own network namespace when namespaced), e.g. for MASTER_PORT."""
         code = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"

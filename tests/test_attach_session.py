@@ -301,17 +301,9 @@ def test_attach_slurm_no_ui_follows_the_jobs_ranks_and_leaves_it_running(slurm_c
     logs = tmp_path / "slurm"
     logs.mkdir()
     fixture = Path(__file__).resolve().parent / "fixtures" / "slurm_procid_ddp_loop.py"
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(cluster.free_port()), "OMP_NUM_THREADS": "1"}
-    job = cluster.on_node(0, ["srun", "-N2", "--ntasks-per-node=1", "--job-name=h-attach",
-                              f"--output={logs}/rank%t.out", f"--error={logs}/rank%t.err",
-                              sys.executable, "-u", str(fixture)], env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    job = cluster.srun_outside("h-attach", fixture, logs)
     try:
-        deadline = time.monotonic() + 150
-        while not all("step 10 " in text(str(logs / f"rank{r}.out")) for r in (0, 1)):
-            assert job.poll() is None and time.monotonic() < deadline, "both ranks training"
-            time.sleep(0.2)
-        job_id = next(j[0] for j in cluster.jobs() if j[1] == "RUNNING")
+        job_id = cluster.wait_for_lines(job, logs)
         r = subprocess.run(CLI + ["attach", "--slurm", job_id, "--no-ui", "--runs-dir", str(tmp_path / "runs")],
                            capture_output=True, text=True, timeout=180,
                            env={**os.environ, "SLURM_CONF": str(cluster.conf_path)})

@@ -3,9 +3,7 @@ tests/slurm_cluster.py, skipped with the reason where it cannot run), and the de
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -72,18 +70,9 @@ def test_slurm_job_ranks_found_on_both_nodes_with_their_output_files(slurm_clean
     cluster = slurm_clean
     logs = tmp_path / "slurm"
     logs.mkdir()
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(cluster.free_port()), "OMP_NUM_THREADS": "1"}
-    job = cluster.on_node(0, ["srun", "-N2", "--ntasks-per-node=1", "--job-name=g-attach",
-                              f"--output={logs}/rank%t.out", f"--error={logs}/rank%t.err",
-                              sys.executable, "-u", str(FIXTURE)], env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    job = cluster.srun_outside("g-attach", FIXTURE, logs)
     try:
-        deadline = time.monotonic() + 150
-        while not all("step 10 " in _text(logs / f"rank{r}.out") for r in (0, 1)):
-            assert job.poll() is None, f"srun exited {job.returncode}: {[_text(p)[-500:] for p in logs.iterdir()]}"
-            assert time.monotonic() < deadline, "both ranks training"
-            time.sleep(0.2)
-        job_id = next(j[0] for j in cluster.jobs() if j[1] == "RUNNING")
+        job_id = cluster.wait_for_lines(job, logs)
         monkeypatch.setenv("SLURM_CONF", str(cluster.conf_path))
         found = find_slurm_job(job_id)
         assert (found.kind, found.slurm_job, found.launcher_pid, found.world_size) == ("slurm", job_id, None, 2)
@@ -118,18 +107,9 @@ def test_slurm_job_on_two_hosts_found_from_the_login_node(slurm_hosts_clean, tmp
     cluster = slurm_hosts_clean
     logs = tmp_path / "slurm"
     logs.mkdir()
-    env = {"MASTER_ADDR": cluster.hostnames[0], "MASTER_PORT": str(cluster.free_port(0)), "OMP_NUM_THREADS": "1"}
-    job = cluster.on_node(0, ["srun", "-N2", "--ntasks-per-node=1", "--job-name=g-attach-hosts",
-                              f"--output={logs}/rank%t.out", f"--error={logs}/rank%t.err",
-                              sys.executable, "-u", str(FIXTURE)], env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    job = cluster.srun_outside("g-attach-hosts", FIXTURE, logs)
     try:
-        deadline = time.monotonic() + 200
-        while not all("step 10 " in _text(logs / f"rank{r}.out") for r in (0, 1)):
-            assert job.poll() is None, f"srun exited {job.returncode}: {[_text(p)[-500:] for p in logs.iterdir()]}"
-            assert time.monotonic() < deadline, "both ranks training"
-            time.sleep(0.2)
-        job_id = next(j[0] for j in cluster.jobs() if j[1] == "RUNNING")
+        job_id = cluster.wait_for_lines(job, logs, timeout=200)
         r = cluster.run([sys.executable, "-c", PROBE, job_id], node=0, timeout=120)
         assert r.returncode == 0, r.stderr[-2000:]
         got = json.loads(r.stdout.strip().splitlines()[-1])
@@ -139,13 +119,6 @@ def test_slurm_job_on_two_hosts_found_from_the_login_node(slurm_hosts_clean, tmp
         assert job.poll() is None
     finally:
         cluster.end_job(job)
-
-
-def _text(p: Path) -> str:
-    try:
-        return p.read_text(errors="replace")
-    except OSError:
-        return ""
 
 
 def _cmdline(pid: int) -> list[str]:

@@ -69,18 +69,10 @@ def test_sbatch_runner_cancelled_from_outside(slurm_clean, runs_dir):
 def test_attached_slurm_job_cancelled_from_outside(slurm_clean, runs_dir, tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(slurm_clean.free_port()), "OMP_NUM_THREADS": "1"}
-    job = slurm_clean.on_node(0, ["srun", "-N2", "--ntasks-per-node=1", "--job-name=outside",
-                                  f"--output={logs}/rank%t.out", f"--error={logs}/rank%t.err",
-                                  sys.executable, "-u", str(LOOP)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job = slurm_clean.srun_outside("outside", LOOP, logs, stderr=subprocess.DEVNULL)
     proc = None
     try:
-        deadline = time.monotonic() + 150
-        while not all((logs / f"rank{r}.out").exists() and "step 10 " in (logs / f"rank{r}.out").read_text()
-                      for r in (0, 1)):
-            assert job.poll() is None and time.monotonic() < deadline, "both ranks training"
-            time.sleep(0.2)
+        slurm_clean.wait_for_lines(job, logs)
         job_id = running_job(slurm_clean)
         attach = [sys.executable, "-m", "ddptui.tui.cli", "attach", "--slurm", job_id, "--watch", "--runs-dir",
                   str(runs_dir)]
