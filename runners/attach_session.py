@@ -21,7 +21,7 @@ from .attach_liveness import (STACK_EVERY, Liveness, Seen, decide, frame_key, li
 from .deathwatch import DeathWatch
 from .judge import EXIT_FAILED, EXIT_OK, EXIT_STALLED, TearDown
 from .profile import Profile, Workload
-from .session import IDLE_POLL, Session, _hint_matcher, slurm_words_first
+from .session import IDLE_POLL, Session, _hint_matcher
 from .tail import Tailer
 
 OBSERVE = 3.0  # --no-ui: seconds of output and CPU watched before the verdict (the busy test looks at 3 s of CPU)
@@ -141,6 +141,7 @@ class AttachSession(Session):
         self.stopped_job: str | None = None  # what stop_job did
 
     # ---- the front end's requests ------------------------------------------------------------------
+
     def request_stop(self, why: str = "") -> None:
         """Detach: stop watching. The job runs on (Ctrl-C, the dashboard's q, a closed terminal)."""
         self._stop.set()
@@ -295,13 +296,7 @@ class AttachSession(Session):
         ended_at = gone_at = None
         while True:
             mono = time.monotonic()
-            got = tailer.poll()
-            wall = time.time()
-            self.judge.tick(mono, wall)
-            if self.job.slurm_job:
-                got = slurm_words_first(got)
-            for rank, stream, lines in got:
-                self.ingest(rank, stream, lines, wall, mono)
+            got = self._read_lines(tailer)
             if self.job.slurm_job:
                 self._ask_canceller()
                 if mono >= next_job:  # the job's state; Slurm's own word when it cancels the job

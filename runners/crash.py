@@ -202,8 +202,17 @@ def last_output(e: RankEvidence) -> str:
     return next((ln.strip() for ln in reversed(_not_warnings(list(e.out_lines))) if ln.strip()), "")[:160]
 
 
+def exit_words(returncode: int | None, exc: dict | None) -> str:
+    """How a process ended, short: "exit 1", "SIGSEGV"; a stop signal after its own exception (the launcher stopped
+    it while it was still on its way out) is "RuntimeError, then SIGTERM": the exception is why it failed."""
+    sig = signal_of(returncode)
+    if sig in ("SIGTERM", "SIGINT") and exc:
+        return f"{exc.get('type') or 'exception'}, then {sig}"
+    return sig or (f"exit {returncode}" if returncode is not None else "failed")
+
+
 def short_exit(e: RankEvidence) -> str:
-    return signal_of(e.returncode) or (f"exit {e.returncode}" if e.returncode is not None else "failed")
+    return exit_words(e.returncode, e.exc)
 
 
 def excerpt(e: RankEvidence) -> list[str]:

@@ -1,7 +1,7 @@
 """How each rank ended: process exits, deaths the watch saw, torchrun's exit codes and ddptui's own teardown."""
 from __future__ import annotations
 
-from .crash import RankEvidence, ended_by, ended_by_our_stop, signal_of, stopped_words
+from .crash import RankEvidence, ended_by, ended_by_our_stop, exit_words, signal_of, stopped_words
 from .events import ProcessExited
 from .rank_track import RankTrack
 from .run_state import RunState
@@ -114,7 +114,7 @@ class RankLifecycle:
                                      first.rank if first else None)
             s.set_status(t, "killed", t.outcome)
         else:
-            what = t.signal or (f"exit {rc}" if rc is not None else "exit ?")
+            what = exit_words(rc, t.exc) if rc is not None else (t.signal or "exit ?")
             t.outcome = f"failed ({what})"
             t.first_failure_wall = min(t.first_failure_wall or t.exit_wall or s.wall, t.exit_wall or s.wall)
             if s.first_failure is None:

@@ -379,14 +379,7 @@ class Session:
                 tailer.discover()
                 # quickly until every file a launcher will create exists, then only for new ones (a restart's)
                 next_discover = mono + (DISCOVER_FOUND if tailer.all_found() else DISCOVER_EARLY)
-            got = tailer.poll()
-            wall = time.time()
-            self.judge.tick(mono, wall)
-            self._renumber(tailer)
-            if self.slurm is not None:
-                got = slurm_words_first(got)
-            for rank, stream, lines in got:
-                self.ingest(rank, stream, lines, wall, mono)
+            got = self._read_lines(tailer)
             self._ask_canceller()
             for proc in self.procs:
                 if proc.returncode is None and proc.poll() is not None:
@@ -431,6 +424,24 @@ class Session:
             self._flush()  # one chunk at a time: what is left after the ranks exit can be large
         return self._conclude(end)
 
+    def _read_lines(self, tailer: Tailer) -> list:
+        """One read of every rank's files, ingested; what was read."""
+        got = tailer.poll()
+        mono, wall = time.monotonic(), time.time()
+        self.judge.tick(mono, wall)
+        self._renumber(tailer)
+        if self.slurm is not None:
+            got = slurm_words_first(got)
+        for rank, stream, lines in got:
+            self.ingest(rank, stream, lines, wall, mono)
+        return got
+
+    def _catch_up(self) -> None:
+        """Before a death is judged, the lines its rank wrote before dying: a verdict printed just before os.abort()
+        is completed work, not a crash, whether or not this turn's read came before its write."""
+        if self._tailer is not None:
+            self._read_lines(self._tailer)
+
     def _renumber(self, tailer: Tailer) -> None:
         """Ranks whose hello named another number than the plan guessed: before their lines are read."""
         for guess, rank in tailer.take_renamed():
@@ -455,6 +466,7 @@ class Session:
     # ---- processes -----------------------------------------------------------------------------------
     def _proc_exited(self, proc: procs.Proc, torn_down: bool = False) -> TearDown | None:
         self._check_rank_pids()  # the deaths the watcher saw first, with their times (and a launcher's ranks' codes)
+        self._catch_up()
         self._tick()
         launcher = proc.spec.stdout_rank is None
         self._carry_out(self.judge.process_exited(proc.spec.name, proc.spec.ranks, proc.pid, proc.returncode,
@@ -484,6 +496,8 @@ class Session:
         dead = {pid for pid, _, _ in seen}
         gone = {pid for pid in watched - own - dead  # no pidfd here: the slow way
                 if not self._deaths.watching(pid) and not psutil.pid_exists(pid)}
+        if seen or gone:
+            self._catch_up()
         self._tick()
         self._carry_out(self.judge.deaths(seen, own, gone))
 

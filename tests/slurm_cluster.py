@@ -254,10 +254,11 @@ class SlurmCluster:
         wait_until(lambda: not self.jobs() and not self.steps_left(), timeout,
                    "every job and job step of the test cluster gone")
 
-    def settle_completing(self, timeout: float = 60) -> None:
-        """After a link cut: once no step of the job is alive on any node, end Slurm's bookkeeping of a job stuck
-        COMPLETING on the node that was cut off, as an admin would (node DOWN, then RESUME); the controller's own
-        retry can take minutes."""
+    def settle_completing(self, timeout: float = 90) -> None:
+        """After a link cut, as an admin would: the kill asked again (the first one reached the cut-off node's slurmd
+        only by the controller's own retry, minutes later), then once no step of the job is alive on any node, end
+        Slurm's bookkeeping of a job stuck COMPLETING there (node DOWN, then RESUME)."""
+        self.cancel_all()
         wait_until(lambda: not self.steps_left(), timeout, "every slurmstepd of the test cluster gone")
         for _, state, nodes in self.jobs():
             if state == "COMPLETING" and nodes:

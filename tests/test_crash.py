@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.runners.crash import RankEvidence, decide, ended_by_our_stop, excerpt, kind, stopped_words
+from ddptui.runners.crash import RankEvidence, decide, ended_by_our_stop, excerpt, exit_words, kind, stopped_words
 from ddptui.runners.deathwatch import DeathWatch, parse_stat_exit
 from ddptui.runners.launcher_log import TorchrunLog, error_file_report
 from ddptui.runners.kill_reading import KillEvidence, Limit, read_kill
@@ -54,6 +54,16 @@ def test_sigkilled_rank_is_the_root_cause_not_the_rank_the_launcher_stopped():
     assert "failed after" not in v.text
     assert v.outcomes[0] == ("killed", "stopped by the launcher after rank 1 failed")
     assert v.outcomes[1][0] == "failed"
+
+
+def test_a_rank_stopped_on_its_way_out_of_its_own_exception_failed_by_that_exception():
+    # rank 1 raised; its peer exited first on the lost connection and torchrun SIGTERMed rank 1 before it had exited
+    exc = {"type": "RuntimeError", "msg": "injected crash", "where": "train.py:40"}
+    v = decide([RankEvidence(0, 1, died_at=T0 + 0.5, err_lines=(GLOO_CLOSED,), step=6),
+                RankEvidence(1, -15, died_at=T0 + 0.6, error_at=T0, exc=exc, step=6, stopped_by="launcher")])
+    assert v.root == 1 and v.what == "RuntimeError, then SIGTERM"
+    assert v.text.startswith("rank 1 failed first (RuntimeError, then SIGTERM): RuntimeError: injected crash"), v.text
+    assert exit_words(-15, None) == "SIGTERM" and exit_words(1, exc) == "exit 1" and exit_words(-11, exc) == "SIGSEGV"
 
 
 def test_deaths_are_ordered_by_when_they_happened_not_by_rank():

@@ -85,7 +85,8 @@ async def test_crash_run_names_the_root_cause(runs_dir):
         c = app.model.crash
         assert c.outcomes[0] and f"rank 0: {c.outcomes[0]}" in body
         assert screen.query_one(Banner).has_class("-crash")
-        assert app.model.ranks[1].badge() == "failed (exit 1)"
+        # its exception is why it failed; torchrun may stop it (SIGTERM) while it is still on its way out
+        assert app.model.ranks[1].badge() in ("failed (exit 1)", "failed (RuntimeError, then SIGTERM)")
 
 
 @pytest.mark.timeout(120)
