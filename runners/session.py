@@ -292,7 +292,7 @@ class Session:
 
     def _ask_canceller(self) -> None:
         """Slurm cancelled the job and ddptui did not: who asked, from what Slurm recorded (slurmctld's log)."""
-        if self.slurm is not None and self.judge.job.wants_canceller and hasattr(self.slurm, "kill_requests"):
+        if self.slurm is not None and self.judge.job.wants_canceller:
             requests, where = self.slurm.kill_requests()
             self._tick()
             self._carry_out(self.judge.job_canceller(requests, where))

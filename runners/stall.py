@@ -106,6 +106,11 @@ def busy_floor(ncpu: int, ranks: int, load: float) -> float:
     return min(BUSY_CPU, max(BLOCKED_CPU, 0.25 * share))
 
 
+def load_words(load: float, cores: int) -> str:
+    """'load 18.5 on 2 cpus': this machine's load against its cores, as the held, stall and slow-down lines say it."""
+    return f"load {load:.1f} on {cores} cpu{'s' if cores > 1 else ''}"
+
+
 def live_tracks(tracks) -> list:
     """The ranks a stall can be about: not finished (a finished rank may take seconds to exit), and whose process has
     not died (the death watch saw it go; its exit code may come only later, from its launcher's table)."""
@@ -159,7 +164,7 @@ def judge(quiet: list[Quiet], floor: float, cores: int = 0, load: float = 0.0) -
         hold, note = f"{BUSY_HOLD:g} x the limit", ""
         if factor > 1.0:
             hold += f" x {factor:.1f}"
-            note = (f"; the machine is overloaded (load {load:.1f} on {cores} cpu{'s' if cores > 1 else ''}): the hold "
+            note = (f"; the machine is overloaded ({load_words(load, cores)}): the hold "
                     f"grows with its load over its cores, up to {OVERLOAD_HOLD_MAX:g} x")
         if trigger.quiet <= until:
             return Held(busy, trigger, until, f"{said}, but {cpu}: busy, not stalled; held until {until:.0f} s "

@@ -270,7 +270,7 @@ class Watch:
         load, cpus = self._host or (0.0, None)
         if not cpus or load <= cpus:
             return ""
-        return f" while the machine is overloaded (load {load:.1f} on {cpus} cpu{'s' if cpus > 1 else ''})"
+        return f" while the machine is overloaded ({stall_rule.load_words(load, cpus)})"
 
     def _behind(self) -> list:
         """The stragglers at one moment of the ranks' clocks, beyond what ties the ranks together."""
