@@ -698,7 +698,7 @@ def write_report(res: dict, cfg) -> str:
     if "engine" in res:
         e = res["engine"]
         L.append("### 2b. The engine alone: read, split, parse, hint-match, record, console\n")
-        L.append(f"{e['lines']:,} lines (mix: half as many) pre-written in 2 rank files, read by `runners.tail.Tailer` and fed through "
+        L.append(f"{e['lines']:,} lines (mix: half as many) pre-written in 2 rank files, read by `runners.edge.tail.Tailer` and fed through "
                  "`Session.ingest` / `flush` (record + console to /dev/null), one process, no ranks running.\n")
         L.append("| lines | lines/s (wall) | lines/s (engine CPU) | µs CPU per line | lost |\n|---|---|---|---|---|")
         for k in ("short", "mix"):

@@ -84,7 +84,7 @@ class DebugServer(Event):
 @dataclass(frozen=True)
 class RankPhase(Event):
     """A rank not yet training says what it does (runners/inject/ddptui_phase.py): "importing torch", "setting up",
-    "rendezvous" (in init_process_group), "waiting for first step" (runners/ingest.py PHASES)."""
+    "rendezvous" (in init_process_group), "waiting for first step" (runners/judge/ingest.py PHASES)."""
 
     kind: ClassVar[str] = "rank_phase"
     rank: int
@@ -210,14 +210,14 @@ class HangVerdict(Event):
     text: str  # one sentence a user can act on
     culprits: tuple[int, ...]
     waiting: tuple[int, ...]
-    where: dict[int, dict[str, Any]]  # rank -> runners.hang_verdict.Where.to_dict(step)
+    where: dict[int, dict[str, Any]]  # rank -> runners.evidence.hang_verdict.Where.to_dict(step)
     wall: float
     path: str = ""  # the stacks folder (StacksCollected.path) the verdict was read from; "" without stacks
     reason: str = "stall"  # "stall": ranks stopped progressing; "slow": the run slowed down (sampled once)
-    # what Flight Recorder said (runners/fr_analysis.py Finding.to_dict()): {"kind": "missing" | "op mismatch" |
+    # what Flight Recorder said (runners/evidence/fr_analysis.py Finding.to_dict()): {"kind": "missing" | "op mismatch" |
     # "size mismatch" | "dtype mismatch" | "none", "pg", "seq", "op", ...}; {} when no dump could be read
     collective: dict[str, Any] = field(default_factory=dict)
-    # what to do about it, from the same evidence (runners/fix_lines.py): "every rank must call the same collectives
+    # what to do about it, from the same evidence (runners/evidence/fix_lines.py): "every rank must call the same collectives
     # in the same order; the barrier at train.py:19 runs on rank 0 only, ..."; "" when the evidence names nothing
     fix: str = ""
 
@@ -238,7 +238,7 @@ class CrashVerdict(Event):
     # rank 1 failed", "torn down by ddptui after rank 1 failed", "never started"... (empty in older records)
     outcomes: dict[int, str] = field(default_factory=dict)
     # the Flight Recorder finding of the dumps NCCL wrote itself at a timeout (fr_analysis.Finding.to_dict(), as
-    # HangVerdict.collective; runners/nccl_dumps.py), {} without any
+    # HangVerdict.collective; runners/edge/nccl_dumps.py), {} without any
     collective: dict[str, Any] = field(default_factory=dict)
 
 
@@ -283,14 +283,14 @@ class CollectiveProgress(Event):
     when it changes): rank -> {pg name: {"desc", "ranks", "enqueued", "completed", "frontier": {"seq", "op",
     "sizes", "dtypes"} or None}}, for the ranks whose numbers changed since the previous event (each with all its
     groups: a front end merges them). `laggards`: of all ranks, those behind the others of a group they share
-    (runners/collectives.py)."""
+    (runners/evidence/collectives.py)."""
 
     kind: ClassVar[str] = "collectives"
     by_rank: dict[int, dict[str, dict[str, Any]]]
     laggards: tuple[int, ...]
     wall: float
-    # two members of a group pending at one collective with different calls (runners/collectives.py `conflict`): the
-    # finding (fr_analysis.Finding.to_dict()) with its `fix` (runners/fix_lines.py); {} when there is none
+    # two members of a group pending at one collective with different calls (runners/evidence/collectives.py `conflict`): the
+    # finding (fr_analysis.Finding.to_dict()) with its `fix` (runners/evidence/fix_lines.py); {} when there is none
     mismatch: dict[str, Any] = field(default_factory=dict)
 
 

@@ -1,4 +1,4 @@
-"""One run's I/O: plan, spawn, tail, sleep, sample, collect stacks, tear down, record and emit; runners/judge.py decides."""
+"""One run's I/O: plan, spawn, tail, sleep, sample, collect stacks, tear down, record and emit; runners/judge/judge.py decides."""
 from __future__ import annotations
 
 import os
@@ -10,14 +10,17 @@ from typing import Callable
 
 import psutil
 
-from . import events as ev
-from . import fr_env, oom, procs, slurm_state
-from .deathwatch import DeathWatch
-from .job_follow import Agent, node_of_agent
-from .judge import (CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED, EXIT_USAGE,  # noqa: F401
+from ddptui.runners import events as ev
+from ddptui.runners.edge import fr_env
+from ddptui.runners.edge import oom
+from ddptui.runners.edge import procs
+from ddptui.runners.evidence import slurm_state
+from ddptui.runners.edge.deathwatch import DeathWatch
+from ddptui.runners.judge.job_follow import Agent, node_of_agent
+from ddptui.runners.judge.judge import (CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED, EXIT_USAGE,  # noqa: F401
                     CollectStacks, Judge, Launcher, ProbeNodes, TearDown)
-from .record import RunRecord, new_run_dir
-from .tail import Tailer
+from ddptui.runners.edge.record import RunRecord, new_run_dir
+from ddptui.runners.edge.tail import Tailer
 
 TEARDOWN_DEADLINE = 5.0
 # Seconds between loop turns unless there is a backlog to read. Every wake-up takes a core from a rank for
@@ -30,7 +33,7 @@ DISCOVER_EARLY, DISCOVER_FOUND = 0.2, 2.0  # how often to look for launcher-crea
 
 def rendezvous_port(profile) -> int:
     """The profile's master_port (or c10d endpoint's port), or with `auto` a port free on that address now.
-    The slurm runner's port is chosen on the job's first node (runners/slurm.py): 0 here."""
+    The slurm runner's port is chosen on the job's first node (runners/launch/slurm.py): 0 here."""
     if profile.runner == "slurm":
         return 0
     host, port = profile.rendezvous
@@ -43,15 +46,15 @@ def rendezvous_port(profile) -> int:
 
 def make_plan(profile, run_dir: Path, port: int, dashboard_pid: int | None = None):
     if profile.runner == "torchrun":
-        from .torchrun import plan
+        from ddptui.runners.launch.torchrun import plan
     elif profile.runner == "env":
-        from .env_runner import plan
+        from ddptui.runners.launch.env_runner import plan
     elif profile.runner == "xla":
-        from .xla import plan
+        from ddptui.runners.launch.xla import plan
     elif profile.runner == "mirage":
-        from .mirage import plan
+        from ddptui.runners.launch.mirage import plan
     elif profile.runner == "slurm":
-        from .slurm import plan
+        from ddptui.runners.launch.slurm import plan
     else:
         raise ValueError(f"unknown runner {profile.runner!r}")
     return plan(profile, run_dir, port, dashboard_pid)
@@ -60,7 +63,7 @@ def make_plan(profile, run_dir: Path, port: int, dashboard_pid: int | None = Non
 class Session:
     """Runs one profile. `run()` blocks (call it from a thread for a UI); `emit(list[Event])` once per turn.
 
-    The I/O of a run; every decision is the judge's (`self.judge`, runners/judge.py): this loop feeds it what it
+    The I/O of a run; every decision is the judge's (`self.judge`, runners/judge/judge.py): this loop feeds it what it
     reads, sees exit and samples, and carries out what it asks (collect stacks, tear down)."""
 
     def __init__(self, profile, runs_root: Path | str = "runs", emit: Callable[[list], None] | None = None,
@@ -85,12 +88,12 @@ class Session:
         self._oom_counters: dict[int, oom.CgroupCounter] = {}  # rank pid -> its memory cgroup's OOM count
         self.plan = None
         self._subreaper = False  # this run made the process a subreaper (undone when it ends)
-        self.slurm = None  # runners.slurm_job.SlurmJobWatch when the ranks run under a Slurm job or step
+        self.slurm = None  # runners.edge.slurm_job.SlurmJobWatch when the ranks run under a Slurm job or step
         self._tailer: Tailer | None = None
         self._job_waited = False  # teardown scancelled the job and waited for its end already
         self._job_end: TearDown | None = None  # what Slurm's answer about the job asked for (NODE_FAIL: a teardown)
-        self._sockets: str | None = None  # the folder of the ranks' debug sockets (runners/fr_env.py), removed at the end
-        self._heartbeat = None  # runners/heartbeat.py: while an sbatch job of this run may be alive
+        self._sockets: str | None = None  # the folder of the ranks' debug sockets (runners/edge/fr_env.py), removed at the end
+        self._heartbeat = None  # runners/edge/heartbeat.py: while an sbatch job of this run may be alive
 
     # what the front ends and tests read: the judge's
     @property
@@ -245,7 +248,7 @@ class Session:
     def _end_job(self) -> None:
         """scancel the run's Slurm job (or step) unless it is over, then wait (bounded) until sbatch/srun exit and
         Slurm holds no process or node of it: teardown through the engine, never a signal to a process on a node."""
-        from .slurm_job import GONE_DEADLINE
+        from ddptui.runners.edge.slurm_job import GONE_DEADLINE
         w = self.slurm
         if self._job_waited:
             return  # one scancel and one bounded wait per run: `run`'s final sweep comes here again
@@ -315,10 +318,10 @@ class Session:
         self.plan = make_plan(p, self.run_dir, port, os.getpid())
         self.record.write_json("plan.json", self.plan.to_json())
         if self.plan.job is not None:  # the folder Slurm writes rank files into, the batch script: before sbatch/srun
-            from .slurm import prepare
+            from ddptui.runners.launch.slurm import prepare
             prepare(self.plan, self.run_dir)
             if self.plan.job.mode == "sbatch":  # the batch script's watcher cancels the job once this stops
-                from .heartbeat import Heartbeat, path
+                from ddptui.runners.edge.heartbeat import Heartbeat, path
                 self._heartbeat = Heartbeat(path(self.run_dir)).start()
         self._tick()
         here = self.plan.ranks_here
@@ -361,7 +364,7 @@ class Session:
         for src in self.plan.sources:
             tailer.add(src.path, src.rank, src.stream, learn=src.learn_rank)
         if self.plan.job is not None and self.procs:
-            from .slurm_job import SlurmJobWatch
+            from ddptui.runners.edge.slurm_job import SlurmJobWatch
             self.slurm = SlurmJobWatch(self.plan.job, self.procs[0].spec.stdout)
             self.judge.job_submitted(self.plan.job.launch)
         self._flush()
@@ -504,7 +507,7 @@ class Session:
     def _here(self, pids: set[int]) -> set[int]:
         """The pids of ranks on this machine: a pid another node's rank said is no process here (never watched, never
         signalled; such a rank's end comes from its launcher or job)."""
-        from .remote_stacks import is_local
+        from ddptui.runners.edge.remote_stacks import is_local
         here = socket.gethostname()
         away = {t.pid for t in self.tracks.values() if t.pid and not is_local(t.host, here)}
         return pids - away
@@ -516,7 +519,7 @@ class Session:
         whole process tree: the launcher waits while what it started imports torch (torchrun's ranks, torch_xla's
         worker). A rank on another node is not sampled: its pid is another machine's (the judge is told it has no CPU
         evidence)."""
-        from .remote_stacks import is_local
+        from ddptui.runners.edge.remote_stacks import is_local
         seen, samples, no_cpu, here = {}, {}, {}, socket.gethostname()
         for rank, pid in self.judge.sample_targets().items():
             t = self.tracks[rank]
@@ -571,10 +574,12 @@ class Session:
         """Record every live rank's stacks (and its workers') as the judge asked; the judge reads its verdict from
         them (stalled or slowed ranks only: stacks of a healthy run taken at slightly different moments are no
         evidence of anything), and it is recorded next to them, with every rank's Flight Recorder dump taken at the
-        same time through its debug server (runners/fr_client.py)."""
+        same time through its debug server (runners/edge/fr_client.py)."""
         import concurrent.futures
 
-        from . import fr_client, remote_stacks, stacks
+        from ddptui.runners.edge import fr_client
+        from ddptui.runners.edge import remote_stacks
+        from ddptui.runners.edge import stacks
         targets = [stacks.Target(rank, pid, self._stderr_path(rank), self.tracks[rank].debug_sock)
                    for rank, pid in self.judge.stack_targets()]
         if not targets:
@@ -593,7 +598,7 @@ class Session:
                                  {r: sock for r, sock in socks.items() if r not in stopped}, hosts, here, job_id,
                                  self.world, no_socket,
                                  fr_client.known_groups({r: t.collectives for r, t in self.tracks.items()}))
-            # ranks on other nodes are dumped there, through srun in their job (runners/remote_stacks.py)
+            # ranks on other nodes are dumped there, through srun in their job (runners/edge/remote_stacks.py)
             results = remote_stacks.collect_everywhere(targets, hosts, here, job_id, method=self.stack_method,
                                                        pyspy=self.pyspy)
             fr_dumps, fr_said = fr_job.result()
@@ -632,13 +637,13 @@ class Session:
 
     def _fr_sockets(self, targets) -> tuple[dict[int, str], str]:
         """The debug servers to take Flight Recorder dumps from (rank -> socket), and why a rank without one has none."""
-        from . import fr_client
+        from ddptui.runners.edge import fr_client
         return ({t.rank: t.debug_sock for t in targets},
                 fr_client.why_no_socket(self.profile.flight_recorder, fr_env.enabled(self.profile)))
 
     def _probe_nodes(self, req: ProbeNodes) -> list:
         """Ask the nodes the judge named whether they answer, through srun in the job (bounded: REMOTE_TIMEOUT)."""
-        from . import node_probe
+        from ddptui.runners.edge import node_probe
         self._flush()  # what led to the question is on screen before the wait
         answers = node_probe.probe(self.slurm.job_id if self.slurm is not None else None, dict(req.nodes))
         self._tick()
@@ -655,8 +660,8 @@ class Session:
                         for pid in self._here(set(self.judge.oom_suspects()))}  # of no rank on another node
         recorded = self._recorded_errors()
         launchers = [Launcher(pr.spec.name, pr.returncode) for pr in self.procs if pr.spec.stdout_rank is None]
-        from . import nccl_dumps
-        nccl = nccl_dumps.read(self.run_dir / "fr")  # what NCCL's watchdog wrote at a timeout (runners/fr_env.py)
+        from ddptui.runners.edge import nccl_dumps
+        nccl = nccl_dumps.read(self.run_dir / "fr")  # what NCCL's watchdog wrote at a timeout (runners/edge/fr_env.py)
         out, status, exit_code = self.judge.conclude(end.status if end else None, end.exit_code if end else None,
                                                      launchers, oom_evidence, recorded,
                                                      nccl)
@@ -670,7 +675,7 @@ class Session:
 
     def _preflight(self) -> list:
         try:
-            from .preflight import check
+            from ddptui.runners.edge.preflight import check
         except ImportError:
             return []
         problems = check(self.profile)
@@ -697,7 +702,7 @@ class Session:
 def slurm_words_first(got: list) -> list:
     """A poll's batches with slurmstepd's cancel lines first: it writes them before it signals the tasks, so the deaths
     read in the same poll (srun's "task 1: Terminated") are judged knowing Slurm cancelled the job."""
-    from .slurm_state import CANCEL_NEEDLE
+    from ddptui.runners.evidence.slurm_state import CANCEL_NEEDLE
 
     def has(batch) -> bool:
         lines = batch[2]
@@ -754,5 +759,5 @@ def _stack_file(t, res, stacks_mod) -> str:
 
 
 def _hint_matcher():
-    from .hints import HintMatcher
+    from ddptui.runners.evidence.hints import HintMatcher
     return HintMatcher()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.runners.attach_find import find_job
+from ddptui.runners.attach.find import find_job
 from tests.test_attach_runs import FIXTURES, TORCHRUN, _env, job_with_ranks, stop, wait_for
 
 CLI = [sys.executable, "-m", "ddptui.tui.cli"]

@@ -6,9 +6,9 @@ import stat
 
 import pytest
 
-from ddptui.runners import attach_output as ao
-from ddptui.runners.attach_find import NotAJob, Proc, Unreadable, locate, spawn_index, spawn_nprocs, spawn_numbers
-from ddptui.runners.tail import Tailer
+from ddptui.runners.attach import output as ao
+from ddptui.runners.attach.find import NotAJob, Proc, Unreadable, locate, spawn_index, spawn_nprocs, spawn_numbers
+from ddptui.runners.edge.tail import Tailer
 
 PY = "/venv/bin/python3.11"
 SPAWN = (PY, "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=4, pipe_handle=6)",

@@ -3,12 +3,12 @@ root cause read from a dead rank's own traceback; what stop would do; the profil
 from __future__ import annotations
 
 from ddptui.runners import events as ev
-from ddptui.runners.attach_evidence import traceback_report
-from ddptui.runners.attach_find import AttachedJob, AttachedRank, RankOutput
-from ddptui.runners.attach_liveness import Liveness, decide, frame_key, liveness_words
-from ddptui.runners.attach_session import attach_profile, job_json, stop_words
-from ddptui.runners.judge import Judge
-from ddptui.runners.stacks import Frame, StackResult, ThreadStack
+from ddptui.runners.evidence.attach_evidence import traceback_report
+from ddptui.runners.attach.find import AttachedJob, AttachedRank, RankOutput
+from ddptui.runners.attach.liveness import Liveness, decide, frame_key, liveness_words
+from ddptui.runners.attach.session import attach_profile, job_json, stop_words
+from ddptui.runners.judge.judge import Judge
+from ddptui.runners.edge.stacks import Frame, StackResult, ThreadStack
 
 LIB = "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
 
@@ -93,7 +93,7 @@ def test_the_judge_sees_the_attached_ranks_as_hellos():
 # ---- a rank whose output cannot be read: the kernel's evidence (attach_sched), the words (attach_liveness.Seen) -----
 
 def test_quiet_since_is_the_last_run_of_the_ranks_python_threads_only():
-    from ddptui.runners.attach_sched import ThreadRun, quiet_since
+    from ddptui.runners.attach.sched import ThreadRun, quiet_since
     threads = {10: ThreadRun(10, "python3.11", "S", 100.0),  # MainThread, asleep in the user's wait since 100
                11: ThreadRun(11, "gloo_tcp_loop", "S", 299.5),  # gloo's own loop wakes all the time: no evidence
                12: ThreadRun(12, "python3.11", "S", 140.0)}  # a Python helper thread of the program's
@@ -110,7 +110,7 @@ def test_quiet_since_is_the_last_run_of_the_ranks_python_threads_only():
 
 
 def test_bytes_written_count_threads_seen_twice_only():
-    from ddptui.runners.attach_sched import wrote_since
+    from ddptui.runners.attach.sched import wrote_since
     assert wrote_since({1: 100, 2: 50}, {1: 160, 2: 50, 3: 9000}) == 60  # thread 3 is new: its past is not news
     assert wrote_since({1: 100, 2: 50}, {1: 100}) == 0  # a thread ended: its count went with it
     assert wrote_since(None, {1: 5}) == 0 and wrote_since({1: 5}, None) == 0
@@ -122,7 +122,7 @@ def test_this_kernel_says_when_a_sleeping_thread_last_ran(tmp_path):
     import sys
     import time
 
-    from ddptui.runners import attach_sched
+    from ddptui.runners.attach import sched as attach_sched
     if attach_sched.clock_offset() is None:
         import pytest
         pytest.skip("this kernel has no /proc/PID/task/TID/sched (CONFIG_SCHED_DEBUG)")
@@ -145,7 +145,7 @@ def test_this_kernel_says_when_a_sleeping_thread_last_ran(tmp_path):
 
 
 def test_what_a_headless_attach_says_of_each_rank_and_whom_it_waits_for():
-    from ddptui.runners.attach_liveness import Seen, seen_words, waiting
+    from ddptui.runners.attach.liveness import Seen, seen_words, waiting
     ok = Seen(0, True, True, 2, ("/u/train.py", 40, "step"), 0.9, how="it wrote 460 KB")
     asleep = Seen(1, True, False, 2, ("/u/train.py", 9, "wait_for_lock"), 0.0, asleep_since=0.0)
     same = Seen(2, True, False, 3, ("/u/train.py", 16, "<module>"), 0.08)
@@ -163,7 +163,7 @@ def test_a_blind_ranks_stall_is_dated_from_the_kernel_and_said_so():
     """The judge: an attached rank whose output cannot be read is 'running, output not readable', not starting; dated
     quiet (its threads asleep for 200 s) makes the stall at once, in words that say what dated it; its steps are
     'cannot be read', not 'no step yet'."""
-    from ddptui.runners.hang_verdict import _step
+    from ddptui.runners.evidence.hang_verdict import _step
     p = attach_profile(job(), 30.0)
     j = Judge(p, 1000.0, 5000.0)
     j.begin(2, 1)
@@ -191,7 +191,7 @@ def test_a_blind_ranks_stall_is_dated_from_the_kernel_and_said_so():
 
 
 def test_debug_server_addresses_from_the_store_and_the_ranks_own_torch():
-    from ddptui.runners.attach_debug import fr_on, site_dir, store_answer
+    from ddptui.runners.attach.debug import fr_on, site_dir, store_answer
     maps = ("7f00-7f01 r-xp 0 08:01 5 /home/u/.venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so\n"
             "7f02-7f03 r-xp 0 08:01 6 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
     assert site_dir(maps) == "/home/u/.venv/lib/python3.11/site-packages" and site_dir("") == ""
@@ -203,7 +203,7 @@ def test_debug_server_addresses_from_the_store_and_the_ranks_own_torch():
 
 
 def test_an_attached_stall_without_stacks_never_offers_sigusr1():
-    from ddptui.runners.run_verdicts import hang_without_stacks
+    from ddptui.runners.judge.run_verdicts import hang_without_stacks
     attached = hang_without_stacks((0, 1), {0: 3, 1: None}, 0.0, None, 1.0, attached=True).text
     assert attached.endswith("; press d for stacks (py-spy)") and "SIGUSR1" not in attached
     assert "send SIGUSR1" in hang_without_stacks((0,), {0: 3}, 0.0, None, 1.0).text  # a launched run's own ranks
@@ -212,7 +212,7 @@ def test_an_attached_stall_without_stacks_never_offers_sigusr1():
 def test_a_loop_spinning_in_one_function_does_not_move_a_training_step_does():
     """Progress by stack samples: the chain of functions, not the line: `while time.time() < end: x += 1` shows
     lines 25 and 26 of culprit_wait by turns, which is no progress; a training step passes through other functions."""
-    from ddptui.runners.attach_liveness import motion_key
+    from ddptui.runners.attach.liveness import motion_key
     spin_a = res(("culprit_wait", "/u/hang.py", 25), ("main", "/u/hang.py", 43))
     spin_b = res(("culprit_wait", "/u/hang.py", 26), ("main", "/u/hang.py", 43))
     assert frame_key(spin_a) != frame_key(spin_b) and motion_key(spin_a) == motion_key(spin_b)
@@ -233,7 +233,7 @@ def test_a_rank_started_with_torch_worker_server_socket_is_read_there(tmp_path):
     import subprocess
     import sys
 
-    from ddptui.runners.attach_debug import find
+    from ddptui.runners.attach.debug import find
     path = str(tmp_path / "r0.sock")
     srv = so.socket(so.AF_UNIX, so.SOCK_STREAM)
     srv.bind(path)

@@ -16,9 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ddptui.runners import attach_output
-from ddptui.runners.attach_find import NotAJob, find_job
-from ddptui.runners.tail import Tailer
+from ddptui.runners.attach import output as attach_output
+from ddptui.runners.attach.find import NotAJob, find_job
+from ddptui.runners.edge.tail import Tailer
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
@@ -173,7 +173,7 @@ def test_mp_spawn_job_found_from_the_parent_a_child_and_its_worker(tmp_path, mon
         refusing = tmp_path / "py-spy"
         refusing.write_text("#!/bin/sh\necho 'Error: Permission denied (os error 1)' >&2\nexit 1\n")
         refusing.chmod(0o755)
-        from ddptui.runners import stacks
+        from ddptui.runners.edge import stacks
         monkeypatch.setattr(stacks, "find_pyspy", lambda pyspy=None: str(refusing))
         blind = find_job(job.pid)
         assert {r: a.pid for r, a in blind.ranks.items()} == {0: ranks[0], 1: ranks[1]}
@@ -207,7 +207,7 @@ def test_a_job_of_another_user_is_named_unreadable(tmp_path):
     job = torchrun(tmp_path, "healthy_ddp_loop.py")
     try:
         found = wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
-        probe = ("import sys; from ddptui.runners.attach_find import find_job\n"
+        probe = ("import sys; from ddptui.runners.attach.find import find_job\n"
                  "j = find_job(int(sys.argv[1]))\n"
                  "print(j.kind, j.launcher_pid, sorted(j.ranks), sorted((u.pid, u.reason) for u in j.unreadable))")
         r = subprocess.run(["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups", sys.executable,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.runners.attach_find import find_job
+from ddptui.runners.attach.find import find_job
 from tests.test_attach_runs import job_with_ranks, stop, torchrun, wait_for
 
 CLI = [sys.executable, "-m", "ddptui.tui.cli"]
@@ -154,7 +154,7 @@ def test_attach_watch_ctrl_c_detaches_and_stop_goes_through_the_launcher(tmp_pat
         assert job.poll() is None and find_job(job.pid).ranks.keys() == found.ranks.keys()
 
         # the dashboard's s (after asking): SIGTERM to torchrun's agent, which ends its ranks itself
-        from ddptui.runners.attach_session import AttachSession
+        from ddptui.runners.attach.session import AttachSession
         got: list = []
         session = AttachSession(find_job(job.pid), tmp_path / "runs", emit=got.extend, watch=True, stall_after=60)
         t = threading.Thread(target=lambda: got.append(("code", session.run())))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.runners.attach_find import NotAJob, Proc, find_slurm_job, probe_records, slurm_ranks
-from ddptui.runners.attach_output import RankOutput
+from ddptui.runners.attach.find import NotAJob, Proc, find_slurm_job, probe_records, slurm_ranks
+from ddptui.runners.attach.output import RankOutput
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "slurm_procid_ddp_loop.py"
 PY = "/venv/bin/python3"
@@ -91,7 +91,7 @@ def test_slurm_job_ranks_found_on_both_nodes_with_their_output_files(slurm_clean
 
 PROBE = """
 import json, sys
-from ddptui.runners.attach_find import find_slurm_job
+from ddptui.runners.attach.find import find_slurm_job
 j = find_slurm_job(sys.argv[1])
 print(json.dumps({"kind": j.kind, "world": j.world_size, "unreadable": [u.reason for u in j.unreadable],
                   "ranks": {r: [a.pid, a.host, a.node, a.stdout.kind, a.stdout.path] for r, a in j.ranks.items()}}))

@@ -396,8 +396,8 @@ def test_dump_of_a_copied_record_signals_neither_the_original_run_nor_a_dashboar
 @pytest.mark.timeout(120)
 def test_a_stop_during_spawning_stops_spawning_at_once(runs_dir, monkeypatch, capsys):
     """SIGTERM arrives after the 2nd of 8 rank processes started: no 3rd, the 2 are torn down, summary, exit 1."""
-    from ddptui.runners import procs
-    from ddptui.runners.profile import adhoc_profile
+    from ddptui.runners.edge import procs
+    from ddptui.runners.launch.profile import adhoc_profile
     from ddptui.tui.cli import run_headless
     real_spawn, started = procs.spawn, []
 
@@ -423,8 +423,8 @@ def test_a_wedged_teardown_is_cut_off_by_the_headless_bound(runs_dir):
     """Teardown stuck (as in a kernel call that never returns): ddptui still exits, with a summary, naming the ranks."""
     driver = textwrap.dedent(f"""
         import sys, time
-        import ddptui.runners.procs, ddptui.tui.stopper
-        ddptui.runners.procs.teardown = lambda *a, **k: time.sleep(3600)  # the engine wedges in its teardown
+        import ddptui.runners.edge.procs, ddptui.tui.stopper
+        ddptui.runners.edge.procs.teardown = lambda *a, **k: time.sleep(3600)  # the engine wedges in its teardown
         ddptui.tui.stopper.STOP_BOUND = 3.0
         from ddptui.tui.cli import main
         sys.exit(main({["--runs-dir", str(runs_dir), *train_args()]!r}))
@@ -539,7 +539,7 @@ def test_replay_of_a_malformed_or_deep_record_file_is_one_line_and_exit_1(runs_d
 
 @pytest.mark.timeout(60)
 def test_replay_decisions_on_malformed_event_lines(tmp_path):
-    from ddptui.runners.record import replay_events
+    from ddptui.runners.edge.record import replay_events
     run = tmp_path / "r"
     run.mkdir()
     good = {"kind": "run_started", "run_dir": "r", "profile": "p", "runner": "env", "world_size": 1, "steps": None,
@@ -596,7 +596,7 @@ def _session_until_progress(runs_dir, overrides=("nproc=2",)):
     import threading
 
     from ddptui.runners import events as ev
-    from ddptui.runners.profile import adhoc_profile
+    from ddptui.runners.launch.profile import adhoc_profile
     from ddptui.runners.session import Session
     seen = threading.Event()
 
@@ -630,7 +630,7 @@ def test_an_engine_error_still_tears_down_and_writes_the_summary(runs_dir, monke
 @pytest.mark.timeout(120)
 def test_a_front_end_that_raises_does_not_cost_the_summary(runs_dir, capsys):
     from ddptui.runners import events as ev
-    from ddptui.runners.profile import adhoc_profile
+    from ddptui.runners.launch.profile import adhoc_profile
     from ddptui.runners.session import Session
     got = []
 
@@ -652,7 +652,7 @@ def test_the_runs_end_is_its_last_event_even_after_steps_read_in_the_last_drain(
     """Steps the final drain read were coalesced into Progress at the next flush, which came after RunFinished: the
     end was not the last event (seen once in CI, in the test above)."""
     from ddptui.runners import events as ev
-    from ddptui.runners.profile import adhoc_profile
+    from ddptui.runners.launch.profile import adhoc_profile
     from ddptui.runners.session import Session
     got = []
     session = Session(adhoc_profile([sys.executable, "-c", "pass"], ["nproc=1"]), runs_dir, emit=got.extend)

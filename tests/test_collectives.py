@@ -1,13 +1,13 @@
-"""The live collectives grid's decisions (runners/collectives.py) and how the judge reads the ranks' "coll" reports:
+"""The live collectives grid's decisions (runners/evidence/collectives.py) and how the judge reads the ranks' "coll" reports:
 merged per group, one CollectiveProgress per engine turn, laggards named, and never a sign of life for the stall
 clock. Fake clock, hand-written report lines in the shape runners/inject sends."""
 from __future__ import annotations
 
 import json
 
-from ddptui.runners import collectives as co
+from ddptui.runners.evidence import collectives as co
 from ddptui.runners import events as ev
-from ddptui.runners.eventcheck import problem
+from ddptui.runners.evidence.eventcheck import problem
 
 from tests.test_judge import T0, W0, at, hello, make, of, say
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.runners.profile import load_profile
+from ddptui.runners.launch.profile import load_profile
 from ddptui.runners.session import Session
 
 from tests.engine_helpers import PROFILES, Recorder
@@ -46,7 +46,7 @@ def test_a_hung_run_names_the_laggard_live_and_its_ranks_collective_reports_do_n
     # the record keeps them (events.jsonl): a replay folds them into the dashboard's model as the live run had them
     import json
 
-    from ddptui.runners.eventcheck import problem
+    from ddptui.runners.evidence.eventcheck import problem
     from ddptui.tui.model import RunModel
     m = RunModel()
     for ln in (session.run_dir / "events.jsonl").read_text().splitlines():

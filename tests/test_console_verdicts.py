@@ -38,7 +38,7 @@ def test_stream_labels_the_sample_slow_and_says_when_a_stall_ends():
 
 
 def test_a_record_whose_slow_entry_is_malformed_is_reported_not_replayed_into_the_console():
-    from ddptui.runners.eventcheck import problem
+    from ddptui.runners.evidence.eventcheck import problem
     ok = _summary(slow={"ranks": [1], "text": "rank 1's steps take 0.51 s", "verdict": {"text": SAMPLE}})
     assert problem(ok) is None
     assert problem(_summary(slow="slow")) == "summary.slow: expected dict | NoneType, got str"
@@ -46,7 +46,7 @@ def test_a_record_whose_slow_entry_is_malformed_is_reported_not_replayed_into_th
 
 
 def test_a_record_whose_own_exit_entry_is_malformed_is_reported_not_replayed():
-    from ddptui.runners.eventcheck import problem
+    from ddptui.runners.evidence.eventcheck import problem
     ok = {"text": "rank 0 exited with status 3, the program's own", "ranks": [0], "codes": {"0": 3}}
     assert problem(_summary(own_exit=ok)) is None and problem(_summary(own_exit=None)) is None
     assert problem(_summary(own_exit="exit 3")) == "summary.own_exit: expected dict | NoneType, got str"

@@ -1,4 +1,4 @@
-"""Crash root cause: the pure verdict (runners/crash.py), torchrun's own lines, OOM evidence, the death watch, and
+"""Crash root cause: the pure verdict (runners/evidence/crash.py), torchrun's own lines, OOM evidence, the death watch, and
 real runs where a rank dies without a Python exception (SIGKILL, segfault, os._exit) under torchrun and env://."""
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.runners.crash import RankEvidence, decide, ended_by_our_stop, excerpt, exit_words, kind, stopped_words
-from ddptui.runners.deathwatch import DeathWatch, parse_stat_exit
-from ddptui.runners.launcher_log import TorchrunLog, error_file_report
-from ddptui.runners.kill_reading import KillEvidence, Limit, read_kill
-from ddptui.runners.oom import cgroup_paths, kernel_log_kills, limit_files, memory_limit, parse_limit, parse_oom_kill
+from ddptui.runners.evidence.crash import RankEvidence, decide, ended_by_our_stop, excerpt, exit_words, kind, stopped_words
+from ddptui.runners.edge.deathwatch import DeathWatch, parse_stat_exit
+from ddptui.runners.evidence.launcher_log import TorchrunLog, error_file_report
+from ddptui.runners.evidence.kill_reading import KillEvidence, Limit, read_kill
+from ddptui.runners.edge.oom import cgroup_paths, kernel_log_kills, limit_files, memory_limit, parse_limit, parse_oom_kill
 from ddptui.runners.session import EXIT_FAILED, EXIT_STALLED
 from tests.engine_helpers import run_profile
 
@@ -167,7 +167,7 @@ def test_os_exit_says_no_python_exception_and_quotes_the_last_output():
 
 
 def test_an_exit_status_of_the_programs_own_is_no_crash_and_says_its_last_words():
-    from ddptui.runners.own_exit import decide as own_exit
+    from ddptui.runners.evidence.own_exit import decide as own_exit
     # rank 1 exits 3 after its own check; the launcher stops rank 0 on its way out: nobody failed on their own
     ranks = [RankEvidence(1, 3, died_at=T0, step=20, out_lines=("[rank 1] replicas differ: [11, 12]", "")),
              RankEvidence(0, -15, died_at=T0 + 0.1, stopped_by="launcher", step=20)]
@@ -601,7 +601,7 @@ def test_a_rank_the_launcher_stopped_is_said_to_be_stopped_not_failed_after_it(r
 def _torchrun_with_rank_wrapper(tmp_path: Path, wrapper_body: str, script: str):
     """An ad-hoc torchrun command (as `ddptui -- torchrun ...`) whose ranks start through a shell wrapper
     (`--no-python`): what a site script that prepares each rank's environment looks like."""
-    from ddptui.runners.profile import adhoc_profile
+    from ddptui.runners.launch.profile import adhoc_profile
     wrapper = tmp_path / "rank_wrapper"
     wrapper.write_text(f"#!/bin/sh\n{wrapper_body}\nexec {sys.executable} -u \"$@\"\n")
     wrapper.chmod(0o755)
@@ -636,7 +636,7 @@ def test_ddptui_stopping_torchrun_folds_its_signal_traceback_into_one_line(runs_
     import threading
 
     path = _profile(tmp_path, "die_without_exception.py", env={"DIE_STEP": "100000000"})
-    from ddptui.runners.profile import load_profile
+    from ddptui.runners.launch.profile import load_profile
     from ddptui.runners.session import Session
     from tests.engine_helpers import Recorder
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable
 
-from ddptui.runners.profile import load_profile
+from ddptui.runners.launch.profile import load_profile
 from ddptui.tui.app import DdpApp, LiveSource, ReplaySource
 from ddptui.tui.widgets.banner import Banner
 from tests.test_tui_app import SIZE, aio, screen_text, settle, until

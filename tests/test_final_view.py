@@ -11,7 +11,7 @@ import pytest
 from textual.widgets import Static
 
 from ddptui.runners import events as ev
-from ddptui.runners import fr_analysis
+from ddptui.runners.evidence import fr_analysis
 from ddptui.tui.app import DdpApp, ReplaySource
 from ddptui.tui.model import RunModel
 from ddptui.tui.widgets.banner import Banner, banner_text

@@ -6,13 +6,13 @@ import io
 import json
 
 from ddptui.runners import events as ev
-from ddptui.runners import fr_analysis
-from ddptui.runners.conclusion import Conclusion
-from ddptui.runners.fix_lines import fix_line, for_finding, for_stacks
-from ddptui.runners.hang_verdict import Where
-from ddptui.runners.rank_lifecycle import RankLifecycle
-from ddptui.runners.run_state import CollectStacks
-from ddptui.runners.stack_verdicts import StackVerdicts
+from ddptui.runners.evidence import fr_analysis
+from ddptui.runners.judge.conclusion import Conclusion
+from ddptui.runners.evidence.fix_lines import fix_line, for_finding, for_stacks
+from ddptui.runners.evidence.hang_verdict import Where
+from ddptui.runners.judge.rank_lifecycle import RankLifecycle
+from ddptui.runners.judge.run_state import CollectStacks
+from ddptui.runners.judge.stack_verdicts import StackVerdicts
 from ddptui.tui.console import Console
 from tests.test_fr_analysis import _stacks, _state, dumps
 

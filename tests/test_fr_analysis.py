@@ -14,13 +14,15 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.runners import fr_analysis, fr_client, run_verdicts
-from ddptui.runners.conclusion import Conclusion
-from ddptui.runners.profile import load_profile
-from ddptui.runners.rank_lifecycle import RankLifecycle
-from ddptui.runners.run_state import CollectStacks, RunState
-from ddptui.runners.stack_verdicts import StackVerdicts
-from ddptui.runners.stacks import Frame, StackResult, ThreadStack
+from ddptui.runners.evidence import fr_analysis
+from ddptui.runners.edge import fr_client
+from ddptui.runners.judge import run_verdicts
+from ddptui.runners.judge.conclusion import Conclusion
+from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.judge.rank_lifecycle import RankLifecycle
+from ddptui.runners.judge.run_state import CollectStacks, RunState
+from ddptui.runners.judge.stack_verdicts import StackVerdicts
+from ddptui.runners.edge.stacks import Frame, StackResult, ThreadStack
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "fr"

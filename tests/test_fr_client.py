@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.runners import fr_client, fr_relay, stacks
+from ddptui.runners.edge import fr_client
+
+from ddptui.runners.edge import fr_relay
+
+from ddptui.runners.edge import stacks
 
 DATA = Path(__file__).parent / "data" / "fr_socket"
 
@@ -275,7 +279,7 @@ def test_pg_status_is_keyed_by_group_id_and_normalised_to_the_groups_name():
 
 def test_stacks_collected_fr_survives_the_record():
     """The per-rank Flight Recorder words go through events.jsonl and back (replay) with int ranks, type-checked."""
-    from ddptui.runners import eventcheck
+    from ddptui.runners.evidence import eventcheck
     from ddptui.runners import events as ev
     e = ev.StacksCollected({0: "py-spy"}, {0: []}, 0.1, "/r/stacks/01-stall", 1.0, {}, "stall",
                            {0: "recorded", 1: "unavailable: flight_recorder: false in the profile"})

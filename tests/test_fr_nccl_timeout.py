@@ -12,13 +12,15 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.runners import fr_analysis, nccl_dumps, nccl_finding
-from ddptui.runners.conclusion import Conclusion, Launcher
-from ddptui.runners.profile import load_profile
-from ddptui.runners.rank_lifecycle import RankLifecycle
-from ddptui.runners.run_state import EXIT_FAILED, RunState
+from ddptui.runners.evidence import fr_analysis
+from ddptui.runners.edge import nccl_dumps
+from ddptui.runners.evidence import nccl_finding
+from ddptui.runners.judge.conclusion import Conclusion, Launcher
+from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.judge.rank_lifecycle import RankLifecycle
+from ddptui.runners.judge.run_state import EXIT_FAILED, RunState
 from ddptui.runners.session import Session
-from ddptui.runners.stack_verdicts import StackVerdicts
+from ddptui.runners.judge.stack_verdicts import StackVerdicts
 
 from tests.engine_helpers import Recorder
 

@@ -17,7 +17,9 @@ from tests.test_remote_stacks_slurm import FIXTURE, WAITS_LINE, _hello, _report,
 # run on node0 (where ddptui runs): the rank's dump and stacks through its debug server on node1, as JSON
 PROBE = """
 import json, socket, sys
-from ddptui.runners import fr_client, remote_stacks as rs, stacks
+from ddptui.runners.edge import fr_client
+from ddptui.runners.edge import remote_stacks as rs
+from ddptui.runners.edge import stacks
 rank, pid, node, sock, job = sys.argv[1:]
 rank, pid = int(rank), int(pid)
 here = socket.gethostname()

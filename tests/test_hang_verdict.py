@@ -7,9 +7,9 @@ import pytest
 
 import json
 
-from ddptui.runners import stacks
-from ddptui.runners.stacks import Frame, StackResult, ThreadStack
-from ddptui.runners.hang_verdict import Where, classify, collective_frame, hang_sentence, xla_thread_filter
+from ddptui.runners.edge import stacks
+from ddptui.runners.edge.stacks import Frame, StackResult, ThreadStack
+from ddptui.runners.evidence.hang_verdict import Where, classify, collective_frame, hang_sentence, xla_thread_filter
 
 SP = "/venv/lib/python3.11/site-packages"
 LIB = "/usr/lib/python3.11"
@@ -342,8 +342,8 @@ def test_collective_frame(func, file, expected):
 ])
 def test_every_ddp_sync_the_hang_verdict_names_is_ddps_own_collective_for_the_xla_evidence(func, file):
     """One home for "is this frame DDP's own collective": the frame classifier's table, which the XLA evidence asks."""
-    from ddptui.runners import xla_evidence
-    from ddptui.runners.hang_verdict import in_ddp
+    from ddptui.runners.evidence import xla_evidence
+    from ddptui.runners.evidence.hang_verdict import in_ddp
 
     assert collective_frame(func, file)[0] == "collective" and in_ddp(func, file)
     assert xla_evidence.ddp_collective(None, {0: (func.rsplit(".", 1)[-1], file)})
@@ -368,7 +368,7 @@ def test_dataset_code_in_the_rank_itself_is_the_culprit_not_a_worker_wait():
 
 
 # ---- a stack sample of a run that slowed down but still moves: phrased as a slow-down ----
-from ddptui.runners.hang_verdict import slow_sentence  # noqa: E402
+from ddptui.runners.evidence.hang_verdict import slow_sentence  # noqa: E402
 
 AT_STEP = Where("sleep", "time.sleep", "at_step", "/r/_faults.py", 67, "time.sleep(s)", "MainThread", "time.sleep")
 AR = Where("collective", "all_reduce", "main", "/w/ddp_mlp.py", 70, "dist.all_reduce(t)")

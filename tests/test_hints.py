@@ -14,8 +14,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import runhelp  # noqa: E402
 
-from ddptui.runners.hints import Hint, HintMatcher, all_hints, by_code  # noqa: E402
-from ddptui.runners.kill_reading import Reading  # noqa: E402
+from ddptui.runners.evidence.hints import Hint, HintMatcher, all_hints, by_code  # noqa: E402
+from ddptui.runners.evidence.kill_reading import Reading  # noqa: E402
 
 
 def _run(argv_or_popen, timeout: float = 90) -> str:

@@ -15,7 +15,7 @@ for m in pkgutil.iter_modules([str(__import__('pathlib').Path(runners.__path__[0
     importlib.import_module('ddptui.runners.' + m.name)
 import ddptui.tui.cli, ddptui.tui.console
 from ddptui.tui.cli import run_headless
-from ddptui.runners.profile import load_profile
+from ddptui.runners.launch.profile import load_profile
 code = run_headless(load_profile('profiles/cpu-smoke.yaml'), sys.argv[1])
 bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'torch'))
 print('BAD', bad)
@@ -24,7 +24,7 @@ sys.exit(0 if code == 0 and not bad else 1)
 
 DASHBOARD = """
 import sys
-import ddptui.tui.app, ddptui.tui.cli, ddptui.runners.session, ddptui.runners.record, ddptui.runners.profile
+import ddptui.tui.app, ddptui.tui.cli, ddptui.runners.session, ddptui.runners.edge.record, ddptui.runners.launch.profile
 print('BAD', sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))
 """
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.runners.profile import adhoc_profile, load_profile
-from ddptui.runners.rankenv import INJECT_DIR, activation, base_env
+from ddptui.runners.launch.profile import adhoc_profile, load_profile
+from ddptui.runners.launch.rankenv import INJECT_DIR, activation, base_env
 from tests.engine_helpers import Recorder, strict_reports
 
 ROOT = Path(__file__).resolve().parent.parent

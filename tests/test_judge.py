@@ -1,4 +1,4 @@
-"""The run's decisions (runners/judge.py) driven with synthetic inputs and a fake clock: no process, no sleep."""
+"""The run's decisions (runners/judge/judge.py) driven with synthetic inputs and a fake clock: no process, no sleep."""
 from __future__ import annotations
 
 import json
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.runners.judge import (CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_STALLED, CollectStacks, Judge, Launcher,
+from ddptui.runners.judge.judge import (CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_STALLED, CollectStacks, Judge, Launcher,
                                   TearDown)
-from ddptui.runners.profile import load_profile
+from ddptui.runners.launch.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORD = ROOT / "tests" / "fixtures" / "records" / "crash"  # a real torchrun run: rank 1 raised at step 8
@@ -156,8 +156,8 @@ def test_an_exception_or_a_peer_gone_is_still_a_crash_beside_an_own_exit():
                                                      "no OOM kill during the run; its RSS peaked at 900 MB"),
 ])
 def test_a_sigkills_memory_reading_comes_from_the_rss_samples_before_its_death(rss, evidence, code, words):
-    from ddptui.runners.hints import HintMatcher
-    from ddptui.runners.kill_reading import KillEvidence, Limit
+    from ddptui.runners.evidence.hints import HintMatcher
+    from ddptui.runners.evidence.kill_reading import KillEvidence, Limit
     j = Judge(load_profile(ROOT / "profiles" / "cpu-ddp.yaml"), T0, W0, HintMatcher())
     j.begin(2, 1)
     training(j)
@@ -475,7 +475,7 @@ def test_the_crash_verdict_says_who_stopped_each_rank_and_replays_from_old_recor
     assert crash.outcomes == {r: t.outcome for r, t in j.tracks.items()}  # the same words as each rank's end
     s = json.loads(json.dumps(j.summary("failed", 1, "runs/x", 4.0, 0.1, [], [])))
     assert s["crash"]["outcomes"] == {"0": "stopped by the launcher after rank 1 failed", "1": "failed first (exit 1)"}
-    from ddptui.runners.eventcheck import problem
+    from ddptui.runners.evidence.eventcheck import problem
     back = ev.from_json(json.loads(json.dumps(crash.to_json())))
     assert back == crash and problem(back) is None
     old = crash.to_json()
@@ -529,7 +529,7 @@ def test_slow_down_by_the_ranks_own_clock_not_the_read_time():
 
 
 def test_stall_stacks_name_the_rank_outside_the_collective():
-    from ddptui.runners.stacks import Frame, StackResult, ThreadStack
+    from ddptui.runners.edge.stacks import Frame, StackResult, ThreadStack
     sp, user = "/venv/lib/python3.11/site-packages", "/work/train.py"
     j = make("stall_after=10", "startup_grace=1", "on_stall=dump")
     for r in (0, 1):
@@ -553,10 +553,10 @@ def test_stall_stacks_name_the_rank_outside_the_collective():
     assert of(outs, TearDown) == []  # on_stall=dump: the run goes on
 
 
-# ---- runners/run_verdicts.py directly --------------------------------------------------------------------------
+# ---- runners/judge/run_verdicts.py directly --------------------------------------------------------------------------
 def test_run_verdicts_crash_gives_the_verdict_and_every_ranks_fate():
-    from ddptui.runners import run_verdicts
-    from ddptui.runners.crash import RankEvidence
+    from ddptui.runners.judge import run_verdicts
+    from ddptui.runners.evidence.crash import RankEvidence
     evidence = [RankEvidence(0, -15, died_at=W0 + 2.3, started=True, stopped_by="launcher", step=8),
                 RankEvidence(1, 1, died_at=W0 + 2.0, started=True, step=8,
                              err_lines=("RuntimeError: injected crash on rank 1 at step 8",)),
@@ -570,7 +570,7 @@ def test_run_verdicts_crash_gives_the_verdict_and_every_ranks_fate():
 
 def test_run_verdicts_hang_without_stacks_says_since_when_and_where_each_rank_was():
     import time as _time
-    from ddptui.runners import run_verdicts
+    from ddptui.runners.judge import run_verdicts
     hv = run_verdicts.hang_without_stacks([0, 1], {0: 7, 1: 9}, W0, None, W0 + 30)
     since = _time.strftime("%H:%M:%S", _time.localtime(W0))
     assert hv.text == (f"ranks 0, 1 made no progress since {since} (rank 0 at step 7, rank 1 at step 9); "

@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 from ddptui.runners import events as ev
-from ddptui.runners.conclusion import Conclusion, Launcher
-from ddptui.runners.ingest import Ingest
-from ddptui.runners.profile import load_profile
-from ddptui.runners.rank_lifecycle import RankLifecycle
-from ddptui.runners.run_state import EXIT_FAILED, EXIT_OK, CollectStacks, RunState, TearDown
-from ddptui.runners.stack_verdicts import StackVerdicts
-from ddptui.runners.watch import CRASH_GRACE, Watch
+from ddptui.runners.judge.conclusion import Conclusion, Launcher
+from ddptui.runners.judge.ingest import Ingest
+from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.judge.rank_lifecycle import RankLifecycle
+from ddptui.runners.judge.run_state import EXIT_FAILED, EXIT_OK, CollectStacks, RunState, TearDown
+from ddptui.runners.judge.stack_verdicts import StackVerdicts
+from ddptui.runners.judge.watch import CRASH_GRACE, Watch
 
 ROOT = Path(__file__).resolve().parent.parent
 T0, W0 = 1000.0, 1_764_682_000.0

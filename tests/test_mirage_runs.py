@@ -14,8 +14,9 @@ import psutil
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.runners import mirage, parse
-from ddptui.runners.profile import load_profile
+from ddptui.runners.launch import mirage
+from ddptui.runners.evidence import parse
+from ddptui.runners.launch.profile import load_profile
 from tests.engine_helpers import reported_steps
 
 from .test_preflight import standin
@@ -242,7 +243,7 @@ _PARSER_KNOWS_MIRAGE_LABELS = parse.split_prefix("[1] x") == (1, "x")
 
 
 @pytest.mark.skipif(not _PARSER_KNOWS_MIRAGE_LABELS,
-                    reason="runners/parse.py split_prefix does not yet read mirage's `[RANK] ` line labels")
+                    reason="runners/evidence/parse.py split_prefix does not yet read mirage's `[RANK] ` line labels")
 @pytest.mark.timeout(180)
 def test_session_runs_mi350x_smoke(tmp_path, mirage_on_path):
     from ddptui.runners.session import Session

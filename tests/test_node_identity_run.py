@@ -9,8 +9,8 @@ import socket
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.runners.judge import EXIT_OK
-from ddptui.runners.record import replay_events
+from ddptui.runners.judge.judge import EXIT_OK
+from ddptui.runners.edge.record import replay_events
 from ddptui.tui.console import Console
 from tests.engine_helpers import run_profile
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 from ddptui.runners import events as ev
-from ddptui.runners import node_probe
-from ddptui.runners import slurm_state as ss
-from ddptui.runners.job_follow import STARTUP_ASK_AFTER, STARTUP_ASK_EVERY, NodeAnswer
-from ddptui.runners.judge import EXIT_FAILED, CollectStacks, ProbeNodes, TearDown
-from ddptui.runners.stacks import Frame, StackResult, ThreadStack
+from ddptui.runners.edge import node_probe
+from ddptui.runners.evidence import slurm_state as ss
+from ddptui.runners.judge.job_follow import STARTUP_ASK_AFTER, STARTUP_ASK_EVERY, NodeAnswer
+from ddptui.runners.judge.judge import EXIT_FAILED, CollectStacks, ProbeNodes, TearDown
+from ddptui.runners.edge.stacks import Frame, StackResult, ThreadStack
 from tests.test_judge import W0, at, make, of, say, texts
 from tests.test_slurm_decisions import hello_on, job
 
@@ -179,7 +179,7 @@ def test_a_stopped_rank_is_named_the_culprit_not_its_missing_dump_or_py_spys_err
 
 
 def test_stopped_words_and_several_stopped_ranks():
-    from ddptui.runners import run_verdicts as rv
+    from ddptui.runners.judge import run_verdicts as rv
     assert rv.stopped_words("t (tracing stop)") == "held by a debugger or tracer (state t: tracing stop)"
     text, culprits, waiting = rv.with_stopped({1: "T (stopped)", 2: "T (stopped)"}, {}, "old", (), (0,), {}, {}, W0)
     assert text == "ranks 1, 2 are stopped (SIGSTOP: state T); old" and culprits == (1, 2) and waiting == (0,)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.runners.job_follow import STARTUP_ASK_AFTER
-from ddptui.runners.remote_stacks import REMOTE_TIMEOUT, STOP_WAIT
+from ddptui.runners.judge.job_follow import STARTUP_ASK_AFTER
+from ddptui.runners.edge.remote_stacks import REMOTE_TIMEOUT, STOP_WAIT
 from tests.slurm_cluster import wait_until
 from tests.test_slurm_runs import assert_no_job_left, live, of, only_run, stop, wait_training
 

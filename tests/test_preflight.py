@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.runners import preflight
-from ddptui.runners.profile import load_profile
-from ddptui.runners.rank_python import default_python
+from ddptui.runners.edge import preflight
+from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.edge.rank_python import default_python
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"

@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ddptui.runners import procs
-from ddptui.runners.plan import ProcSpec
+from ddptui.runners.edge import procs
+from ddptui.runners.launch.plan import ProcSpec
 
 
 def spawn_sleeper(tmp_path, seconds: float) -> procs.Proc:
@@ -57,7 +57,7 @@ def test_idle_sleep_keeps_its_timeout_while_processes_run(tmp_path):
 def test_idle_sleep_wakes_when_a_followed_file_is_written(tmp_path):
     import threading
 
-    from ddptui.runners.tail import Tailer
+    from ddptui.runners.edge.tail import Tailer
     f = tmp_path / "stdout.log"
     f.write_text("")
     tl = Tailer()
@@ -79,7 +79,7 @@ def test_idle_sleep_wakes_when_a_followed_file_is_written(tmp_path):
 
 @pytest.mark.timeout(30)
 def test_tailer_says_when_a_read_left_more_behind(tmp_path):
-    from ddptui.runners.tail import CHUNK, Tailer
+    from ddptui.runners.edge.tail import CHUNK, Tailer
     f = tmp_path / "stdout.log"
     f.write_bytes(b"x" * 99 + b"\n")
     f.open("ab").write((b"y" * 99 + b"\n") * (3 * CHUNK // 100))
@@ -175,7 +175,7 @@ def test_a_rank_that_outlives_sigkill_is_named_in_the_launcher_log_and_summary(r
     import json
 
     from ddptui.runners import events as ev
-    from ddptui.runners.profile import adhoc_profile
+    from ddptui.runners.launch.profile import adhoc_profile
     from ddptui.runners.session import Session
     profile = adhoc_profile([sys.executable, str(FIXTURES / "train_ddp_long.py")], ["nproc=2"])
     holder = {}
@@ -247,7 +247,7 @@ def test_a_real_frozen_rank_is_named_as_a_survivor_in_the_summary(runs_dir, free
     import json
 
     from ddptui.runners import events as ev
-    from ddptui.runners.profile import adhoc_profile
+    from ddptui.runners.launch.profile import adhoc_profile
     from ddptui.runners.session import Session
     profile = adhoc_profile([sys.executable, str(FIXTURES / "train_ddp_long.py")], ["nproc=2"])
     holder = {}
@@ -331,7 +331,7 @@ def _is_subreaper() -> bool:
 @pytest.mark.timeout(120)
 def test_a_run_is_the_subreaper_only_while_it_runs(tmp_path):
     """A process left a subreaper adopts every later orphan below it for good (a test's Slurm daemons' forks)."""
-    from ddptui.runners.profile import load_profile
+    from ddptui.runners.launch.profile import load_profile
     from ddptui.runners.session import Session
     from tests.engine_helpers import PROFILES
     procs._prctl(36, 0)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import ddptui.runners.profile as prof
-from ddptui.runners.profile import ProfileError, adhoc_profile, find_profile, list_profiles, load_profile
+import ddptui.runners.launch.profile as prof
+from ddptui.runners.launch.profile import ProfileError, adhoc_profile, find_profile, list_profiles, load_profile
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -470,7 +470,7 @@ def test_adhoc_errors():
 
 
 def test_import_is_light():
-    code = "import sys, ddptui.runners.profile; print(sorted(m for m in ('yaml', 'torch', 'textual') if m in sys.modules))"
+    code = "import sys, ddptui.runners.launch.profile; print(sorted(m for m in ('yaml', 'torch', 'textual') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20,
                          cwd=Path(__file__).resolve().parent.parent)
     assert out.returncode == 0, out.stderr
@@ -714,7 +714,7 @@ def test_rendezvous_of_a_wrapped_torchrun_command_is_an_error():
 
 
 def test_single_node_torchrun_uses_the_profiles_rendezvous(tmp_path):
-    from ddptui.runners.torchrun import plan, rendezvous_args
+    from ddptui.runners.launch.torchrun import plan, rendezvous_args
 
     standalone = load_profile(write(tmp_path, BASE))
     assert rendezvous_args(standalone, 0, 1234) == ["--standalone"]

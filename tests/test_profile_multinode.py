@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-import ddptui.runners.profile as prof
-from ddptui.runners.profile import ProfileError, adhoc_profile, load_profile
+import ddptui.runners.launch.profile as prof
+from ddptui.runners.launch.profile import ProfileError, adhoc_profile, load_profile
 from tests.test_profile import BASE, error, write
 
 pytestmark = pytest.mark.timeout(30)

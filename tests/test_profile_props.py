@@ -11,8 +11,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import ddptui.runners.profile as prof
-from ddptui.runners.profile import ProfileError, load_profile
+import ddptui.runners.launch.profile as prof
+from ddptui.runners.launch.profile import ProfileError, load_profile
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.runners import fr_env
-from ddptui.runners.profile import load_profile
+from ddptui.runners.edge import fr_env
+from ddptui.runners.launch.profile import load_profile
 from ddptui.runners.session import Session
 from tests.engine_helpers import Recorder, strict_reports
 
@@ -171,7 +171,7 @@ def test_a_rank_whose_node_has_no_socket_folder_makes_it_and_leaves_none_behind(
     import subprocess
     import sys
 
-    from ddptui.runners.rankenv import activation
+    from ddptui.runners.launch.rankenv import activation
     home = tmp_path / "ddptui-me"
     home.mkdir(mode=0o700)
     folder = home / "abcd0123"

@@ -1,11 +1,11 @@
-"""The environment the runners give a rank (runners/rankenv.py) against what the rank side takes back (inject/ddptui_scope.py)."""
+"""The environment the runners give a rank (runners/launch/rankenv.py) against what the rank side takes back (inject/ddptui_scope.py)."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from ddptui.runners import rankenv
+from ddptui.runners.launch import rankenv
 from ddptui.runners.inject import ddptui_scope
 
 pytestmark = pytest.mark.timeout(30)

@@ -1,4 +1,4 @@
-"""Stacks of ranks on other nodes (runners/remote_stacks.py): locality, srun's argv and env, reading srun's end,
+"""Stacks of ranks on other nodes (runners/edge/remote_stacks.py): locality, srun's argv and env, reading srun's end,
 and the error paths through a failing srun on PATH (the real cluster test is test_remote_stacks_slurm.py)."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.runners import remote_stacks as rs
-from ddptui.runners import stacks
+from ddptui.runners.edge import remote_stacks as rs
+from ddptui.runners.edge import stacks
 
 
 # ---- locality ------------------------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.runners import rankenv, stacks
+from ddptui.runners.launch import rankenv
+
+from ddptui.runners.edge import stacks
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "allreduce_waits_for_sleeping_rank.py"
 WAITS_LINE = next(i for i, ln in enumerate(FIXTURE.read_text().splitlines(), 1) if "# WAITS_HERE" in ln)
@@ -20,7 +22,8 @@ WAITS_LINE = next(i for i, ln in enumerate(FIXTURE.read_text().splitlines(), 1) 
 # run on node0 (the login node, where ddptui runs): remote_stacks.collect for one target, its results as JSON
 PROBE = """
 import json, sys
-from ddptui.runners import remote_stacks as rs, stacks
+from ddptui.runners.edge import remote_stacks as rs
+from ddptui.runners.edge import stacks
 rank, pid, node, err, job, method, timeout = sys.argv[1:]
 res = rs.collect([rs.RemoteTarget(int(rank), int(pid), node, err)], job, method=method, timeout=float(timeout))
 r = res[int(rank)]

@@ -1,7 +1,7 @@
-"""The replica verdict (runners/replica.py): which parameter differs, and whether the replicas differed from the first step or drifted apart."""
+"""The replica verdict (runners/evidence/replica.py): which parameter differs, and whether the replicas differed from the first step or drifted apart."""
 from __future__ import annotations
 
-from ddptui.runners import replica
+from ddptui.runners.evidence import replica
 
 
 def _d(*hexes, names=("net.0.weight", "net.0.bias", "net.2.weight")):
@@ -73,9 +73,9 @@ def test_identical_at_the_end_ignores_the_first_step():
 def test_after_a_stall_no_digests_is_one_sentence_that_says_why():
     """Issue 23 item 10: `replicas unavailable: no rank reported parameter digests (digests taken when the ranks
     exited, not after a completed run)`: the ranks were torn down, they never exited on their own to report."""
-    from ddptui.runners.conclusion import Conclusion
-    from ddptui.runners.rank_lifecycle import RankLifecycle
-    from ddptui.runners.stack_verdicts import StackVerdicts
+    from ddptui.runners.judge.conclusion import Conclusion
+    from ddptui.runners.judge.rank_lifecycle import RankLifecycle
+    from ddptui.runners.judge.stack_verdicts import StackVerdicts
     from tests.test_fr_analysis import _state
     s = _state()
     Conclusion(s, RankLifecycle(s), StackVerdicts(s)).conclude("stalled", 3)

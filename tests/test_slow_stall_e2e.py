@@ -109,7 +109,7 @@ def test_a_stall_that_ends_is_cleared_and_its_verdict_kept(runs_dir, tmp_path):
     hang = rec.one(ev.HangVerdict)
     assert hang.reason == "stall" and hang.culprits == (1,) and "take_a_break()" in hang.text, hang.text
     # recorded and replayable like every other event; the dashboard's model drops the banner, keeps the verdict
-    from ddptui.runners.record import replay_events
+    from ddptui.runners.edge.record import replay_events
     from ddptui.tui.model import RunModel
     from ddptui.tui.widgets.banner import banner_text
     problems: list[str] = []

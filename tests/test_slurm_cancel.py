@@ -8,8 +8,8 @@ import time
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.runners import slurm_state as ss
-from ddptui.runners.judge import EXIT_FAILED, TearDown
+from ddptui.runners.evidence import slurm_state as ss
+from ddptui.runners.judge.judge import EXIT_FAILED, TearDown
 from ddptui.tui.console import Console
 from tests.test_judge import PIDS, W0, at, hello, make, of, say, texts
 

@@ -1,5 +1,5 @@
-"""Slurm's words read (runners/slurm_state.py) and what the judge decides from the job and the nodes
-(runners/job_follow.py), with synthetic inputs and a fake clock: no cluster, no process."""
+"""Slurm's words read (runners/evidence/slurm_state.py) and what the judge decides from the job and the nodes
+(runners/judge/job_follow.py), with synthetic inputs and a fake clock: no cluster, no process."""
 from __future__ import annotations
 
 import json
@@ -7,10 +7,10 @@ import json
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.runners import slurm_state as ss
-from ddptui.runners.job_follow import AGENT_EXIT_GRACE, Agent, agent_lost_node, node_of_agent
-from ddptui.runners.judge import EXIT_FAILED, EXIT_OK, TearDown
-from ddptui.runners.rank_learn import RankLearner, hello_rank
+from ddptui.runners.evidence import slurm_state as ss
+from ddptui.runners.judge.job_follow import AGENT_EXIT_GRACE, Agent, agent_lost_node, node_of_agent
+from ddptui.runners.judge.judge import EXIT_FAILED, EXIT_OK, TearDown
+from ddptui.runners.evidence.rank_learn import RankLearner, hello_rank
 from tests.test_judge import T0, W0, at, make, of, say, texts
 
 
@@ -247,7 +247,7 @@ def test_release_at_the_end():
 
 @pytest.mark.parametrize("n", [1])
 def test_tailer_reattributes_both_files_of_a_folder(tmp_path, n):
-    from ddptui.runners.tail import Tailer
+    from ddptui.runners.edge.tail import Tailer
     d = tmp_path / "run" / "attempt_0" / "0"
     d.mkdir(parents=True)
     (d / "stderr.log").write_text("early warning\n")
@@ -264,7 +264,7 @@ def test_tailer_reattributes_both_files_of_a_folder(tmp_path, n):
 
 
 def test_tailer_names_the_file_of_a_learned_rank(tmp_path):
-    from ddptui.runners.tail import Tailer
+    from ddptui.runners.edge.tail import Tailer
     for lr in ("0", "1"):
         (tmp_path / "a" / lr).mkdir(parents=True)
     (tmp_path / "a" / "0" / "stdout.log").write_text(hello_line(1) + "\n")
@@ -363,7 +363,7 @@ def test_srun_saying_a_task_was_killed_is_that_ranks_death_by_sigkill():
 
 
 def test_a_node_lost_during_a_stall_is_a_failed_run_not_a_stalled_one():
-    from ddptui.runners.judge import EXIT_STALLED
+    from ddptui.runners.judge.judge import EXIT_STALLED
     j = make()
     j.job_submitted()
     hello_on(j, 0, "node0")
@@ -374,11 +374,11 @@ def test_a_node_lost_during_a_stall_is_a_failed_run_not_a_stalled_one():
     assert j.job.status("stopped", EXIT_FAILED) == ("stopped", EXIT_FAILED)
 
 
-# ---- the heartbeat of a batch job's watcher (runners/heartbeat.py) ---------------------------------------------
+# ---- the heartbeat of a batch job's watcher (runners/edge/heartbeat.py) ---------------------------------------------
 @pytest.mark.parametrize("value, after", [(None, 60), ("", 60), ("30", 30), ("10", 10), ("9", 60), ("-5", 60),
                                           ("1e3", 60), ("soon", 60)])
 def test_the_unwatched_bound_is_whole_seconds_of_at_least_10(value, after):
-    from ddptui.runners.heartbeat import unwatched_after
+    from ddptui.runners.edge.heartbeat import unwatched_after
     assert unwatched_after({} if value is None else {"DDPTUI_UNWATCHED_AFTER": value}) == after
 
 
@@ -386,7 +386,7 @@ def test_the_unwatched_bound_is_whole_seconds_of_at_least_10(value, after):
 def test_the_heartbeat_rewrites_its_file_whole_until_stopped(tmp_path):
     import time
 
-    from ddptui.runners.heartbeat import Heartbeat
+    from ddptui.runners.edge.heartbeat import Heartbeat
     beat = tmp_path / "slurm" / "heartbeat"
     hb = Heartbeat(beat, period=0.05).start()
     first = beat.read_text()  # written before start() returns: before sbatch runs
@@ -405,8 +405,8 @@ def test_the_batch_script_runs_the_watcher_and_srun_stays_its_last_command(tmp_p
     import shlex
     import subprocess
 
-    from ddptui.runners.heartbeat import path
-    from ddptui.runners.profile import find_profile, load_profile
+    from ddptui.runners.edge.heartbeat import path
+    from ddptui.runners.launch.profile import find_profile, load_profile
     from ddptui.runners.session import make_plan
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     monkeypatch.setenv("DDPTUI_UNWATCHED_AFTER", "25")

@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.runners import slurm, srun_argv
-from ddptui.runners.profile import adhoc_profile, find_profile, load_profile
-from ddptui.runners.rankenv import INJECT_DIR
+from ddptui.runners.launch import slurm
+
+from ddptui.runners.launch import srun_argv
+from ddptui.runners.launch.profile import adhoc_profile, find_profile, load_profile
+from ddptui.runners.launch.rankenv import INJECT_DIR
 from ddptui.runners.session import make_plan, rendezvous_port
-from ddptui.runners.torchrun import plan as torchrun_plan
+from ddptui.runners.launch.torchrun import plan as torchrun_plan
 
 pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parent.parent
@@ -240,7 +242,7 @@ def test_dry_run_prints_the_batch_script(tmp_path):
 # ---------------------------------------------------------------- srun --label: no per-rank files
 
 def test_srun_label_prefix_names_the_task():
-    from ddptui.runners import parse
+    from ddptui.runners.evidence import parse
 
     assert parse.split_prefix("0: step 3 loss 1.0") == (0, "step 3 loss 1.0")
     assert parse.split_prefix(" 7: x") == (7, "x") and parse.split_prefix("12: @ddptui {}") == (12, "@ddptui {}")

@@ -244,7 +244,7 @@ def test_sighup_of_ddptui_stops_its_sbatch_job_and_a_watched_job_is_never_cancel
 @pytest.mark.timeout(240)
 def test_a_sigkilled_ddptuis_sbatch_job_cancels_itself_within_the_bound(slurm_clean, runs_dir):
     """No handler runs on SIGKILL: before, the job stayed RUNNING with nobody watching (40 s and more)."""
-    from ddptui.runners.heartbeat import PERIOD
+    from ddptui.runners.edge.heartbeat import PERIOD
     proc = live(slurm_clean, runs_dir, "slurm-ddp", "--no-ui", "--set", "steps=100000",
                 env={"DDPTUI_UNWATCHED_AFTER": str(UNWATCHED)})
     try:
@@ -272,7 +272,7 @@ def _wait_no_tasks(within: float) -> None:
 
 @pytest.mark.timeout(300)
 def test_link_cut_between_hosts_gives_node_lost_within_the_bound(slurm_hosts_clean, runs_dir):
-    from ddptui.runners.remote_stacks import REMOTE_TIMEOUT
+    from ddptui.runners.edge.remote_stacks import REMOTE_TIMEOUT
 
     stall_after = 10
     proc = live(slurm_hosts_clean, runs_dir, "slurm-ddp", "--no-ui", "--set", "steps=100000",

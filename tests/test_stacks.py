@@ -15,7 +15,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import runhelp  # noqa: E402
 
-from ddptui.runners import stacks, hang_verdict as verdict  # noqa: E402
+from ddptui.runners.edge import stacks
+
+from ddptui.runners.evidence import hang_verdict as verdict  # noqa: E402
 
 HANG = runhelp.FIXTURES / "hang_ddp.py"
 HANG_LINE = next(i for i, ln in enumerate(HANG.read_text().splitlines(), 1) if "# HANG_LINE" in ln)

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ddptui.runners.rank_track import RankTrack
-from ddptui.runners.stall import (Held, Limit, Quiet, Stall, busy_floor, cpu_share, judge, limit_for, quiet_ranks,
+from ddptui.runners.judge.rank_track import RankTrack
+from ddptui.runners.evidence.stall import (Held, Limit, Quiet, Stall, busy_floor, cpu_share, judge, limit_for, quiet_ranks,
                                   sharing_cores)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddptui.runners.steptime import (BASE_STEPS, StepClock, fmt_seconds, median_step, pace_known, slowed_down,
+from ddptui.runners.evidence.steptime import (BASE_STEPS, StepClock, fmt_seconds, median_step, pace_known, slowed_down,
                                      slowed_together, take_report, weighted_median)
 
 

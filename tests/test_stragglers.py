@@ -1,6 +1,6 @@
 """Slow and stalled verdicts a loaded machine must not make, with a fake clock: a straggler is judged at one moment of
 the ranks' own clocks, never from counts read at different moments, and a job whose ranks share a collective every
-step has none (runners/rank_track.py, runners/lockstep.py); a slow verdict that no longer holds is said to be over;
+step has none (runners/judge/rank_track.py, runners/evidence/lockstep.py); a slow verdict that no longer holds is said to be over;
 every rank slowed on an overloaded machine is the machine's unless one rank is caught twice; a rank's CPU evidence
 survives the switch from its launcher's pid to its own."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 
 from ddptui.runners import events as ev
-from ddptui.runners.judge import CollectStacks, Judge
-from ddptui.runners.lockstep import step_bound
-from ddptui.runners.profile import load_profile
-from ddptui.runners.rank_track import RankTrack, find_slow
+from ddptui.runners.judge.judge import CollectStacks, Judge
+from ddptui.runners.evidence.lockstep import step_bound
+from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.judge.rank_track import RankTrack, find_slow
 
 ROOT = Path(__file__).resolve().parent.parent
 T0, W0 = 1000.0, 1_764_682_000.0
@@ -186,7 +186,7 @@ def lockstep_slowed(load: float) -> Judge:
 
 def sample(outside: int):
     """Stacks of both ranks: `outside` computing in its own code, the other waiting in the all-reduce."""
-    from ddptui.runners.stacks import Frame, StackResult, ThreadStack
+    from ddptui.runners.edge.stacks import Frame, StackResult, ThreadStack
     sp, user = "/venv/lib/python3.11/site-packages", "/work/train.py"
     wait = [Frame("all_reduce", f"{sp}/torch/distributed/distributed_c10d.py", 3252, "work.wait()"),
             Frame("main", user, 30, "dist.all_reduce(t)")]

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddptui.runners import parse
-from ddptui.runners.tail import MAX_LINE, FileTail, Lines, Tailer, _has_long_line
+from ddptui.runners.evidence import parse
+from ddptui.runners.edge.tail import MAX_LINE, FileTail, Lines, Tailer, _has_long_line
 
 
 def test_partial_last_line_waits_then_survives(tmp_path):

@@ -1,11 +1,11 @@
-"""Reading a user's own torchrun command line (runners/torchrun_argv.py), and the loader and the runner reading it alike."""
+"""Reading a user's own torchrun command line (runners/launch/torchrun_argv.py), and the loader and the runner reading it alike."""
 from __future__ import annotations
 
 import pytest
 
-from ddptui.runners import torchrun
-from ddptui.runners.profile import adhoc_profile
-from ddptui.runners.torchrun_argv import launcher_end, nnodes, nproc_per_node
+from ddptui.runners.launch import torchrun
+from ddptui.runners.launch.profile import adhoc_profile
+from ddptui.runners.launch.torchrun_argv import launcher_end, nnodes, nproc_per_node
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import TabbedContent
 
-from ddptui.runners import collectives as co
+from ddptui.runners.evidence import collectives as co
 from ddptui.runners import events as ev
 from ddptui.tui.app import DdpApp, EventsArrived, ReplaySource
 from ddptui.tui.model import RunModel

@@ -39,7 +39,7 @@ def hang_scenario(world: int = 2, steps: int = 10) -> list[list[ev.Event]]:
               ev.HangVerdict("rank 1 is in culprit_wait (hang_ddp.py:31) at step 3 while rank 0 waits in all_reduce",
                              (1,), (0,), {1: {"category": "sleep", "func": "culprit_wait", "file": "/w/hang_ddp.py",
                                               "line": 31, "code": "time.sleep(600)", "step": 3},
-                                          # as runners.hang_verdict.classify(rank 0's threads).to_dict(3) says
+                                          # as runners.evidence.hang_verdict.classify(rank 0's threads).to_dict(3) says
                                           0: {"category": "collective", "detail": "all_reduce", "func": "all_reduce",
                                               "file": "/venv/torch/distributed/distributed_c10d.py", "line": 2200,
                                               "code": "", "thread": "MainThread", "calls": None, "worker": None,
@@ -181,7 +181,7 @@ def test_a_progress_event_brings_every_loss_since_the_previous_one():
 
 @pytest.mark.timeout(10)
 def test_engine_thins_a_burst_of_loss_points_evenly():
-    from ddptui.runners.rank_track import POINTS_PER_EVENT, RankTrack
+    from ddptui.runners.judge.rank_track import POINTS_PER_EVENT, RankTrack
     t = RankTrack(0, 0.0)
     for s in range(1, 2001):
         t.saw_step(s, 1.0 / s, 1.0, 1.0)
@@ -193,7 +193,7 @@ def test_engine_thins_a_burst_of_loss_points_evenly():
 
 @pytest.mark.timeout(10)
 def test_a_rank_that_reports_its_losses_owns_its_curve():
-    from ddptui.runners.rank_track import RankTrack
+    from ddptui.runners.judge.rank_track import RankTrack
     t = RankTrack(0, 0.0)
     for s in (1, 2, 3):  # the script prints "step N loss X" before its first batched report is read
         t.saw_step(s, 1.0 / s, 1.0, 1.0)
@@ -226,7 +226,7 @@ def test_a_cleared_stall_leaves_the_model_and_a_slow_sample_never_replaces_the_s
 
 
 def test_stall_cleared_round_trips_through_the_record():
-    from ddptui.runners.eventcheck import problem
+    from ddptui.runners.evidence.eventcheck import problem
     e = ev.StallCleared((0, 1), T0)
     back = ev.from_json(__import__("json").loads(__import__("json").dumps(e.to_json())))
     assert back == e and problem(back) is None
@@ -235,7 +235,7 @@ def test_stall_cleared_round_trips_through_the_record():
 
 @pytest.mark.timeout(10)
 def test_lines_are_shown_as_the_engine_sent_them():
-    from ddptui.runners import parse
+    from ddptui.runners.evidence import parse
     torn = '@ddptui {"k": "step", "r": 0'  # not a report (cut short): the engine shows it, so must the panes
     assert parse.report(torn) is None
     m = RunModel()
@@ -340,7 +340,7 @@ def test_header_says_the_job_while_pending_and_panes_say_node_and_pid():
 
 @pytest.mark.timeout(10)
 def test_a_recorded_multinode_run_replays_with_its_nodes_job_and_lost_node(tmp_path):
-    from ddptui.runners.record import RunRecord, replay_events
+    from ddptui.runners.edge.record import RunRecord, replay_events
     rec = RunRecord(tmp_path)
     for b in multinode_scenario(cyclic=True, lost=True):
         for e in b:

@@ -232,8 +232,8 @@ def test_an_xla_workers_own_start_up_is_every_replicas_phase_until_its_thread_be
     without a rank (its main thread has no ordinal), which is the phase of each replica that has not begun."""
     import sys
 
-    from ddptui.runners.judge import Judge
-    from ddptui.runners.profile import load_profile
+    from ddptui.runners.judge.judge import Judge
+    from ddptui.runners.launch.profile import load_profile
     from tests.test_judge import T0, W0, of, say
     path = tmp_path / "xla.yaml"
     path.write_text(f"name: x\nrunner: xla\nnproc: 2\nworkload:\n  script: train.py\n  python: {sys.executable}\n"

@@ -13,7 +13,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ddptui.runners import hang_verdict, stacks
+from ddptui.runners.evidence import hang_verdict
+
+from ddptui.runners.edge import stacks
 from tests.engine_helpers import loss_steps, reported_steps, strict_reports as reports
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,12 +8,15 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.runners import fr_analysis, hang_verdict, replica, torchrun
-from ddptui.runners.crash import RankEvidence, decide
-from ddptui.runners.judge import Judge, Launcher
-from ddptui.runners.profile import adhoc_profile
-from ddptui.runners.rank_learn import RankLearner
-from ddptui.runners.torchrun_argv import max_nodes, node_rank, rdzv_backend
+from ddptui.runners.evidence import fr_analysis
+from ddptui.runners.evidence import hang_verdict
+from ddptui.runners.evidence import replica
+from ddptui.runners.launch import torchrun
+from ddptui.runners.evidence.crash import RankEvidence, decide
+from ddptui.runners.judge.judge import Judge, Launcher
+from ddptui.runners.launch.profile import adhoc_profile
+from ddptui.runners.evidence.rank_learn import RankLearner
+from ddptui.runners.launch.torchrun_argv import max_nodes, node_rank, rdzv_backend
 from ddptui.tui.console import Console
 from ddptui.tui.model import RunModel
 

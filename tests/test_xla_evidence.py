@@ -1,14 +1,14 @@
-"""XLA's rendezvous log lines as evidence (runners/xla_evidence.py), on lines recorded from real PJRT CPU runs; no torch_xla needed."""
+"""XLA's rendezvous log lines as evidence (runners/evidence/xla_evidence.py), on lines recorded from real PJRT CPU runs; no torch_xla needed."""
 from __future__ import annotations
 
 import time
 
 import pytest
 
-from ddptui.runners import xla_evidence as xe
-from ddptui.runners.hints import HintMatcher, by_code
-from ddptui.runners.stacks import Frame
-from ddptui.runners.hang_verdict import Where
+from ddptui.runners.evidence import xla_evidence as xe
+from ddptui.runners.evidence.hints import HintMatcher, by_code
+from ddptui.runners.edge.stacks import Frame
+from ddptui.runners.evidence.hang_verdict import Where
 
 # Recorded from the reference's pattern 2 (DDP over xla://, gradient_as_bucket_view=True) on 2 PJRT CPU replicas.
 KEY0 = ("RendezvousKey{run_id=RunId: 0, global_devices=[0,1], num_local_participants=2, "

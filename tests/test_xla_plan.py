@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.runners import xla
-from ddptui.runners.profile import WORKLOADS_DIR, load_profile
-from ddptui.runners.rankenv import INJECT_DIR
+from ddptui.runners.launch import xla
+from ddptui.runners.launch.profile import WORKLOADS_DIR, load_profile
+from ddptui.runners.launch.rankenv import INJECT_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"

@@ -63,7 +63,7 @@ class LiveSource(_SessionSource):
 
 
 class AttachSource(_SessionSource):
-    """A job ddptui did not launch (runners.attach_session.AttachSession, watching until it ends): q detaches, s asks
+    """A job ddptui did not launch (runners.attach.session.AttachSession, watching until it ends): q detaches, s asks
     and then stops the job through its own launcher, never its ranks one by one."""
 
     kind = "attach"
@@ -74,13 +74,13 @@ class AttachSource(_SessionSource):
         self.session = None
 
     def prepare(self, emit: Callable[[list], None]) -> None:
-        from ddptui.runners.attach_session import AttachSession
+        from ddptui.runners.attach.session import AttachSession
         self.session = AttachSession(self.job, self.runs_root, emit, watch=True, stall_after=self.stall_after,
                                      stack_every=self.stack_every, pyspy=self.pyspy)
 
     def stop_words(self) -> tuple[str, bool]:
         """What stopping the job would do, and whether ddptui can do it at all."""
-        from ddptui.runners.attach_session import stop_words
+        from ddptui.runners.attach.session import stop_words
         said, how = stop_words(self.job)
         return said, how is not None
 
@@ -90,7 +90,7 @@ class AttachSource(_SessionSource):
     def again(self) -> "AttachSource":
         """The job found again from what the user asked (a pid, a Slurm job), never its old pids: a job that has ended
         raises NotAJob, whose words say why."""
-        from ddptui.runners.attach_find import find_job, find_slurm_job
+        from ddptui.runners.attach.find import find_job, find_slurm_job
         job = find_slurm_job(self.job.slurm_job) if self.job.kind == "slurm" else find_job(int(self.job.asked))
         return AttachSource(job, self.runs_root, self.stall_after, self.stack_every, self.pyspy)
 
@@ -104,13 +104,13 @@ class ReplaySource:
         self.run_dir, self.until, self.chunk = Path(run_dir), until, chunk
         self._stop = threading.Event()
         self.emit: Callable[[list], None] = lambda batch: None
-        self.problems: list[str] = []  # what the record lacks or could not be read (runners.record.replay_events)
+        self.problems: list[str] = []  # what the record lacks or could not be read (runners.edge.record.replay_events)
 
     def prepare(self, emit) -> None:
         self.emit = emit
 
     def run(self) -> int:
-        from ddptui.runners.record import replay_events
+        from ddptui.runners.edge.record import replay_events
         batch: list = []
         start = last = finished = None
         code = 0
@@ -503,7 +503,7 @@ class DdpApp(App):
             self.notify(f"replay of {self.source.run_dir}: r reruns live runs only{again}", severity="warning",
                         timeout=8, markup=False)
             return
-        from ddptui.runners.attach_find import NotAJob
+        from ddptui.runners.attach.find import NotAJob
         try:
             again = self.source.again()
         except NotAJob as e:  # an attached job that has ended: nothing to attach to again
@@ -566,7 +566,7 @@ def run_app(profile_path, overrides: Sequence[str] = (), runs_root: Path = Path(
     source = None
     extra = None
     if isinstance(profile_path, (str, Path)):
-        from ddptui.runners.profile import load_profile
+        from ddptui.runners.launch.profile import load_profile
         source = LiveSource(load_profile(profile_path, overrides), runs_root)
         extra = Path(profile_path)
     elif profile_path is not None:  # an already loaded Profile (e.g. `ddptui -- CMD`)

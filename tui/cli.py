@@ -89,7 +89,7 @@ def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.profile and command:
         return _fail("give either a PROFILE or a command after '--', not both")
-    from ddptui.runners.profile import ProfileError, adhoc_profile, find_profile, load_profile
+    from ddptui.runners.launch.profile import ProfileError, adhoc_profile, find_profile, load_profile
     try:
         if command:
             profile = adhoc_profile(command, args.overrides)
@@ -156,7 +156,7 @@ def run_headless(profile, runs_dir: str, summary_path: str | None = None, pyspy:
 
 def _subcommand(name: str, rest: list[str]) -> int:
     if name == "profiles":
-        from ddptui.runners.profile import ProfileError, list_profiles, load_profile
+        from ddptui.runners.launch.profile import ProfileError, list_profiles, load_profile
         for path in list_profiles():
             try:
                 p = load_profile(path)
@@ -191,7 +191,7 @@ def _subcommand(name: str, rest: list[str]) -> int:
 
 def _replay_headless(run_dir: Path) -> int:
     """Replay what the record holds; 1 (and one line on stderr saying what) when it is incomplete or malformed."""
-    from ddptui.runners.record import replay_events
+    from ddptui.runners.edge.record import replay_events
     from ddptui.tui.console import Console
     console = Console()
     problems: list[str] = []

@@ -6,8 +6,8 @@ import sys
 import time
 
 from ddptui.runners import events as ev
-from ddptui.runners import stacks as stk
-from ddptui.runners.world_view import UNSEEN_WHY
+from ddptui.runners.edge import stacks as stk
+from ddptui.runners.judge.world_view import UNSEEN_WHY
 from ddptui.tui import hangup
 from ddptui.tui.rate import RunTally
 from ddptui.tui.ranktag import untag_lines

@@ -252,7 +252,7 @@ class RunModel:
         self.events_seen += len(batch)
 
     def _apply_lines(self, e: ev.LogLines) -> None:
-        # Shown as the engine sent them: it already took its reports out (runners/parse.py), as it did before
+        # Shown as the engine sent them: it already took its reports out (runners/evidence/parse.py), as it did before
         # recording them, so a replayed record holds none either.
         lines = e.lines
         if not lines:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import ddptui_postimport
 import ddptui_report
 
-# The words the engine accepts (runners/ingest.py PHASES), in the order a rank goes through them
+# The words the engine accepts (runners/judge/ingest.py PHASES), in the order a rank goes through them
 IMPORTING, SETTING_UP, RENDEZVOUS, FIRST_STEP = "importing torch", "setting up", "rendezvous", "waiting for first step"
 
 

@@ -5,7 +5,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ddptui.runners import collectives as co
+from ddptui.runners.evidence import collectives as co
 from ddptui.tui.model import RunModel
 
 STATE_WORD = {"mismatch": "MISMATCH", "behind": "BEHIND", "waiting": "waiting", "ok": "ok"}

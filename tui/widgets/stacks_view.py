@@ -11,8 +11,8 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ddptui.runners.events import HangVerdict, StacksCollected
-from ddptui.runners.stacks import HELPER_THREADS
-from ddptui.runners.hang_verdict import collective_frame
+from ddptui.runners.edge.stacks import HELPER_THREADS
+from ddptui.runners.evidence.hang_verdict import collective_frame
 
 
 def _verdict_of(stacks: StacksCollected, hang: HangVerdict | None) -> HangVerdict | None:
@@ -35,7 +35,7 @@ def _where_line(w: dict) -> str:
 
 
 def _frames(t: Text, frames: list, where: dict) -> None:
-    """The frames of one thread: ▶ a collective (the engine's own test, runners/hang_verdict.py), ◀ where the
+    """The frames of one thread: ▶ a collective (the engine's own test, runners/evidence/hang_verdict.py), ◀ where the
     engine's verdict (HangVerdict.where) says a culprit sits."""
     for fr in frames:
         func, file, line = (list(fr) + ["?", "?", "?"])[:3]

@@ -1,0 +1,1 @@
+"""Attaching to a job ddptui did not launch: finding its ranks, reading their output, watching them."""

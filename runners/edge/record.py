@@ -1,0 +1,232 @@
+"""The run record on disk: written as the run goes, so nothing already read is lost; read back for replay."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Iterator
+
+from ddptui.runners.events import Event, LogLines, RunFinished, RunStarted, from_json
+
+
+def new_run_dir(runs_root: Path, profile_name: str) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    safe = re.sub(r"[^\w.-]+", "_", profile_name) or "run"
+    base = Path(runs_root) / f"{stamp}-{safe}"
+    path, n = base, 1
+    while True:
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
+
+
+def _stamp(wall: float) -> str:
+    return datetime.fromtimestamp(wall).astimezone().isoformat(timespec="milliseconds")  # with its UTC offset
+
+
+class RunRecord:
+    def __init__(self, run_dir: Path) -> None:
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._events = open(self.dir / "events.jsonl", "a", encoding="utf-8")
+        self._logs: dict[int | None, object] = {}
+
+    def write_json(self, name: str, data) -> Path:
+        path = self.dir / name
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+    def write_fr(self, folder: str, rank: int, dump: dict) -> Path:
+        """A rank's Flight Recorder dump next to its stacks: `folder`/fr/rank_<R>, one pickled dict per rank, the
+        files PyTorch's analyzer reads (`torchfrtrace FOLDER/fr --prefix rank_`)."""
+        path = self.dir / folder / "fr" / f"rank_{rank}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            pickle.dump(dump, f, protocol=4)
+        os.replace(tmp, path)
+        return path
+
+    def _log(self, rank: int | None):
+        f = self._logs.get(rank)
+        if f is None:
+            name = "launcher.log" if rank is None else f"rank{rank}.log"
+            f = self._logs[rank] = open(self.dir / name, "a", encoding="utf-8", errors="replace")
+        return f
+
+    def lines(self, rank: int | None, stream: str, wall: float, lines) -> None:
+        prefix = f"{_stamp(wall)} {stream} "
+        self._log(rank).write(prefix + ("\n" + prefix).join(lines) + "\n")
+
+    def event(self, ev: Event) -> None:
+        self._events.write(json.dumps(ev.to_json(), default=str) + "\n")
+
+    def flush(self) -> None:
+        self._events.flush()
+        for f in self._logs.values():
+            f.flush()
+
+    def close(self) -> None:
+        self.flush()
+        self._events.close()
+        for f in self._logs.values():
+            f.close()
+        self._logs.clear()
+
+
+_LOG_LINE = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(?:[+-]\d\d:\d\d)?) (out|err) (.*)\Z", re.S)
+_RANK_LOG = re.compile(r"rank(\d+)\.log\Z")
+
+
+def read_log(path: Path, skipped: list | None = None) -> Iterator[tuple[float, str, str]]:
+    """(wall, stream, text) of every line of a rank<N>.log / launcher.log; lines not in that format are left out
+    (and appended to `skipped`). Split on \n only: a rank's line may hold a \r (progress bars)."""
+    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
+        for raw in f:
+            m = _LOG_LINE.match(raw.rstrip("\n"))
+            if m:
+                try:
+                    yield datetime.fromisoformat(m.group(1)).timestamp(), m.group(2), m.group(3)
+                    continue
+                except ValueError:  # a well-shaped but impossible time (month 13)
+                    pass
+            if skipped is not None:
+                skipped.append(raw)
+
+
+def _read_events(path: Path, notes: list[str]) -> list[Event]:
+    """The events of events.jsonl that decode and type-check; what does not is counted in `notes`."""
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    cut = lines[-1] != ""  # a last line without its newline was being written when ddptui stopped
+    if not cut:
+        lines.pop()
+    out, bad = [], []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except RecursionError:  # the decoder's nesting is bounded by the interpreter's recursion limit
+            bad.append((i, "JSON nested too deep"))
+            continue
+        except ValueError:
+            if cut and i == len(lines):
+                notes.append(f"events.jsonl: line {i}, the last, is cut short (ddptui stopped while writing it)")
+            else:
+                bad.append((i, "not JSON"))
+            continue
+        try:
+            why = _decode_problem(d)
+        except RecursionError:
+            why = "a value nested too deep"
+        if isinstance(why, str):
+            bad.append((i, why))
+        else:
+            out.append(why)
+    if bad:
+        (i, why), n = bad[0], len(bad)
+        notes.append(f"events.jsonl: {n} malformed line{'s' if n > 1 else ''} left out "
+                     f"(line {i}: {why}{'; ...' if n > 1 else ''})")
+    return out
+
+
+def _decode_problem(d) -> Event | str:
+    """The event a decoded JSON line holds, or why it holds none."""
+    from ddptui.runners.evidence.eventcheck import problem
+    kind = d.get("kind") if isinstance(d, dict) else None
+    if not isinstance(kind, str):
+        return "not an event (no \"kind\")"
+    try:
+        e = from_json(d)
+    except KeyError:
+        return f"unknown event kind {kind!r}"
+    except (TypeError, ValueError) as exc:
+        return f"{kind}: {exc}"
+    return problem(e) or e
+
+
+def replay_events(run_dir: Path, problems: list[str] | None = None) -> Iterator[Event]:
+    """A finished (or crashed) run's events in time order, LogLines rebuilt from the rank logs.
+
+    Whatever cannot be read is left out, and said in `problems` (one phrase each): malformed or cut lines, stray
+    files, a record without its summary (its ddptui was killed, or still runs)."""
+    run_dir = Path(run_dir)
+    notes = problems if problems is not None else []
+    items: list[tuple[float, int, Event]] = []
+    ev_path = run_dir / "events.jsonl"
+    if ev_path.exists():
+        for seq, e in enumerate(_read_events(ev_path, notes)):
+            items.append((getattr(e, "wall", 0.0), seq, e))
+    seq = len(items)
+    logs = []
+    for log in sorted(run_dir.glob("rank*.log")):
+        m = _RANK_LOG.match(log.name)
+        if m:
+            logs.append((int(m.group(1)), log))
+        else:
+            notes.append(f"{log.name} left out (not rank<N>.log)")
+    if (run_dir / "launcher.log").exists():
+        logs.append((None, run_dir / "launcher.log"))
+    for rank, log in logs:
+        group: list[str] = []
+        key = None
+        skipped: list = []
+        for wall, stream, text in read_log(log, skipped):
+            if key is not None and (wall, stream) != key:
+                items.append((key[0], seq, LogLines(rank, key[1], key[0], 0.0, tuple(group))))
+                seq += 1
+                group = []
+            key = (wall, stream)
+            group.append(text)
+        if group:
+            items.append((key[0], seq, LogLines(rank, key[1], key[0], 0.0, tuple(group))))
+            seq += 1
+        if skipped:
+            notes.append(f"{log.name}: {len(skipped)} line{'s' if len(skipped) > 1 else ''} not in the record's "
+                         "format left out")
+    kinds = {type(e) for _, _, e in items}
+    if RunStarted not in kinds:
+        notes.append("events.jsonl has no run_started event")
+    if not (run_dir / "summary.json").exists():
+        notes.append("no summary.json: the run did not finish (its ddptui was killed, or is still running)")
+    else:
+        why = _file_problem(run_dir / "summary.json")
+        if why:
+            notes.append(why)
+        elif RunFinished not in kinds:
+            notes.append("events.jsonl has no run_finished event")
+    if (run_dir / "plan.json").exists():  # an attached job's record has none
+        why = _file_problem(run_dir / "plan.json")
+        if why:
+            notes.append(why)
+    items.sort(key=lambda x: (x[0], x[1]))
+    for _, _, e in items:
+        yield e
+
+
+def _file_problem(path: Path) -> str | None:
+    """What is wrong with one of the record's JSON files (summary.json, plan.json), in words, or None."""
+    from ddptui.runners.evidence.eventcheck import record_file_problem
+    try:
+        d = json.loads(path.read_bytes().decode("utf-8", errors="replace"))
+    except OSError as e:
+        return f"{path.name} is unreadable ({e.strerror or e})"
+    except RecursionError:
+        return f"{path.name} is malformed (JSON nested too deep)"
+    except ValueError:
+        return f"{path.name} is malformed (not JSON)"
+    try:
+        why = record_file_problem(path.name, d)
+    except RecursionError:
+        why = "a value nested too deep"
+    return f"{path.name} is malformed ({why})" if why else None
+

@@ -1,0 +1,140 @@
+"""Checks a record's decoded events against their dataclass field types, so replay reports a malformed line instead of
+handing a front end a value it would crash on."""
+from __future__ import annotations
+
+import functools
+import types
+import typing
+from dataclasses import fields
+from typing import Any
+
+from ddptui.runners import events as ev
+
+_NUM = (int, float)
+# What the front ends read from RunFinished.summary (a dict[str, Any] to the dataclass): key -> accepted types.
+_SUMMARY = {"profile": (str, type(None)), "runner": (str, type(None)), "status": (str,), "run_dir": (str, type(None)),
+            "world_size": (int, type(None)), "unseen": (list, type(None)), "duration_s": _NUM, "ranks": (dict,), "replica": (dict, type(None)),
+            "hang": (dict, type(None)), "slow": (dict, type(None)), "crash": (dict, type(None)),
+            "own_exit": (dict, type(None)), "hints": (list, type(None))}
+_SUMMARY_RANK = {"status": (str, type(None)), "outcome": (str, type(None)), "returncode": (int, type(None)),
+                 "signal": (str, type(None)), "steps": (int, type(None)), "first_loss": _NUM + (type(None),),
+                 "last_loss": _NUM + (type(None),), "workload_loss": (dict, type(None))}
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _name(tp) -> str:
+    if typing.get_args(tp) or not isinstance(tp, type):
+        return str(tp).replace("typing.", "")
+    return tp.__name__
+
+
+def _ok(value, tp) -> bool:  # noqa: C901 - one branch per kind of annotation
+    if tp is Any:
+        return True
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_ok(value, a) for a in args)
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, _NUM) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    if origin is tuple or tp is tuple:  # JSON nests tuples as lists
+        if not isinstance(value, (tuple, list)):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_ok(v, args[0]) for v in value)
+        return not args or (len(args) == len(value) and all(_ok(v, a) for v, a in zip(value, args)))
+    if origin is list or tp is list:
+        return isinstance(value, list) and (not args or all(_ok(v, args[0]) for v in value))
+    if origin is dict or tp is dict:
+        return isinstance(value, dict) and (not args or all(_ok(k, args[0]) and _ok(v, args[1])
+                                                            for k, v in value.items()))
+    return isinstance(value, tp) if isinstance(tp, type) else True
+
+
+def _loss_points(value) -> bool:
+    return all(isinstance(p, (list, tuple)) and len(p) == 2 and _ok(p[0], int | None) and _ok(p[1], float)
+               for p in value)
+
+
+def _summary_problem(s: dict) -> str | None:
+    for key, types_ in _SUMMARY.items():
+        if key in s and not isinstance(s[key], types_):
+            return f"summary.{key}: expected {' | '.join(t.__name__ for t in types_)}, got {type(s[key]).__name__}"
+    for part in ("replica", "hang", "slow", "crash", "own_exit"):
+        if isinstance(s.get(part), dict) and not isinstance(s[part].get("text"), str):
+            return f"summary.{part}.text: expected str"
+    outcomes = (s.get("crash") or {}).get("outcomes") if isinstance(s.get("crash"), dict) else None
+    if outcomes is not None and not (isinstance(outcomes, dict) and all(isinstance(w, str) for w in outcomes.values())):
+        return "summary.crash.outcomes: expected {rank: str, ...}"
+    sampled = (s.get("slow") or {}).get("verdict") if isinstance(s.get("slow"), dict) else None
+    if sampled is not None and not (isinstance(sampled, dict) and isinstance(sampled.get("text"), str)):
+        return "summary.slow.verdict: expected {\"text\": str, ...}"
+    for h in s.get("hints") or []:
+        if not (isinstance(h, dict) and isinstance(h.get("title"), str) and isinstance(h.get("fix"), str)):
+            return "summary.hints: expected [{\"title\": str, \"fix\": str, ...}, ...]"
+    for r, info in (s.get("ranks") or {}).items():
+        if not str(r).lstrip("-").isdigit():
+            return f"summary.ranks: expected rank numbers as keys, got {r!r:.20}"
+        if not isinstance(info, dict):
+            return f"summary.ranks.{r}: expected dict, got {type(info).__name__}"
+        for key, types_ in _SUMMARY_RANK.items():
+            if key in info and not isinstance(info[key], types_):
+                return f"summary.ranks.{r}.{key}: expected {' | '.join(t.__name__ for t in types_)}, " \
+                       f"got {type(info[key]).__name__}"
+    return None
+
+
+def problem(e: ev.Event) -> str | None:
+    """What is wrong with a decoded event ("kind.field: expected T, got V"), or None when every field fits."""
+    hints = _hints(type(e))
+    for f in fields(e):
+        value = getattr(e, f.name)
+        if not _ok(value, hints[f.name]):
+            return f"{e.kind}.{f.name}: expected {_name(hints[f.name])}, got {type(value).__name__} {value!r:.40}"
+    if isinstance(e, ev.Progress) and not _loss_points(e.losses):
+        return f"{e.kind}.losses: expected [[step, loss], ...], got {e.losses!r:.40}"
+    if isinstance(e, ev.RunFinished):
+        return _summary_problem(e.summary)
+    return None
+
+
+# plan.json (runners/launch/plan.py LaunchPlan.to_json): key -> accepted types, and each process's
+_PLAN = {"runner": (str,), "world_size": (int,), "procs": (list,), "sources": (list,), "notes": (list,),
+         "job": (dict, type(None))}
+_PLAN_PROC = {"name": (str,), "argv": (list,), "env": (dict,), "cwd": (str,), "ranks": (list,), "stdout": (str,),
+              "stderr": (str,)}
+
+
+def _fields_problem(d, want: dict, what: str) -> str | None:
+    if not isinstance(d, dict):
+        return f"expected a JSON object, got {type(d).__name__}"
+    for key, types_ in want.items():
+        if key not in d:
+            return f"{what}{key}: missing"
+        if not isinstance(d[key], types_) or isinstance(d[key], bool):
+            return f"{what}{key}: expected {' | '.join(t.__name__ for t in types_)}, got {type(d[key]).__name__}"
+    return None
+
+
+def record_file_problem(name: str, d) -> str | None:
+    """What is wrong with a decoded summary.json or plan.json of a record, or None when the front ends can read it."""
+    if name == "summary.json":
+        return _fields_problem(d, {"status": (str,)}, "") or _summary_problem(d)
+    why = _fields_problem(d, _PLAN, "")
+    if why is None:
+        for i, proc in enumerate(d["procs"]):
+            why = _fields_problem(proc, _PLAN_PROC, f"procs[{i}].")
+            if why:
+                break
+    return why

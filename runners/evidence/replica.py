@@ -1,0 +1,136 @@
+"""Deciding whether every rank holds byte-identical weights, from the per-parameter digests they reported, and since when not."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from ddptui.runners.judge.world_view import unseen_words
+
+
+@dataclass(frozen=True)
+class ReplicaResult:
+    status: str  # identical | differ | incomplete | unavailable
+    text: str
+    param: str | None
+    ranks: tuple[int, ...]
+    params: tuple[str, ...]
+    table: dict[int, tuple[str, ...]]
+    origin: str | None = None  # for "differ": "first_step" (differed before the first update) | "drifted" | None
+    hint: str | None = None  # the hint code (runners/evidence/hints.py) that explains the origin
+
+
+# What "differed at the first optimizer step" means depends on who could have made the replicas equal.
+# kind: "xla" (torch_xla.launch replicas: nothing broadcasts the initial weights unless the program does),
+# "ddp" (DistributedDataParallel broadcast rank 0's weights when it wrapped the model), "plain" (neither).
+_FROM_START = {
+    "xla": ("initial weights differ: no seed / no broadcast",
+            "fix: xm.broadcast_master_param(model) after building it, or torch.manual_seed(S) before "
+            "(PJRT CPU thread replicas share one generator: seed and build under one lock)",
+            "replicas-differ-from-start-xla"),
+    "ddp": ("DistributedDataParallel broadcast rank 0's weights when it wrapped the model, so something changed "
+            "them after that: init_sync=False, or weights loaded / re-initialised per rank after DDP(...)",
+            "fix: seed, build and load the model before wrapping it in DDP, and keep init_sync=True",
+            "replicas-differ-from-start-ddp"),
+    "plain": ("initial weights differ: no seed / no broadcast",
+              "fix: torch.manual_seed(S) on every rank before building the model, or broadcast rank 0's weights "
+              "(dist.broadcast(p.data, src=0) for each parameter, or wrap the model in DistributedDataParallel)",
+              "replicas-differ-from-start"),
+}
+
+
+def _ranks(rs) -> str:
+    rs = sorted(rs)
+    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
+
+
+def _names(digests: dict[int, list]) -> list[str]:
+    names: list[str] = []
+    seen: set[str] = set()
+    for rank in sorted(digests):
+        for entry in digests[rank]:
+            if entry[0] not in seen:
+                seen.add(entry[0])
+                names.append(entry[0])
+    return names
+
+
+def _first_difference(digests: dict[int, list]) -> tuple[str, tuple[int, ...], list[int], bool] | None:
+    """(parameter, odd ranks, agreeing ranks, no majority) of the first parameter whose digests differ, else None."""
+    names = _names(digests)
+    table = {r: dict((e[0], e[1]) for e in d) for r, d in digests.items()}
+    for name in names:
+        by_rank = {r: table[r].get(name, "-") for r in table}
+        by_digest = Counter(by_rank.values())
+        if len(by_digest) > 1:
+            majority, count = by_digest.most_common(1)[0]
+            tie = count * 2 == len(table) or count == 1
+            if tie:  # no majority: the lowest rank's weights are the reference
+                majority = by_rank[min(by_rank)]
+            odd = tuple(sorted(r for r in by_rank if by_rank[r] != majority))
+            return name, odd, sorted(set(by_rank) - set(odd)), tie
+    return None
+
+
+def origin(first: dict[int, list] | None, ranks: set[int], kind: str) -> tuple[str, str, str] | None:
+    """("first_step" | "drifted", the words, the hint code) from the digests taken before the first optimizer step.
+
+    first: rank -> [[name, hex, shape, dtype], ...] at the first step; ranks: the ranks compared at the end.
+    None when the first-step digests cannot tell (missing for a rank that took part).
+    """
+    if not first or len(first) < 2:
+        return None
+    diff = _first_difference(first)
+    if diff is not None:
+        name, odd, agree, _ = diff
+        why, fix, hint = _FROM_START.get(kind, _FROM_START["plain"])
+        where = f"'{name}' already differed at the first optimizer step ({_ranks(odd)} vs {_ranks(agree)})"
+        return "first_step", f"replicas differed from the first step ({why}; {where}) - {fix}", hint
+    if not ranks <= set(first):
+        return None
+    return ("drifted", "replicas drifted apart between step 1 and the end (identical at the first optimizer step): "
+            "their updates differ (gradients not averaged across ranks, a rank-dependent update, or weights "
+            "changed outside the optimizer)", "replicas-drifted")
+
+
+def compare(digests: dict[int, list], world_size: int, first: dict[int, list] | None = None,
+            kind: str = "plain", cut_short: bool = False, unseen: tuple[int, ...] = ()) -> ReplicaResult:
+    """digests: rank -> [[name, hex, shape, dtype], ...] in named_parameters() order, at the end.
+
+    first: the same, taken before each rank's first optimizer step (tells "differed from the first step" from
+    "drifted apart"); kind: "xla" | "ddp" | "plain", who could have made the initial weights equal; cut_short: the run
+    was torn down or a rank failed (the ranks report their weights as they exit on their own); unseen: ranks of the
+    world this ddptui does not watch (other nodes'): their weights are not compared, and the verdict says so.
+    """
+    away = f"; {unseen_words(unseen)}: not compared" if unseen else ""
+    if not digests:
+        return ReplicaResult("unavailable", "replicas not compared: " + (
+            "the ranks were stopped before they reported their weights (a rank reports them when it exits on its own)"
+            if cut_short else "no rank reported its weights (a DistributedDataParallel model's, at exit)")
+            + (f"; {unseen_words(unseen)}" if unseen else ""),
+            None, (), (), {})
+    names = _names(digests)
+    table = {r: tuple(dict((e[0], e[1]) for e in d).get(n, "-") for n in names) for r, d in digests.items()}
+    missing = sorted(set(range(world_size)) - set(digests) - set(unseen))
+    diff = _first_difference(digests)
+    if diff is not None:
+        name, odd, agree, tie = diff
+        text = (f"replicas differ: first differing parameter '{name}': {_ranks(odd)} "
+                f"differ{'s' if len(odd) == 1 else ''} from {_ranks(agree)}"
+                + (" (no majority: the lowest rank is the reference)" if tie else "") + away)
+        since = origin(first, set(digests), kind)
+        if since is None:
+            return ReplicaResult("differ", text, name, odd, tuple(names), table)
+        return ReplicaResult("differ", f"{text}; {since[1]}", name, odd, tuple(names), table, since[0], since[2])
+    if missing:
+        return ReplicaResult("incomplete", f"{len(names)} parameters identical on {_ranks(table)}; "
+                             f"no digests from {_ranks(missing)}{away}", None, tuple(missing), tuple(names), table)
+    if unseen and len(table) == 1:
+        return ReplicaResult("incomplete", f"{_ranks(table)} is the only rank seen here: its weights "
+                             f"({len(names)} parameters) were compared with no other ({unseen_words(unseen)})", None,
+                             tuple(unseen), tuple(names), table)
+    if unseen:
+        return ReplicaResult("incomplete", f"{len(table)} of {len(table) + len(unseen)} ranks seen here "
+                             f"({', '.join(map(str, sorted(table)))}) hold byte-identical weights ({len(names)} "
+                             f"parameters){away}", None, tuple(unseen), tuple(names), table)
+    return ReplicaResult("identical", f"all {len(table)} ranks hold byte-identical weights "
+                         f"({len(names)} parameters)", None, (), tuple(names), table)

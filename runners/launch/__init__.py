@@ -1,0 +1,1 @@
+"""Launching: profiles, launch plans and one module per runner."""

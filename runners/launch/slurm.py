@@ -1,0 +1,220 @@
+"""The slurm runner's plan: the ranks run on Slurm's nodes, as an srun step or in a job ddptui submits with sbatch."""
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Mapping
+
+from ddptui.runners.edge import heartbeat
+from ddptui.runners.launch import srun_argv
+from ddptui.runners.launch.plan import LaunchPlan, LogSource, ProcSpec, SlurmJob
+from ddptui.runners.launch.profile import Profile
+from ddptui.runners.launch.rankenv import base_env, workload_argv, workload_target
+from ddptui.runners.launch.torchrun import launcher_prefix, rank_sources
+
+PORT_WAIT_S = 60  # how long the other tasks wait for task 0's port file (the shared filesystem's delay included)
+
+# The job's first node and its address. In a cluster whose node names do not resolve (several slurmd on one host)
+# only Slurm's NodeAddr reaches the node; where NodeAddr is the name (the usual case) it is the name.
+_FIRST_NODE = ('first=$(scontrol show hostnames "${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}" | head -n 1)\n'
+               'addr=$(scontrol show node "$first" -o 2>/dev/null | sed -n "s/.* NodeAddr=\\([^ ]*\\).*/\\1/p")\n')
+_OWN_NODE = ('own=$(scontrol show node "$SLURMD_NODENAME" -o 2>/dev/null'
+             ' | sed -n "s/.* NodeAddr=\\([^ ]*\\).*/\\1/p")\n')
+_RANK_VARS = ('RANK="$SLURM_PROCID" WORLD_SIZE="$SLURM_NTASKS" LOCAL_RANK="$SLURM_LOCALID" '
+              'NODE_RANK="$SLURM_NODEID" GROUP_RANK="$SLURM_NODEID"')
+
+
+def submit_mode(submit: str, environ: Mapping[str, str]) -> tuple[str, str | None]:
+    """('step', job id) inside an allocation (SLURM_JOB_ID set) unless sbatch is forced, else ('sbatch', None)."""
+    job = environ.get("SLURM_JOB_ID") or None
+    if submit == "step" or (submit == "auto" and job is not None):
+        return "step", job
+    return "sbatch", None
+
+
+def job_name(run_dir: Path) -> str:
+    return f"ddptui-{run_dir.name}"
+
+
+def port_lines(profile: Profile, run_dir: Path, unless_set: str | None = None) -> str:
+    """bash that sets $port: slurm.port, or with auto a port free on the first node now. Task 0 (on the first node)
+    binds port 0 there and writes what it got into the run directory; the other tasks read it (no job-id formula:
+    two jobs, or two clusters' job 1, on one node must not meet on one port). unless_set: a variable that, when
+    the user exported it, is the port already."""
+    if profile.slurm.port != "auto":
+        return f"port={profile.slurm.port}\n"
+    pf = shlex.quote(str(run_dir / "slurm" / "port.")) + '"$SLURM_JOB_ID.$SLURM_STEP_ID"'
+    py = shlex.quote(profile.workload.python)
+    pick = "import socket; s = socket.socket(); s.listen(); print(s.getsockname()[1])"  # listen binds a free port
+    # -S: no site, so not the injected sitecustomize either (a python in an srun step would say its hello into $pf)
+    body = (f'pf={pf}\n'
+            f'if [ "$SLURM_PROCID" = 0 ]; then {py} -S -c "{pick}" > "$pf.tmp" && mv "$pf.tmp" "$pf"\n'
+            f'else for i in $(seq {PORT_WAIT_S * 10}); do [ -s "$pf" ] && break; sleep 0.1; done; fi\n'
+            'port=$(cat "$pf")\n')
+    if unless_set is None:
+        return body
+    return f'port="${{{unless_set}:-}}"\nif [ -z "$port" ]; then\n{body}fi\n'
+
+
+def rank_wrapper(profile: Profile, run_dir: Path, keep_user_master: bool = False) -> str:
+    """`bash -c` text every srun task runs before the rank program: the env:// variables from Slurm's.
+    keep_user_master: an ad-hoc command keeps MASTER_ADDR/MASTER_PORT its user exported."""
+    if keep_user_master:
+        master = 'MASTER_ADDR="${MASTER_ADDR:-${addr:-$first}}" MASTER_PORT="$port"'
+        ports = port_lines(profile, run_dir, unless_set="MASTER_PORT")
+    else:
+        master = 'MASTER_ADDR="${addr:-$first}" MASTER_PORT="$port"'
+        ports = port_lines(profile, run_dir)
+    local = f" LOCAL_WORLD_SIZE={profile.nproc}" if not keep_user_master else ""
+    return _FIRST_NODE + ports + f"export {master} {_RANK_VARS}{local}\n" + 'exec "$@"'
+
+
+def agent_wrapper(profile: Profile, run_dir: Path) -> str:
+    """`bash -c` text of the one task per node that becomes its torchrun agent (the program follows as "$@")."""
+    torchrun = " ".join(shlex.quote(w) for w in launcher_prefix(profile.workload.python))
+    log_dir = shlex.quote(str(run_dir / "torchrun" / "node"))
+    return (_FIRST_NODE + _OWN_NODE + port_lines(profile, run_dir)
+            + f"exec {torchrun} --nnodes={profile.nnodes} --nproc-per-node={profile.nproc} --rdzv-backend=c10d"
+            f' --rdzv-endpoint="${{addr:-$first}}:$port" --rdzv-id="$SLURM_JOB_ID"'
+            f' --local-addr="${{own:-$SLURMD_NODENAME}}" --log-dir={log_dir}"$SLURM_NODEID" --redirects=3 "$@"')
+
+
+def srun_line(profile: Profile, run_dir: Path, step_name: str | None) -> list[str]:
+    """The srun that starts the ranks (launch srun) or one torchrun agent per node (launch torchrun).
+
+    No --kill-on-bad-exit: ddptui reads the first failure and ends the job itself (scancel, CANCELLED), after
+    taking what it needs; srun killing the step first raced it (the job then ended FAILED, by Slurm's hand)."""
+    s, out = profile.slurm, run_dir / "slurm"
+    argv = ["srun"] + ([f"--job-name={step_name}"] if step_name else [])
+    if s.launch == "torchrun":
+        argv += [f"--nodes={profile.nnodes}", f"--ntasks={profile.nnodes}", "--ntasks-per-node=1",
+                 f"--cpus-per-task={profile.nproc}",
+                 f"--output={out}/agent%n.out", f"--error={out}/agent%n.err", *s.srun_args,
+                 "bash", "-c", agent_wrapper(profile, run_dir), "_", *workload_target(profile)]
+    else:
+        argv += [f"--nodes={profile.nnodes}", f"--ntasks={profile.world_size}",
+                 f"--ntasks-per-node={profile.nproc}",
+                 f"--output={out}/rank%t.out", f"--error={out}/rank%t.err", *s.srun_args,
+                 "bash", "-c", rank_wrapper(profile, run_dir), "_", *workload_argv(profile)]
+    return argv
+
+
+def batch_script(profile: Profile, run_dir: Path, env: Mapping[str, str]) -> str:
+    lines = ["#!/bin/bash",
+             f"# ddptui run {run_dir.name}, profile {profile.name}: launch {profile.slurm.launch},"
+             f" {profile.nnodes} node(s) x {profile.nproc} rank(s)",
+             "# sbatch also exports the environment ddptui was started with (its default, --export=ALL);"
+             " ddptui's own variables:"]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    lines += heartbeat.watcher_lines(heartbeat.path(run_dir), heartbeat.unwatched_after())
+    lines.append("trap 'kill $watcher 2>/dev/null' EXIT  # srun stays the last command: its exit is the job's")
+    lines.append(shlex.join(srun_line(profile, run_dir, None)))
+    return "\n".join(lines) + "\n"
+
+
+def sbatch_line(profile: Profile, run_dir: Path, name: str, script: Path) -> list[str]:
+    s = profile.slurm
+    argv = ["sbatch", "--wait", "--parsable", f"--job-name={name}", f"--output={run_dir / 'slurm' / 'batch.out'}",
+            f"--nodes={profile.nnodes}", f"--ntasks-per-node={profile.nproc}"]
+    argv += [f"--{flag}={value}" for flag, value in (("partition", s.partition), ("time", s.time),
+                                                    ("account", s.account)) if value is not None]
+    return argv + [*s.sbatch_args, str(script)]
+
+
+def rank_files(run_dir: Path, world: int) -> list[LogSource]:
+    out = run_dir / "slurm"
+    return [LogSource(str(out / f"rank{r}.{stream}"), r, stream) for r in range(world) for stream in ("out", "err")]
+
+
+def _sources(profile: Profile, run_dir: Path) -> list[LogSource]:
+    if profile.slurm.launch == "srun":
+        return rank_files(run_dir, profile.world_size)
+    sources = []
+    for node in range(profile.nnodes):  # c10d: a node's agent gets its group rank on arrival, the hello says which
+        sources += rank_sources(run_dir / "torchrun" / f"node{node}", node, profile.nproc, learn_rank=True)
+        sources += [LogSource(str(run_dir / "slurm" / f"agent{node}.{s}"), None, s) for s in ("out", "err")]
+    return sources
+
+
+def plan(profile: Profile, run_dir: Path, port: int = 0, dashboard_pid: int | None = None,
+         environ: Mapping[str, str] | None = None) -> LaunchPlan:
+    """port: unused, the ranks' port is chosen on the job's first node (slurm.port)."""
+    environ = os.environ if environ is None else environ
+    if profile.workload.command and srun_argv.is_srun(profile.workload.command):
+        return _adhoc_plan(profile, run_dir, dashboard_pid, environ)
+    s, name = profile.slurm, job_name(run_dir)
+    env = base_env(profile, dashboard_pid, run_dir=run_dir)
+    mode, job_id = submit_mode(s.submit, environ)
+    raw, cwd, ranks = run_dir / "raw", os.getcwd(), tuple(range(profile.world_size))
+    notes = [f"{profile.nnodes} node(s) x {profile.nproc} rank(s) under Slurm, launch {s.launch}; every rank's"
+             f" output goes to its own file under {run_dir / 'slurm'}"
+             + (f" and {run_dir / 'torchrun'}" if s.launch == "torchrun" else "")
+             + ": the run directory must be on a filesystem the nodes share",
+             "the ranks meet at the first node's Slurm NodeAddr, port "
+             + ("free there at start (task 0 writes it to slurm/port.JOB.STEP)" if s.port == "auto" else str(s.port))]
+    if mode == "step":
+        argv = srun_line(profile, run_dir, name)
+        proc = ProcSpec("srun", tuple(argv), env, cwd, ranks, str(raw / "srun.out"), str(raw / "srun.err"))
+        notes.append(f"inside allocation {job_id}: a step of it (srun exports ddptui's environment to the tasks)")
+        if s.partition or s.account or s.time:
+            notes.append("slurm.partition/time/account are the allocation's own here: not applied to the step")
+        job = SlurmJob("step", s.launch, name, job_id)
+        return LaunchPlan("slurm", profile.world_size, (proc,), tuple(_sources(profile, run_dir)), tuple(notes), job)
+    script = run_dir / "slurm" / "job.sbatch"
+    argv = sbatch_line(profile, run_dir, name, script)
+    proc = ProcSpec("sbatch", tuple(argv), {}, cwd, ranks, str(raw / "sbatch.out"), str(raw / "sbatch.err"))
+    notes.append("submitted with sbatch --wait: it ends when the job ends, with the job's exit code; its first"
+                 " stdout line is the job id")
+    sources = _sources(profile, run_dir) + [LogSource(str(run_dir / "slurm" / "batch.out"), None, "out")]
+    job = SlurmJob("sbatch", s.launch, name, None, str(script), batch_script(profile, run_dir, env))
+    return LaunchPlan("slurm", profile.world_size, (proc,), tuple(sources), tuple(notes), job)
+
+
+def _adhoc_plan(profile: Profile, run_dir: Path, dashboard_pid: int | None,
+                environ: Mapping[str, str]) -> LaunchPlan:
+    """Wrap a user's own srun command line: a job name, per-task files unless it chose its own output, and the
+    env:// variables from Slurm's before its program."""
+    argv = list(profile.workload.command or ())
+    start = srun_argv.program_start(argv)
+    head: list[str] = []
+    name = srun_argv.value(argv, srun_argv.JOB_NAME_FLAGS)
+    if name is None:
+        name = job_name(run_dir)
+        head.append(f"--job-name={name}")
+    notes, sources = [], []
+    if not srun_argv.has(argv, srun_argv.OUTPUT_FLAGS):
+        head += [f"--output={run_dir / 'slurm' / 'rank%t.out'}", f"--error={run_dir / 'slurm' / 'rank%t.err'}"]
+        sources = rank_files(run_dir, profile.world_size)
+        notes.append(f"added --output/--error {run_dir / 'slurm'}/rank%t.*: every rank's output is read from its"
+                     " own file (the run directory must be on a filesystem the nodes share)")
+    else:
+        added = not srun_argv.has(argv, ("-l", "--label"))
+        if added:
+            head.append("--label")
+        notes.append(f"the command chose its own output flags{' (added --label)' if added else ''}: lines srun"
+                     " prints are attributed by its 'N: ' label; what its flags send to files elsewhere is not read")
+    wrapped = argv[:start] + ["bash", "-c", rank_wrapper(profile, run_dir, keep_user_master=True), "_"] + argv[start:]
+    wrapped[1:1] = head
+    notes.append("the program runs under a bash wrapper that exports RANK/WORLD_SIZE/LOCAL_RANK/NODE_RANK from"
+                 " SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID/SLURM_NODEID, and MASTER_ADDR/MASTER_PORT (the first"
+                 " node's NodeAddr) unless already set")
+    job_id = environ.get("SLURM_JOB_ID") or None
+    notes.append(f"a step of allocation {job_id}" if job_id else
+                 f"outside an allocation srun makes its own job: found by its name {name}")
+    proc = ProcSpec("srun", tuple(wrapped), base_env(profile, dashboard_pid, run_dir=run_dir), os.getcwd(),
+                    tuple(range(profile.world_size)), str(run_dir / "raw" / "srun.out"),
+                    str(run_dir / "raw" / "srun.err"))
+    return LaunchPlan("slurm", profile.world_size, (proc,), tuple(sources), tuple(notes),
+                      SlurmJob("step", "srun", name, job_id))
+
+
+def prepare(plan: LaunchPlan, run_dir: Path) -> None:
+    """Before the plan's processes start: the folder Slurm writes the rank files into, and the batch script."""
+    if plan.job is None:
+        return
+    (run_dir / "slurm").mkdir(parents=True, exist_ok=True)
+    if plan.job.script is not None and plan.job.script_text is not None:
+        path = Path(plan.job.script)
+        path.write_text(plan.job.script_text)
+        path.chmod(0o755)

@@ -1,0 +1,121 @@
+"""The torchrun runner: one torch.distributed.run agent per (emulated) node, rank output redirected to files."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ddptui.runners.launch.plan import LaunchPlan, LogSource, ProcSpec
+from ddptui.runners.launch.profile import Profile, default
+from ddptui.runners.launch.rankenv import base_env, workload_target
+from ddptui.runners.launch.torchrun_argv import launcher_end, max_nodes, node_rank, nproc_per_node, rdzv_backend
+
+_OUTPUT_FLAGS = ("-r", "--redirects", "-t", "--tee", "--log-dir", "--log_dir")
+
+
+def launcher_prefix(python: str) -> list[str]:
+    return [python, "-m", "torch.distributed.run"]
+
+
+def rank_sources(log_dir: Path, node: int, nproc: int, learn_rank: bool = False) -> list[LogSource]:
+    """torchrun -r 3 writes <log-dir>/<run-id>/attempt_<n>/<local_rank>/{stdout,stderr}.log.
+
+    learn_rank: the agent's node rank is not known before the run (c10d gives them in arrival order), so
+    node * nproc + local_rank is a guess that the rank's hello corrects."""
+    out = []
+    for lr in range(nproc):
+        for stream, fname in (("out", "stdout.log"), ("err", "stderr.log")):
+            out.append(LogSource(str(log_dir / "*" / "attempt_*" / str(lr) / fname), node * nproc + lr, stream,
+                                 learn_rank))
+    return out
+
+
+def _standalone(profile: Profile) -> bool:
+    # --standalone binds a port of its own choosing on localhost: only right when the profile chose neither
+    return (profile.nnodes == 1 and profile.master_port == default("master_port")
+            and profile.master_addr == default("master_addr"))
+
+
+def rendezvous_args(profile: Profile, node: int, port: int, run_id: str = "ddptui") -> list[str]:
+    """torchrun's rendezvous flags for one agent: --standalone, a static rendezvous at master_addr:port (node rank
+    fixed by ddptui), or c10d at the endpoint (node ranks in the order the agents arrive)."""
+    if profile.rdzv_backend == "c10d":
+        host = profile.rendezvous[0]
+        endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        out = ["--nnodes", str(profile.nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+               "--rdzv-id", profile.rdzv_id or run_id]
+    elif _standalone(profile):
+        return ["--standalone"]
+    else:
+        out = ["--nnodes", str(profile.nnodes), "--node-rank", str(node),
+               "--master-addr", profile.master_addr, "--master-port", str(port)]
+    if profile.local_addr is not None:
+        out += ["--local-addr", profile.local_addr]
+    return out
+
+
+def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
+    if profile.workload.command:
+        return _adhoc_plan(profile, run_dir, dashboard_pid)
+    env = base_env(profile, dashboard_pid, run_dir=run_dir)
+    python = profile.workload.python
+    procs, sources, notes = [], [], []
+    c10d = profile.rdzv_backend == "c10d"
+    for node in range(profile.nnodes):
+        log_dir = run_dir / "torchrun" / f"node{node}"
+        argv = launcher_prefix(python) + rendezvous_args(profile, node, port, run_dir.name)
+        argv += ["--nproc-per-node", str(profile.nproc), "--log-dir", str(log_dir), "--redirects", "3"]
+        argv += workload_target(profile)
+        ranks = tuple(range(node * profile.nproc, (node + 1) * profile.nproc))
+        name = "torchrun" if profile.nnodes == 1 else f"torchrun-node{node}"
+        procs.append(ProcSpec(name, tuple(argv), dict(env), os.getcwd(), ranks,
+                              str(run_dir / "raw" / f"{name}.out"), str(run_dir / "raw" / f"{name}.err")))
+        sources += rank_sources(log_dir, node, profile.nproc, learn_rank=c10d and profile.nnodes > 1)
+    if c10d:
+        host = profile.rendezvous[0]
+        notes.append(f"{profile.nnodes} torchrun agent(s) on this machine, c10d rendezvous at {host}:{port}, id "
+                     f"{profile.rdzv_id or run_dir.name}: node ranks go in the order the agents arrive, so each"
+                     " rank's files are attributed by the rank its hello report names")
+    elif profile.nnodes > 1:
+        notes.append(f"{profile.nnodes} torchrun agents on this machine, static rendezvous at "
+                     f"{profile.master_addr}:{port}; global rank = node_rank * {profile.nproc} + local_rank")
+    elif not _standalone(profile) and profile.nnodes == 1:
+        notes.append(f"static rendezvous at {profile.master_addr}:{port} (the profile's master_addr/master_port;"
+                     " --standalone would pick its own)")
+    return LaunchPlan("torchrun", profile.world_size, tuple(procs), tuple(sources), tuple(notes))
+
+
+def _adhoc_plan(profile: Profile, run_dir: Path, dashboard_pid: int | None) -> LaunchPlan:
+    """Wrap a user's own torchrun command line, adding per-rank log files unless it already chose its own.
+
+    With --nnodes N > 1 the command is one node's agent of a job whose other agents run elsewhere (each node runs the
+    same line, under its own ddptui): this ddptui sees its agent's ranks only, of a world of N x nproc. Their global
+    numbers are the agent's node rank x nproc + local rank: known from a static --node-rank, else (c10d: node ranks in
+    arrival order) learned from each rank's hello."""
+    argv = list(profile.workload.command)
+    head = launcher_end(argv)
+    if head is None:
+        raise ValueError(f"the torchrun runner wraps a torchrun command; {argv[0]!r} is not one (runner: env runs it)")
+    nproc = nproc_per_node(argv) or profile.nproc
+    nodes = max_nodes(argv) or 1
+    node = (node_rank(argv) or 0) if rdzv_backend(argv) == "static" else 0
+    if node >= nodes:
+        node = 0
+    here = tuple(range(node * nproc, (node + 1) * nproc))
+    notes, sources = [], []
+    log_dir = run_dir / "torchrun" / "node0"
+    if not any(a.split("=")[0] in _OUTPUT_FLAGS for a in argv[head:]):
+        argv[head:head] = ["--log-dir", str(log_dir), "--redirects", "3"]
+        sources = rank_sources(log_dir, node, nproc, learn_rank=nodes > 1)
+        notes.append("added --log-dir/--redirects 3 so every rank's output is read from its own file")
+    else:
+        notes.append("the command chose its own output flags: ranks are attributed by torchrun's "
+                     "[rankN]:/[defaultN]: prefixes where present")
+    if nodes > 1:
+        notes.append(f"--nnodes {nodes}: this is one node's agent of a {nodes * nproc}-rank job; ddptui sees its "
+                     f"{nproc} rank(s) here, numbered by what each rank's hello says, and names the others unseen "
+                     "(each node's ddptui watches its own)")
+    env = base_env(profile, dashboard_pid, run_dir=run_dir)
+    proc = ProcSpec("torchrun", tuple(argv), env, os.getcwd(), here,
+                    str(run_dir / "raw" / "torchrun.out"), str(run_dir / "raw" / "torchrun.err"))
+    return LaunchPlan("torchrun", nodes * nproc, (proc,), tuple(sources), tuple(notes),
+                      ranks_here=here if nodes > 1 else None)
