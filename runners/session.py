@@ -10,17 +10,17 @@ from typing import Callable
 
 import psutil
 
-from ddptui.runners import events as ev
-from ddptui.runners.edge import fr_env
-from ddptui.runners.edge import oom
-from ddptui.runners.edge import procs
-from ddptui.runners.evidence import slurm_state
-from ddptui.runners.edge.deathwatch import DeathWatch
-from ddptui.runners.judge.job_follow import Agent, node_of_agent
-from ddptui.runners.judge.judge import (CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED, EXIT_USAGE,  # noqa: F401
+from . import events as ev
+from .edge import error_files, fr_env
+from .edge import oom
+from .edge import procs
+from .evidence import fr_records, signals, slurm_state
+from .edge.deathwatch import DeathWatch
+from .judge.job_follow import Agent, node_of_agent
+from .judge.judge import (CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED, EXIT_USAGE,  # noqa: F401
                     CollectStacks, Judge, Launcher, ProbeNodes, TearDown)
-from ddptui.runners.edge.record import RunRecord, new_run_dir
-from ddptui.runners.edge.tail import Tailer
+from .edge.record import RunRecord, new_run_dir
+from .edge.tail import Tailer
 
 TEARDOWN_DEADLINE = 5.0
 # Seconds between loop turns unless there is a backlog to read. Every wake-up takes a core from a rank for
@@ -46,15 +46,15 @@ def rendezvous_port(profile) -> int:
 
 def make_plan(profile, run_dir: Path, port: int, dashboard_pid: int | None = None):
     if profile.runner == "torchrun":
-        from ddptui.runners.launch.torchrun import plan
+        from .launch.torchrun import plan
     elif profile.runner == "env":
-        from ddptui.runners.launch.env_runner import plan
+        from .launch.env_runner import plan
     elif profile.runner == "xla":
-        from ddptui.runners.launch.xla import plan
+        from .launch.xla import plan
     elif profile.runner == "mirage":
-        from ddptui.runners.launch.mirage import plan
+        from .launch.mirage import plan
     elif profile.runner == "slurm":
-        from ddptui.runners.launch.slurm import plan
+        from .launch.slurm import plan
     else:
         raise ValueError(f"unknown runner {profile.runner!r}")
     return plan(profile, run_dir, port, dashboard_pid)
@@ -248,7 +248,7 @@ class Session:
     def _end_job(self) -> None:
         """scancel the run's Slurm job (or step) unless it is over, then wait (bounded) until sbatch/srun exit and
         Slurm holds no process or node of it: teardown through the engine, never a signal to a process on a node."""
-        from ddptui.runners.edge.slurm_job import GONE_DEADLINE
+        from .edge.slurm_job import GONE_DEADLINE
         w = self.slurm
         if self._job_waited:
             return  # one scancel and one bounded wait per run: `run`'s final sweep comes here again
@@ -318,10 +318,10 @@ class Session:
         self.plan = make_plan(p, self.run_dir, port, os.getpid())
         self.record.write_json("plan.json", self.plan.to_json())
         if self.plan.job is not None:  # the folder Slurm writes rank files into, the batch script: before sbatch/srun
-            from ddptui.runners.launch.slurm import prepare
+            from .launch.slurm import prepare
             prepare(self.plan, self.run_dir)
             if self.plan.job.mode == "sbatch":  # the batch script's watcher cancels the job once this stops
-                from ddptui.runners.edge.heartbeat import Heartbeat, path
+                from .edge.heartbeat import Heartbeat, path
                 self._heartbeat = Heartbeat(path(self.run_dir)).start()
         self._tick()
         here = self.plan.ranks_here
@@ -364,7 +364,7 @@ class Session:
         for src in self.plan.sources:
             tailer.add(src.path, src.rank, src.stream, learn=src.learn_rank)
         if self.plan.job is not None and self.procs:
-            from ddptui.runners.edge.slurm_job import SlurmJobWatch
+            from .edge.slurm_job import SlurmJobWatch
             self.slurm = SlurmJobWatch(self.plan.job, self.procs[0].spec.stdout)
             self.judge.job_submitted(self.plan.job.launch)
         self._flush()
@@ -477,7 +477,7 @@ class Session:
         if launcher and not torn_down:
             others = any(pr.returncode is None for pr in self.procs if pr is not proc)
             return self._carry_out(self.judge.agent_exited(proc.spec.name, proc.spec.ranks, proc.returncode,
-                                                           procs.signal_name(proc.returncode), others))
+                                                           signals.signal_name(proc.returncode), others))
         return None
 
     def _agents(self) -> list[Agent]:
@@ -507,7 +507,7 @@ class Session:
     def _here(self, pids: set[int]) -> set[int]:
         """The pids of ranks on this machine: a pid another node's rank said is no process here (never watched, never
         signalled; such a rank's end comes from its launcher or job)."""
-        from ddptui.runners.edge.remote_stacks import is_local
+        from .edge.srun_exec import is_local
         here = socket.gethostname()
         away = {t.pid for t in self.tracks.values() if t.pid and not is_local(t.host, here)}
         return pids - away
@@ -519,7 +519,7 @@ class Session:
         whole process tree: the launcher waits while what it started imports torch (torchrun's ranks, torch_xla's
         worker). A rank on another node is not sampled: its pid is another machine's (the judge is told it has no CPU
         evidence)."""
-        from ddptui.runners.edge.remote_stacks import is_local
+        from .edge.srun_exec import is_local
         seen, samples, no_cpu, here = {}, {}, {}, socket.gethostname()
         for rank, pid in self.judge.sample_targets().items():
             t = self.tracks[rank]
@@ -577,9 +577,11 @@ class Session:
         same time through its debug server (runners/edge/fr_client.py)."""
         import concurrent.futures
 
-        from ddptui.runners.edge import fr_client
-        from ddptui.runners.edge import remote_stacks
-        from ddptui.runners.edge import stacks
+        from .edge import fr_client
+        from .edge import remote_stacks
+        from .edge import srun_exec
+        from .edge import stacks
+        from .evidence import stack_types
         targets = [stacks.Target(rank, pid, self._stderr_path(rank), self.tracks[rank].debug_sock)
                    for rank, pid in self.judge.stack_targets()]
         if not targets:
@@ -590,14 +592,14 @@ class Session:
         job_id = self.slurm.job_id if self.slurm is not None else None
         # a stopped rank's debug server cannot answer: not asked (one here is seen at once; one on another node by
         # the srun that would run py-spy there)
-        stopped = {t.rank for t in targets if remote_stacks.is_local(hosts[t.rank][0], here)
+        stopped = {t.rank for t in targets if srun_exec.is_local(hosts[t.rank][0], here)
                    and stacks.stopped_state(t.pid)}
         socks, no_socket = self._fr_sockets(targets)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             fr_job = pool.submit(fr_client.take, [t.rank for t in targets],
                                  {r: sock for r, sock in socks.items() if r not in stopped}, hosts, here, job_id,
                                  self.world, no_socket,
-                                 fr_client.known_groups({r: t.collectives for r, t in self.tracks.items()}))
+                                 fr_records.known_groups({r: t.collectives for r, t in self.tracks.items()}))
             # ranks on other nodes are dumped there, through srun in their job (runners/edge/remote_stacks.py)
             results = remote_stacks.collect_everywhere(targets, hosts, here, job_id, method=self.stack_method,
                                                        pyspy=self.pyspy)
@@ -612,11 +614,11 @@ class Session:
         threads, method, workers = {}, {}, {}
         for rank, res in sorted(results.items()):
             (folder / f"rank{rank}.txt").write_text(_stack_file(self.tracks[rank], res, stacks), encoding="utf-8")
-            threads[rank] = stacks.to_json(res)
+            threads[rank] = stack_types.to_json(res)
             method[rank] = res.method if res.threads or res.method.startswith("unavailable: ") else \
                 f"unavailable: {res.error or res.method}"  # never "unavailable: None"
             if res.workers:
-                workers[rank] = stacks.workers_json(res)
+                workers[rank] = stack_types.workers_json(res)
         for rank, dump in fr_dumps.items():
             self.record.write_fr(str(folder.relative_to(self.run_dir)), rank, dump)
         self.record.write_json(str(folder.relative_to(self.run_dir) / "stacks.json"),
@@ -637,13 +639,12 @@ class Session:
 
     def _fr_sockets(self, targets) -> tuple[dict[int, str], str]:
         """The debug servers to take Flight Recorder dumps from (rank -> socket), and why a rank without one has none."""
-        from ddptui.runners.edge import fr_client
         return ({t.rank: t.debug_sock for t in targets},
-                fr_client.why_no_socket(self.profile.flight_recorder, fr_env.enabled(self.profile)))
+                fr_records.why_no_socket(self.profile.flight_recorder, fr_env.enabled(self.profile)))
 
     def _probe_nodes(self, req: ProbeNodes) -> list:
         """Ask the nodes the judge named whether they answer, through srun in the job (bounded: REMOTE_TIMEOUT)."""
-        from ddptui.runners.edge import node_probe
+        from .edge import node_probe
         self._flush()  # what led to the question is on screen before the wait
         answers = node_probe.probe(self.slurm.job_id if self.slurm is not None else None, dict(req.nodes))
         self._tick()
@@ -660,7 +661,7 @@ class Session:
                         for pid in self._here(set(self.judge.oom_suspects()))}  # of no rank on another node
         recorded = self._recorded_errors()
         launchers = [Launcher(pr.spec.name, pr.returncode) for pr in self.procs if pr.spec.stdout_rank is None]
-        from ddptui.runners.edge import nccl_dumps
+        from .edge import nccl_dumps
         nccl = nccl_dumps.read(self.run_dir / "fr")  # what NCCL's watchdog wrote at a timeout (runners/edge/fr_env.py)
         out, status, exit_code = self.judge.conclude(end.status if end else None, end.exit_code if end else None,
                                                      launchers, oom_evidence, recorded,
@@ -670,12 +671,12 @@ class Session:
 
     def _recorded_errors(self) -> dict[int, dict]:
         """rank -> the error it recorded in torchrun's error file (torch's @record), for ranks with no exception report."""
-        found = {r: self.judge.launcher_log.recorded_error(r) for r, t in self.tracks.items() if t.exc is None}
+        found = {r: error_files.recorded_error(self.judge.launcher_log.error_file(r)) for r, t in self.tracks.items() if t.exc is None}
         return {r: e for r, e in found.items() if e}
 
     def _preflight(self) -> list:
         try:
-            from ddptui.runners.edge.preflight import check
+            from .edge.preflight import check
         except ImportError:
             return []
         problems = check(self.profile)
@@ -702,7 +703,7 @@ class Session:
 def slurm_words_first(got: list) -> list:
     """A poll's batches with slurmstepd's cancel lines first: it writes them before it signals the tasks, so the deaths
     read in the same poll (srun's "task 1: Terminated") are judged knowing Slurm cancelled the job."""
-    from ddptui.runners.evidence.slurm_state import CANCEL_NEEDLE
+    from .evidence.slurm_state import CANCEL_NEEDLE
 
     def has(batch) -> bool:
         lines = batch[2]
@@ -759,5 +760,5 @@ def _stack_file(t, res, stacks_mod) -> str:
 
 
 def _hint_matcher():
-    from ddptui.runners.evidence.hints import HintMatcher
+    from .evidence.hints import HintMatcher
     return HintMatcher()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from ddptui.runners import events as ev
 from ddptui.runners.evidence.attach_evidence import traceback_report
-from ddptui.runners.attach.find import AttachedJob, AttachedRank, RankOutput
+from ddptui.runners.attach.find import AttachedJob, AttachedRank
+from ddptui.runners.attach.output import RankOutput
 from ddptui.runners.attach.liveness import Liveness, decide, frame_key, liveness_words
 from ddptui.runners.attach.session import attach_profile, job_json, stop_words
 from ddptui.runners.judge.judge import Judge
-from ddptui.runners.edge.stacks import Frame, StackResult, ThreadStack
+from ddptui.runners.evidence.stack_types import Frame, StackResult, ThreadStack
 
 LIB = "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
 

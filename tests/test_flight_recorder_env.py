@@ -337,7 +337,7 @@ def test_a_folder_someone_else_can_write_to_is_not_used(tmp_path):
 
 def test_the_collectives_thread_never_speaks_for_the_rank_in_its_stacks():
     from ddptui.runners.evidence.hang_verdict import classify
-    from ddptui.runners.edge.stacks import Frame, ThreadStack, is_helper
+    from ddptui.runners.evidence.stack_types import Frame, ThreadStack, is_helper
 
     loop = [Frame("Event.wait", "/usr/lib/python3.11/threading.py", 629, "signaled = self._cond.wait(timeout)"),
             Frame("_loop", "/x/runners/inject/ddptui_fr.py", 150, "if _exiting.wait(PERIOD):")]

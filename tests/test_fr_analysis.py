@@ -13,16 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.runners import events as ev
 from ddptui.runners.evidence import fr_analysis
-from ddptui.runners.edge import fr_client
+from ddptui.runners.evidence import fr_records
 from ddptui.runners.judge import run_verdicts
 from ddptui.runners.judge.conclusion import Conclusion
 from ddptui.runners.launch.profile import load_profile
 from ddptui.runners.judge.rank_lifecycle import RankLifecycle
 from ddptui.runners.judge.run_state import CollectStacks, RunState
 from ddptui.runners.judge.stack_verdicts import StackVerdicts
-from ddptui.runners.edge.stacks import Frame, StackResult, ThreadStack
+from ddptui.runners.evidence.stack_types import Frame, StackResult, ThreadStack
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "fr"
@@ -115,7 +114,7 @@ def test_a_size_mismatch_at_the_frontier_names_the_sizes():
 def test_raw_and_normalised_dumps_give_the_same_finding():
     for case in ("hang_ddp", "subgroup_hang", "rank_conditional_barrier"):
         d = dumps(case)
-        assert fr_analysis.analyse(fr_client.normalise_all(d, len(d)), len(d)) == fr_analysis.analyse(d, len(d))
+        assert fr_analysis.analyse(fr_records.normalise_all(d, len(d)), len(d)) == fr_analysis.analyse(d, len(d))
 
 
 def test_the_live_collective_reports_give_the_finding_when_no_dump_was_taken():
@@ -151,7 +150,7 @@ def test_torchfrtrace_reads_the_same_dumps_the_same_way(case, tmp_path):
     if tool is None:
         pytest.skip("no torchfrtrace (PyTorch's analyzer) next to this interpreter or in .venv")
     d = dumps(case)
-    for r, x in fr_client.normalise_all(d, len(d)).items():  # the record's format: one pickle per rank
+    for r, x in fr_records.normalise_all(d, len(d)).items():  # the record's format: one pickle per rank
         (tmp_path / f"rank_{r}").write_bytes(pickle.dumps(x))
     p = subprocess.run([tool, str(tmp_path), "--prefix", "rank_"], capture_output=True, text=True, timeout=200,
                        env={**os.environ, "PYTHONWARNINGS": "ignore"})

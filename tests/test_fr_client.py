@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners.edge import fr_client
+from ddptui.runners.evidence import fr_records
 
 from ddptui.runners.edge import fr_relay
 
 from ddptui.runners.edge import stacks
+from ddptui.runners.evidence import stack_types
 
 DATA = Path(__file__).parent / "data" / "fr_socket"
 
@@ -184,7 +186,7 @@ def test_ask_remote_without_a_job_says_why():
 def test_normalise_real_gloo_dump_keys_pg_config_by_the_entries_group_and_pg_status_ints():
     raw = _dumps("rank_conditional_barrier")
     assert raw[0]["pg_config"] == {"": {"desc": "", "name": "", "ranks": "[0, 1]"}}  # as gloo dumps it
-    out = fr_client.normalise_all(raw, world=2)
+    out = fr_records.normalise_all(raw, world=2)
     for r in (0, 1):
         n = out[r]
         assert n["pg_config"] == {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}
@@ -199,11 +201,11 @@ def test_normalise_real_gloo_dump_keys_pg_config_by_the_entries_group_and_pg_sta
 def test_memberships_of_subgroups_from_every_ranks_dump():
     raw = _dumps("subgroups")
     assert {d["pg_config"][""]["ranks"] for d in raw.values()} == {"[]", "[0, 1, 2, 3]"}  # gloo says nothing useful
-    members = fr_client.memberships(raw, world=4)
+    members = fr_records.memberships(raw, world=4)
     # the default group: the world; "pair": both its ranks named it; [0, 1, 2]: rank 2 never reached its first
     # collective, so its dumps show only ranks 0 and 1 (a lower bound)
     assert members == {"0": [0, 1, 2, 3], "1": [0, 1], "2": [1, 2]}
-    out = fr_client.normalise_all(raw, world=4)
+    out = fr_records.normalise_all(raw, world=4)
     assert out[1]["pg_config"]["2"] == {"name": "2", "desc": "pair", "ranks": "[1, 2]"}
     assert out[1]["pg_config"]["1"]["desc"] == "undefined"
     assert set(out[3]["pg_config"]) == {"0"}
@@ -213,7 +215,7 @@ def test_normalise_keeps_a_pg_config_keyed_by_real_names():
     nccl = {"version": "2.10", "entries": [], "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"},
                                                             "5": {"name": "5", "desc": "tp", "ranks": "[2, 3]"}},
             "pg_status": {"0": {"last_enqueued_collective": 7}}}
-    n = fr_client.normalise_all({2: nccl}, world=4)[2]
+    n = fr_records.normalise_all({2: nccl}, world=4)[2]
     assert n["pg_config"] == {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"},
                               "5": {"name": "5", "desc": "tp", "ranks": "[2, 3]"}}
     assert n["pg_status"]["0"]["last_enqueued_collective"] == 7
@@ -223,11 +225,11 @@ def test_take_says_per_rank_recorded_or_why_not(serve):
     d = _dumps("rank_conditional_barrier")
     s0 = serve("r0.sock", _http(json.dumps(d[0]).encode()))
     dumps, said = fr_client.take([0, 1], {0: s0, 1: None}, {}, "here", None, 2,
-                                 fr_client.why_no_socket(False, True))
+                                 fr_records.why_no_socket(False, True))
     assert set(dumps) == {0} and dumps[0]["pg_config"]["0"]["desc"] == "default_pg"
     assert said == {0: "recorded", 1: "unavailable: flight_recorder: false in the profile"}
-    assert fr_client.why_no_socket(True, False) == "XLA has no Flight Recorder"
-    _, said = fr_client.take([0], {}, {}, "here", None, 1, fr_client.why_no_socket(True, True))
+    assert fr_records.why_no_socket(True, False) == "XLA has no Flight Recorder"
+    _, said = fr_client.take([0], {}, {}, "here", None, 1, fr_records.why_no_socket(True, True))
     assert said[0].startswith("unavailable: the rank started no debug server")
 
 
@@ -245,19 +247,19 @@ DEBUG_TRACEBACK = (  # torch 2.13's dump_traceback answer on a rank blocked in a
 
 
 def test_parse_debug_traceback_leaves_the_servers_thread_out_and_finds_the_main_thread():
-    threads = stacks.ordered(stacks.parse_debug_traceback(DEBUG_TRACEBACK))
+    threads = stack_types.ordered(stacks.parse_debug_traceback(DEBUG_TRACEBACK))
     assert [t.name for t in threads] == ["MainThread", "Thread 0x00007f5ef0a1b6c0"]
     assert threads[0].frames[0].func == "barrier" and threads[0].frames[-1].line == 9
-    assert stacks.is_helper(threads[1])
+    assert stack_types.is_helper(threads[1])
 
 
 def test_memberships_the_ranks_said_win_over_what_the_dumps_show():
     raw = _dumps("subgroups")
     # the live `coll` reports (RankTrack.collectives) carry each group's members from torch's own group table
-    known = fr_client.known_groups({0: {"0": {"ranks": [0, 1, 2, 3]}, "1": {"ranks": [0, 1, 2], "enqueued": 1}},
+    known = fr_records.known_groups({0: {"0": {"ranks": [0, 1, 2, 3]}, "1": {"ranks": [0, 1, 2], "enqueued": 1}},
                                     3: {"0": {"ranks": None}}})
     assert known == {"0": [0, 1, 2, 3], "1": [0, 1, 2]}
-    out = fr_client.normalise_all(raw, world=4, known=known)
+    out = fr_records.normalise_all(raw, world=4, known=known)
     assert {out[r]["pg_config"]["1"]["ranks"] for r in (0, 1)} == {"[0, 1, 2]"}
 
 
@@ -267,14 +269,14 @@ def test_pg_status_is_keyed_by_group_id_and_normalised_to_the_groups_name():
     raw = _dumps("subgroup_ids")
     assert set(raw[2]["pg_status"]) == {"0", "1"}
     assert {tuple(e["process_group"]) for e in raw[2]["entries"] if e["pg_id"] == 1} == {("2", "undefined")}
-    out = fr_client.normalise_all(raw, world=4)
+    out = fr_records.normalise_all(raw, world=4)
     assert set(out[2]["pg_status"]) == {"0", "2"} and set(out[0]["pg_status"]) == {"0", "1"}
     assert out[2]["pg_status"]["2"] == {k: int(v) for k, v in raw[2]["pg_status"]["1"].items()}
-    assert fr_client.memberships(raw, 4) == {"0": [0, 1, 2, 3], "1": [0, 1], "2": [2, 3]}
+    assert fr_records.memberships(raw, 4) == {"0": [0, 1, 2, 3], "1": [0, 1], "2": [2, 3]}
     assert set(out[3]["pg_config"]) == {"0", "2"}
     # a group id that no entry names (its entries left the ring buffer) is kept, under a name that says so
     lone = dict(raw[2], entries=[e for e in raw[2]["entries"] if e["pg_id"] == 0])
-    assert set(fr_client.normalise(lone)["pg_status"]) == {"0", "pg_id 1"}
+    assert set(fr_records.normalise(lone)["pg_status"]) == {"0", "pg_id 1"}
 
 
 def test_stacks_collected_fr_survives_the_record():

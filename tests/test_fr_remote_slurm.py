@@ -18,16 +18,18 @@ from tests.test_remote_stacks_slurm import FIXTURE, WAITS_LINE, _hello, _report,
 PROBE = """
 import json, socket, sys
 from ddptui.runners.edge import fr_client
+from ddptui.runners.evidence import fr_records
 from ddptui.runners.edge import remote_stacks as rs
 from ddptui.runners.edge import stacks
+from ddptui.runners.evidence import stack_types
 rank, pid, node, sock, job = sys.argv[1:]
 rank, pid = int(rank), int(pid)
 here = socket.gethostname()
 dump = fr_client.dump_everywhere({rank: sock}, {rank: (node, node)}, here, job)[rank]
 res = rs.collect([rs.RemoteTarget(rank, pid, node, None, sock)], job, method="debug-server", timeout=20)[rank]
 main = next(t for t in res.threads if t.name == "MainThread") if res.threads else None
-user = next((f for f in main.frames if stacks.is_user_frame(f)), None) if main else None
-print(json.dumps({"here": here, "dump": dump if isinstance(dump, str) else fr_client.normalise_all({rank: dump}, 2)[rank],
+user = next((f for f in main.frames if stack_types.is_user_frame(f)), None) if main else None
+print(json.dumps({"here": here, "dump": dump if isinstance(dump, str) else fr_records.normalise_all({rank: dump}, 2)[rank],
                   "method": res.method, "error": res.error, "node": res.node,
                   "user": [user.file, user.line] if user else None}))
 """

@@ -7,8 +7,8 @@ import pytest
 
 import json
 
-from ddptui.runners.edge import stacks
-from ddptui.runners.edge.stacks import Frame, StackResult, ThreadStack
+from ddptui.runners.evidence import stack_types
+from ddptui.runners.evidence.stack_types import Frame, StackResult, ThreadStack
 from ddptui.runners.evidence.hang_verdict import Where, classify, collective_frame, hang_sentence, xla_thread_filter
 
 SP = "/venv/lib/python3.11/site-packages"
@@ -236,9 +236,9 @@ def test_faulthandler_names_still_give_the_user_function():
 
 
 def test_library_call_names_read_as_users_import_them():
-    assert stacks.qualified(Frame("Tensor.backward", f"{SP}/torch/_tensor.py", 1, "")) == "torch.Tensor.backward"
-    assert stacks.qualified(Frame("all_reduce", f"{SP}/torch/distributed/distributed_c10d.py", 1, "")) == "torch.distributed.all_reduce"
-    assert stacks.qualified(Frame("Queue.get", f"{LIB}/multiprocessing/queues.py", 1, "")) == "multiprocessing.queues.Queue.get"
+    assert stack_types.qualified(Frame("Tensor.backward", f"{SP}/torch/_tensor.py", 1, "")) == "torch.Tensor.backward"
+    assert stack_types.qualified(Frame("all_reduce", f"{SP}/torch/distributed/distributed_c10d.py", 1, "")) == "torch.distributed.all_reduce"
+    assert stack_types.qualified(Frame("Queue.get", f"{LIB}/multiprocessing/queues.py", 1, "")) == "multiprocessing.queues.Queue.get"
     w = classify(th([("step", "/w/t.py", 3, "time.sleep(5)")]))  # a C function: named from the call in the code
     assert (w.func, w.calls) == ("step", "time.sleep")
 
@@ -255,22 +255,22 @@ def test_helper_thread_never_speaks_for_the_rank_and_goes_last():
     helper = ThreadStack("Thread 0x7f01", 0x7F01, None, HELPER.frames)
     main = ThreadStack("MainThread", 0x7F00, None, lock_frames())
     other = ThreadStack("Thread 0x7f02", 0x7F02, None, [Frame("loop", "/w/x.py", 1, "")])
-    assert stacks.is_helper(helper) and not stacks.is_helper(main)
-    assert [t.name for t in stacks.ordered([helper, other, main])] == ["MainThread", "Thread 0x7f02", "Thread 0x7f01"]
+    assert stack_types.is_helper(helper) and not stack_types.is_helper(main)
+    assert [t.name for t in stack_types.ordered([helper, other, main])] == ["MainThread", "Thread 0x7f02", "Thread 0x7f01"]
     assert classify([helper, other]).thread == "Thread 0x7f02"  # no MainThread: the first thread that is not ours
     assert classify([helper]).category == "unknown"
-    text = stacks.render(StackResult(0, 1, "faulthandler", [helper, main]))
+    text = stack_types.render(StackResult(0, 1, "faulthandler", [helper, main]))
     assert text.index("MainThread") < text.index("ddptui's own helper thread")
-    assert [t["thread"] for t in stacks.to_json(StackResult(0, 1, "py-spy", [HELPER, main]))] == ["MainThread", "ddptui-report"]
+    assert [t["thread"] for t in stack_types.to_json(StackResult(0, 1, "py-spy", [HELPER, main]))] == ["MainThread", "ddptui-report"]
 
 
 def test_folded_stack_puts_the_user_frame_first():
     frames = lock_frames() + [Frame("Module._call_impl", f"{SP}/torch/nn/modules/module.py", 1, ""),
                               Frame("Module.__call__", f"{SP}/torch/nn/modules/module.py", 2, ""),
                               Frame("main", HANG_PY, 40, "model(x)")]
-    kinds = [k for k, _ in stacks.fold(frames)]
+    kinds = [k for k, _ in stack_types.fold(frames)]
     assert kinds == ["user", "calls", "user", "user", "lib", "user"]
-    lines = stacks.folded_lines(frames, indent="")
+    lines = stack_types.folded_lines(frames, indent="")
     assert lines[0] == "wait_for_lock() at hang.py:9    threading.Event().wait()"
     assert lines[1] == "    ... calls threading.Event.wait: 2 frames in threading.py"
     assert lines[4] == "    ... 2 frames in torch/nn/modules/module.py" and lines[5].startswith("main() at hang.py:40")
@@ -316,8 +316,8 @@ def test_worker_id_read_from_pyspy_locals():
     dump = [{"thread_name": "MainThread", "frames": [
         {"name": "_worker_loop", "filename": f"{DL}/_utils/worker.py", "line": 374,
          "locals": [{"name": "dataset_kind", "repr": "0"}, {"name": "worker_id", "repr": "3"}]}]}]
-    assert stacks.worker_id(json.dumps(dump)) == 3
-    assert stacks.worker_id("[]") is None and stacks.worker_id("not json") is None
+    assert stack_types.worker_id(json.dumps(dump)) == 3
+    assert stack_types.worker_id("[]") is None and stack_types.worker_id("not json") is None
 
 
 @pytest.mark.parametrize("func,file,expected", [

@@ -11,8 +11,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 HEADLESS = """
 import sys, pkgutil, importlib, ddptui.runners as runners
-for m in pkgutil.iter_modules([str(__import__('pathlib').Path(runners.__path__[0]))]):
-    importlib.import_module('ddptui.runners.' + m.name)
+for m in pkgutil.walk_packages(runners.__path__, 'ddptui.runners.'):
+    if not m.name.startswith(('ddptui.runners.inject', 'ddptui.runners.workloads')):  # the ranks' side: imports torch
+        importlib.import_module(m.name)
 import ddptui.tui.cli, ddptui.tui.console
 from ddptui.tui.cli import run_headless
 from ddptui.runners.launch.profile import load_profile

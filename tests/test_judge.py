@@ -529,7 +529,7 @@ def test_slow_down_by_the_ranks_own_clock_not_the_read_time():
 
 
 def test_stall_stacks_name_the_rank_outside_the_collective():
-    from ddptui.runners.edge.stacks import Frame, StackResult, ThreadStack
+    from ddptui.runners.evidence.stack_types import Frame, StackResult, ThreadStack
     sp, user = "/venv/lib/python3.11/site-packages", "/work/train.py"
     j = make("stall_after=10", "startup_grace=1", "on_stall=dump")
     for r in (0, 1):

@@ -10,7 +10,7 @@ from ddptui.runners.edge import node_probe
 from ddptui.runners.evidence import slurm_state as ss
 from ddptui.runners.judge.job_follow import STARTUP_ASK_AFTER, STARTUP_ASK_EVERY, NodeAnswer
 from ddptui.runners.judge.judge import EXIT_FAILED, CollectStacks, ProbeNodes, TearDown
-from ddptui.runners.edge.stacks import Frame, StackResult, ThreadStack
+from ddptui.runners.evidence.stack_types import Frame, StackResult, ThreadStack
 from tests.test_judge import W0, at, make, of, say, texts
 from tests.test_slurm_decisions import hello_on, job
 

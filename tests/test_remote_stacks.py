@@ -8,21 +8,23 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners.edge import remote_stacks as rs
+from ddptui.runners.edge import srun_exec
 from ddptui.runners.edge import stacks
+from ddptui.runners.evidence import stack_types
 
 
 # ---- locality ------------------------------------------------------------------------------------------------
 def test_a_rank_is_local_when_its_host_is_this_host():
-    assert rs.is_local("vm", "vm")
-    assert rs.is_local("node1.cluster.example", "node1")  # FQDN on one side, short name on the other
-    assert rs.is_local("Node1", "node1.cluster")
-    assert not rs.is_local("node1", "node0")
-    assert not rs.is_local("node10", "node1")
+    assert srun_exec.is_local("vm", "vm")
+    assert srun_exec.is_local("node1.cluster.example", "node1")  # FQDN on one side, short name on the other
+    assert srun_exec.is_local("Node1", "node1.cluster")
+    assert not srun_exec.is_local("node1", "node0")
+    assert not srun_exec.is_local("node10", "node1")
 
 
 def test_a_rank_without_a_hello_is_local():
     # no host known yet: only a pid we spawned ourselves can be known, as before multi-node runs
-    assert rs.is_local("", "node0")
+    assert srun_exec.is_local("", "node0")
 
 
 def test_split_sends_other_hosts_ranks_to_their_slurm_node():
@@ -45,7 +47,7 @@ def test_single_host_cluster_ranks_are_all_local():
 
 # ---- what srun is asked ----------------------------------------------------------------------------------------
 def test_srun_argv_runs_one_overlapping_task_on_the_node_in_the_job():
-    argv = rs.srun_argv("/usr/bin/srun", "42", "node1", rs.pyspy_argv("/venv/bin/py-spy", 777))
+    argv = srun_exec.srun_argv("/usr/bin/srun", "42", "node1", rs.pyspy_argv("/venv/bin/py-spy", 777))
     assert argv[:argv.index("/bin/sh")] == [
         "/usr/bin/srun", "--overlap", "--jobid", "42", "-w", "node1", "-N1", "-n1", "-v",
         "--job-name", "ddptui-stacks"]
@@ -80,7 +82,7 @@ def test_pyspy_wrapper_says_a_stopped_rank_state_and_runs_py_spy_on_a_running_on
 
 
 def test_srun_env_drops_the_allocation_geometry_keeps_the_cluster():
-    env = rs.srun_env({"PATH": "/bin", "SLURM_CONF": "/c/slurm.conf", "SLURM_NTASKS": "4", "SLURM_JOB_ID": "9",
+    env = srun_exec.srun_env({"PATH": "/bin", "SLURM_CONF": "/c/slurm.conf", "SLURM_NTASKS": "4", "SLURM_JOB_ID": "9",
                        "SLURM_NTASKS_PER_NODE": "2"})
     assert env == {"PATH": "/bin", "SLURM_CONF": "/c/slurm.conf", "RUST_BACKTRACE": "0"}
 
@@ -127,16 +129,16 @@ STARTED = STEP + "srun: launch/slurm: _task_start: Node node1, 1 tasks started\n
 
 
 def test_outcome_ok():
-    assert rs.outcome("node1", 0, "[]", STARTED + "srun: launch/slurm: _task_finish: node1: task 0: Completed\n",
-                      5, "py-spy") == rs.Outcome("[]")
+    assert srun_exec.outcome("node1", 0, "[]", STARTED + "srun: launch/slurm: _task_finish: node1: task 0: Completed\n",
+                      5, "py-spy") == srun_exec.Outcome("[]")
 
 
 def test_outcome_timeouts_tell_the_node_from_the_controller_and_the_task():
-    o = rs.outcome("node1", None, "", STEP, 5, "py-spy")  # launched, no task started: the node does not answer
+    o = srun_exec.outcome("node1", None, "", STEP, 5, "py-spy")  # launched, no task started: the node does not answer
     assert o.unreachable and o.error == "srun could not reach node1: no task started there within 5 s"
-    o = rs.outcome("node1", None, "", STARTED, 5, "py-spy")  # it runs there: py-spy is what hangs
+    o = srun_exec.outcome("node1", None, "", STARTED, 5, "py-spy")  # it runs there: py-spy is what hangs
     assert not o.unreachable and o.error == "py-spy on node1 did not finish within 5 s"
-    o = rs.outcome("node1", None, "", "", 5, "py-spy")  # no step at all: the controller, not the node
+    o = srun_exec.outcome("node1", None, "", "", 5, "py-spy")  # no step at all: the controller, not the node
     assert not o.unreachable and o.error == "srun got no job step on node1 within 5 s (slurmctld did not answer)"
 
 
@@ -144,7 +146,7 @@ def test_outcome_task_failed_on_the_node_is_not_unreachable():
     err = (STARTED + "srun: launch/slurm: _task_finish: Received task exit notification for 1 task of StepId=1.2 "
            "(status=0x0100).\nsrun: error: node1: task 0: Exited with exit code 1\n"
            "Error: Failed to find python version from target process\n")
-    o = rs.outcome("node1", 1, "", err, 5, "py-spy")
+    o = srun_exec.outcome("node1", 1, "", err, 5, "py-spy")
     assert not o.unreachable and o.task_rc == 1
     assert o.error == "py-spy on node1: Failed to find python version from target process"
 
@@ -152,14 +154,14 @@ def test_outcome_task_failed_on_the_node_is_not_unreachable():
 def test_outcome_program_missing_on_the_node():
     err = (STARTED + "srun: error: node1: task 0: Exited with exit code 2\n"
            "slurmstepd-node1: error: execve(): /venv/bin/py-spy: No such file or directory\n")
-    o = rs.outcome("node1", 2, "", err, 5, "py-spy")
+    o = srun_exec.outcome("node1", 2, "", err, 5, "py-spy")
     assert not o.unreachable and o.task_rc == 2 and "No such file or directory" in o.error
 
 
 def test_outcome_node_that_cannot_be_reached():
     err = (STEP + "srun: error: Task launch for StepId=1.2 failed on node node1: Communication connection failure\n"
            "srun: error: Application launch failed: Communication connection failure\nsrun: Job step aborted\n")
-    o = rs.outcome("node1", 1, "", err, 5, "py-spy")
+    o = srun_exec.outcome("node1", 1, "", err, 5, "py-spy")
     assert o.unreachable
     assert o.error.startswith("srun could not reach node1: Task launch for StepId=1.2 failed on node node1")
 
@@ -167,15 +169,15 @@ def test_outcome_node_that_cannot_be_reached():
 def test_outcome_controller_that_does_not_answer_is_not_a_lost_node():
     err = ("srun: error: Unable to create step for job 1: Communication connection failure\n"
            "srun: error: Unable to contact slurm controller (connect failure)\n")
-    o = rs.outcome("node1", 1, "", err, 5, "py-spy")
+    o = srun_exec.outcome("node1", 1, "", err, 5, "py-spy")
     assert not o.unreachable and o.error.startswith("srun on node1 failed: Unable to create step for job 1")
 
 
 def test_outcome_job_gone_is_an_srun_failure_not_a_lost_node():
-    o = rs.outcome("node1", 1, "", "srun: error: Slurm job 1 has expired\n", 5, "py-spy")
+    o = srun_exec.outcome("node1", 1, "", "srun: error: Slurm job 1 has expired\n", 5, "py-spy")
     assert not o.unreachable and o.error == "srun on node1 failed: Slurm job 1 has expired"
     err = "srun: error: Unable to create step for job 1: Requested node configuration is not available\n"
-    o = rs.outcome("node7", 1, "", err, 5, "py-spy")  # a node not in the job
+    o = srun_exec.outcome("node7", 1, "", err, 5, "py-spy")  # a node not in the job
     assert not o.unreachable
     assert o.error == "srun on node7 failed: Unable to create step for job 1: Requested node configuration is not available"
 
@@ -208,7 +210,7 @@ def test_srun_that_never_answers_marks_the_node_unreachable_and_is_ended(tmp_pat
     for r in (1, 2):
         assert res[r].unreachable, res[r]
         assert res[r].method == f"unavailable: srun could not reach node{r}: no task started there within 1 s"
-    assert took < 1.0 + rs.STOP_WAIT + 5  # both at once, no faulthandler try on an unreachable node
+    assert took < 1.0 + srun_exec.STOP_WAIT + 5  # both at once, no faulthandler try on an unreachable node
     import psutil
     assert not psutil.pid_exists(int(pidfile.read_text()))  # our own srun, ended
 
@@ -248,9 +250,9 @@ def test_without_the_ranks_stderr_file_no_signal_is_sent(tmp_path, monkeypatch):
 
 def test_unreachable_nodes_name_each_lost_node_once_with_its_ranks():
     why = "srun could not reach node1: no answer within 10 s"
-    results = {0: stacks.StackResult(0, 10, "py-spy"),
-               1: stacks.StackResult(1, 11, f"unavailable: {why}", error=why, node="node1", unreachable=True),
-               2: stacks.StackResult(2, 12, f"unavailable: {why}", error=why, node="node1", unreachable=True),
-               3: stacks.StackResult(3, 13, "unavailable: py-spy on node2: boom", error="py-spy on node2: boom",
+    results = {0: stack_types.StackResult(0, 10, "py-spy"),
+               1: stack_types.StackResult(1, 11, f"unavailable: {why}", error=why, node="node1", unreachable=True),
+               2: stack_types.StackResult(2, 12, f"unavailable: {why}", error=why, node="node1", unreachable=True),
+               3: stack_types.StackResult(3, 13, "unavailable: py-spy on node2: boom", error="py-spy on node2: boom",
                                      node="node2")}
     assert rs.unreachable_nodes(results) == {"node1": ((1, 2), f"{why} (taking stacks of ranks 1, 2)")}

@@ -14,7 +14,7 @@ import pytest
 
 from ddptui.runners.launch import rankenv
 
-from ddptui.runners.edge import stacks
+from ddptui.runners.evidence import stack_types
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "allreduce_waits_for_sleeping_rank.py"
 WAITS_LINE = next(i for i, ln in enumerate(FIXTURE.read_text().splitlines(), 1) if "# WAITS_HERE" in ln)
@@ -28,7 +28,7 @@ rank, pid, node, err, job, method, timeout = sys.argv[1:]
 res = rs.collect([rs.RemoteTarget(int(rank), int(pid), node, err)], job, method=method, timeout=float(timeout))
 r = res[int(rank)]
 print(json.dumps({"method": r.method, "error": r.error, "node": r.node, "unreachable": r.unreachable,
-                  "threads": stacks.to_json(r), "render": stacks.render(r)}))
+                  "threads": stack_types.to_json(r), "render": stack_types.render(r)}))
 """
 
 
@@ -81,8 +81,8 @@ def _probe(cluster, hello: dict, err: Path, job_id: str, method: str, timeout: f
 
 
 def _user_line(res: dict) -> tuple[str, int]:
-    main = next(t for t in stacks.from_json(res["threads"]) if t.name == "MainThread")
-    f = next(f for f in main.frames if stacks.is_user_frame(f))
+    main = next(t for t in stack_types.from_json(res["threads"]) if t.name == "MainThread")
+    f = next(f for f in main.frames if stack_types.is_user_frame(f))
     return f.file, f.line
 
 

@@ -272,7 +272,7 @@ def _wait_no_tasks(within: float) -> None:
 
 @pytest.mark.timeout(300)
 def test_link_cut_between_hosts_gives_node_lost_within_the_bound(slurm_hosts_clean, runs_dir):
-    from ddptui.runners.edge.remote_stacks import REMOTE_TIMEOUT
+    from ddptui.runners.edge.srun_exec import REMOTE_TIMEOUT
 
     stall_after = 10
     proc = live(slurm_hosts_clean, runs_dir, "slurm-ddp", "--no-ui", "--set", "steps=100000",

@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import runhelp  # noqa: E402
 
 from ddptui.runners.edge import stacks
+from ddptui.runners.evidence import stack_types
 
 from ddptui.runners.evidence import hang_verdict as verdict  # noqa: E402
 
@@ -69,7 +70,7 @@ def sleeper(tmp_path):
     assert not any(runhelp.alive(p.pid) for p in started)
 
 
-def _sleeps_at_main(r: stacks.StackResult) -> bool:
+def _sleeps_at_main(r: stack_types.StackResult) -> bool:
     main = [t for t in r.threads if t.name == "MainThread"]
     return bool(main and main[0].idle and main[0].frames and "# MAIN" in main[0].frames[0].code)
 
@@ -91,12 +92,12 @@ def test_pyspy_json_threads_frames_code(sleeper):
     assert main.frames[0].func == "<module>" and main.frames[0].code == "time.sleep(120)  # MAIN"
     assert worker.frames[0].func == "worker" and "# WORKER" in worker.frames[0].code
     assert worker.frames[-1].func.endswith("_bootstrap")  # innermost first
-    js = stacks.to_json(r)
+    js = stack_types.to_json(r)
     assert {"thread", "idle", "frames"} <= set(js[0])
     fr = next(t for t in js if t["thread"] == "MainThread")["frames"][0]
     assert fr[0] == "<module>" and fr[1].endswith("sleeper.py") and isinstance(fr[2], int) and "MAIN" in fr[3]
-    assert [t.frames for t in stacks.from_json(js)] == [t.frames for t in r.threads]
-    text = stacks.render(r)
+    assert [t.frames for t in stack_types.from_json(js)] == [t.frames for t in r.threads]
+    text = stack_types.render(r)
     assert "rank 3" in text and '"worker"' in text and "time.sleep(120)  # MAIN" in text
     assert verdict.classify(r.threads).category == "sleep"
 
@@ -256,7 +257,7 @@ def test_real_gloo_hang_pyspy_then_faulthandler(hang, tmp_path, record_property)
     assert text.startswith(f"rank 1 is stuck in culprit_wait() at hang_ddp.py:{HANG_LINE} (calls time.sleep), step 3; "
                            f"rank 0 waits in all_reduce inside backward (DDP bucket all-reduce) at hang_ddp.py:{BACKWARD_LINE} "
                            "since "), text
-    assert "culprit_wait" in stacks.render(res[1])
+    assert "culprit_wait" in stack_types.render(res[1])
 
     # the same hang with ptrace refused: faulthandler through SIGUSR1 gives the same verdict
     t0 = time.monotonic()

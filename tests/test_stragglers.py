@@ -186,7 +186,7 @@ def lockstep_slowed(load: float) -> Judge:
 
 def sample(outside: int):
     """Stacks of both ranks: `outside` computing in its own code, the other waiting in the all-reduce."""
-    from ddptui.runners.edge.stacks import Frame, StackResult, ThreadStack
+    from ddptui.runners.evidence.stack_types import Frame, StackResult, ThreadStack
     sp, user = "/venv/lib/python3.11/site-packages", "/work/train.py"
     wait = [Frame("all_reduce", f"{sp}/torch/distributed/distributed_c10d.py", 3252, "work.wait()"),
             Frame("main", user, 30, "dist.all_reduce(t)")]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from textual.widgets import Input, TabbedContent
 
 from ddptui.runners import events as ev
-from ddptui.tui import compact
+from ddptui.tui import compact, retention
 from ddptui.tui.app import DdpApp
 from ddptui.tui.compact import BEHIND, FAILED, OTHER, ROOT, SLOW, STALLED, Facts, order
 from ddptui.tui.model import LINES_PER_RANK, LOSS_POINTS, RunModel
@@ -109,16 +109,16 @@ def test_goto_rank_answers():
 
 
 def test_retention_is_shared_out_of_a_budget_at_many_ranks():
-    assert compact.kept_per_rank(16, compact.LINE_BUDGET, LINES_PER_RANK) == LINES_PER_RANK
-    assert compact.kept_per_rank(64, compact.LINE_BUDGET, LINES_PER_RANK) == LINES_PER_RANK
-    assert compact.kept_per_rank(1024, compact.LINE_BUDGET, LINES_PER_RANK) == 125
-    assert compact.kept_per_rank(10**6, compact.LINE_BUDGET, LINES_PER_RANK) == 100
+    assert retention.kept_per_rank(16, retention.LINE_BUDGET, LINES_PER_RANK) == LINES_PER_RANK
+    assert retention.kept_per_rank(64, retention.LINE_BUDGET, LINES_PER_RANK) == LINES_PER_RANK
+    assert retention.kept_per_rank(1024, retention.LINE_BUDGET, LINES_PER_RANK) == 125
+    assert retention.kept_per_rank(10**6, retention.LINE_BUDGET, LINES_PER_RANK) == 100
     m = RunModel()
     m.apply([ev.RunStarted("/r", "p", "torchrun", 1024, None, 0.0)])
     m.apply([ev.LogLines(r, "out", 1.0, 0.0, tuple(f"r{r} l{i}" for i in range(600))) for r in range(1024)])
     m.apply([ev.Progress(r, 600, 0.5, 1.0, "hook", tuple((i, 1.0 / (i + 1)) for i in range(600))) for r in range(1024)])
-    assert sum(len(rv.lines) for rv in m.ranks.values()) == 1024 * 125 <= compact.LINE_BUDGET
-    assert sum(len(rv.losses) for rv in m.ranks.values()) <= compact.LOSS_BUDGET
+    assert sum(len(rv.lines) for rv in m.ranks.values()) == 1024 * 125 <= retention.LINE_BUDGET
+    assert sum(len(rv.losses) for rv in m.ranks.values()) <= retention.LOSS_BUDGET
     assert m.ranks[7].lines[-1][2] == "r7 l599" and m.ranks[7].losses[-1] == (599, 1.0 / 600)  # the newest kept
     small = RunModel()
     small.apply([ev.RunStarted("/r", "p", "torchrun", 2, None, 0.0)])

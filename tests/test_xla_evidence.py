@@ -7,7 +7,7 @@ import pytest
 
 from ddptui.runners.evidence import xla_evidence as xe
 from ddptui.runners.evidence.hints import HintMatcher, by_code
-from ddptui.runners.edge.stacks import Frame
+from ddptui.runners.evidence.stack_types import Frame
 from ddptui.runners.evidence.hang_verdict import Where
 
 # Recorded from the reference's pattern 2 (DDP over xla://, gradient_as_bucket_view=True) on 2 PJRT CPU replicas.

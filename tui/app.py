@@ -15,11 +15,11 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.worker import Worker, WorkerState
 
-from ddptui.runners import events as ev
-from ddptui.tui.model import Changes, RunModel
-from ddptui.tui.nocolor import readable_filters
-from ddptui.tui.pace import Pace
-from ddptui.tui.sizes import size_classes
+from ..runners import events as ev
+from .model import Changes, RunModel
+from .nocolor import readable_filters
+from .pace import Pace
+from .sizes import size_classes
 
 JOIN_SECONDS = 60.0  # teardown is TERM → deadline → KILL per group; this only guards against a wedged engine
 
@@ -55,7 +55,7 @@ class LiveSource(_SessionSource):
         self.session = None
 
     def prepare(self, emit: Callable[[list], None]) -> None:
-        from ddptui.runners.session import Session
+        from ..runners.session import Session
         self.session = Session(self.profile, runs_root=self.runs_root, emit=emit)
 
     def again(self) -> "LiveSource":
@@ -74,13 +74,13 @@ class AttachSource(_SessionSource):
         self.session = None
 
     def prepare(self, emit: Callable[[list], None]) -> None:
-        from ddptui.runners.attach.session import AttachSession
+        from ..runners.attach.session import AttachSession
         self.session = AttachSession(self.job, self.runs_root, emit, watch=True, stall_after=self.stall_after,
                                      stack_every=self.stack_every, pyspy=self.pyspy)
 
     def stop_words(self) -> tuple[str, bool]:
         """What stopping the job would do, and whether ddptui can do it at all."""
-        from ddptui.runners.attach.session import stop_words
+        from ..runners.attach.session import stop_words
         said, how = stop_words(self.job)
         return said, how is not None
 
@@ -90,7 +90,7 @@ class AttachSource(_SessionSource):
     def again(self) -> "AttachSource":
         """The job found again from what the user asked (a pid, a Slurm job), never its old pids: a job that has ended
         raises NotAJob, whose words say why."""
-        from ddptui.runners.attach.find import find_job, find_slurm_job
+        from ..runners.attach.find import find_job, find_slurm_job
         job = find_slurm_job(self.job.slurm_job) if self.job.kind == "slurm" else find_job(int(self.job.asked))
         return AttachSource(job, self.runs_root, self.stall_after, self.stack_every, self.pyspy)
 
@@ -110,7 +110,7 @@ class ReplaySource:
         self.emit = emit
 
     def run(self) -> int:
-        from ddptui.runners.edge.record import replay_events
+        from ..runners.edge.record import replay_events
         batch: list = []
         start = last = finished = None
         code = 0
@@ -325,7 +325,7 @@ class DdpApp(App):
     def on_mount(self) -> None:
         asyncio.get_running_loop().set_default_executor(DaemonThreads())
         if self.show_picker:
-            from ddptui.tui.screens.picker import PickerScreen
+            from .screens.picker import PickerScreen
             self.push_screen(PickerScreen(self.picker_extra))
         if self.first_source is not None:
             self.start_source(self.first_source)
@@ -335,7 +335,7 @@ class DdpApp(App):
         self.start_source(LiveSource(profile, self.runs_root))
 
     def start_source(self, source) -> None:
-        from ddptui.tui.screens.run import RunScreen
+        from .screens.run import RunScreen
         if self.running:
             self.notify("a run is still live: stop it first (s)", severity="warning")
             return
@@ -440,7 +440,7 @@ class DdpApp(App):
         if self._quitting:
             return
         if self.running and getattr(self.source, "kind", "") == "live":
-            from ddptui.tui.screens.confirm import ConfirmQuit
+            from .screens.confirm import ConfirmQuit
             if not isinstance(self.screen, ConfirmQuit):
                 self.push_screen(ConfirmQuit(), self._confirmed_quit)
             return
@@ -468,7 +468,7 @@ class DdpApp(App):
 
     def action_stop(self) -> None:
         if self.running and getattr(self.source, "kind", "") == "attach":  # not ddptui's job: ask, then its launcher
-            from ddptui.tui.screens.confirm_stop_job import ConfirmStopJob
+            from .screens.confirm_stop_job import ConfirmStopJob
             what, can = self.source.stop_words()
             self.push_screen(ConfirmStopJob(what, can), self._confirmed_stop_job)
             return
@@ -485,7 +485,7 @@ class DdpApp(App):
     def action_dump(self) -> None:
         if self.running and self.source.request_dump():
             self.notify("collecting the stacks of every rank…")
-            from ddptui.tui.screens.run import RunScreen
+            from .screens.run import RunScreen
             if isinstance(self.screen, RunScreen):
                 self.screen.action_tab("stacks")
         else:
@@ -503,7 +503,7 @@ class DdpApp(App):
             self.notify(f"replay of {self.source.run_dir}: r reruns live runs only{again}", severity="warning",
                         timeout=8, markup=False)
             return
-        from ddptui.runners.attach.find import NotAJob
+        from ..runners.attach.find import NotAJob
         try:
             again = self.source.again()
         except NotAJob as e:  # an attached job that has ended: nothing to attach to again
@@ -518,16 +518,16 @@ class DdpApp(App):
                            time_format: str | None = None) -> str | None:
         """The `p` key and the command palette's Screenshot: an SVG into the run record (Textual's own saves into
         XDG_DOWNLOAD_DIR and fails without it), the path said in a notification."""
-        from ddptui.tui.screenshot import save
+        from .screenshot import save
         return save(self, filename, path)
 
     def action_help(self) -> None:
-        from ddptui.tui.screens.help import HelpScreen
+        from .screens.help import HelpScreen
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(type(self.screen).__name__))  # the keys of the screen it is opened from
 
     def back_to_picker(self) -> None:
-        from ddptui.tui.screens.picker import PickerScreen
+        from .screens.picker import PickerScreen
         if self.running or not any(isinstance(s, PickerScreen) for s in self.screen_stack):
             return
         while not isinstance(self.screen, PickerScreen):
@@ -548,7 +548,7 @@ class DdpApp(App):
 
 def _run(app: DdpApp) -> None:
     """app.run() with SIGHUP/SIGTERM stopping the run (tui/app_signals.py); then the engine is surely done."""
-    from ddptui.tui.app_signals import AppSignals
+    from .app_signals import AppSignals
     signals = AppSignals(app)
     signals.install()
     try:
@@ -566,7 +566,7 @@ def run_app(profile_path, overrides: Sequence[str] = (), runs_root: Path = Path(
     source = None
     extra = None
     if isinstance(profile_path, (str, Path)):
-        from ddptui.runners.launch.profile import load_profile
+        from ..runners.launch.profile import load_profile
         source = LiveSource(load_profile(profile_path, overrides), runs_root)
         extra = Path(profile_path)
     elif profile_path is not None:  # an already loaded Profile (e.g. `ddptui -- CMD`)

@@ -8,8 +8,8 @@ import signal
 import threading
 import time
 
-from ddptui.tui import hangup
-from ddptui.tui.stopper import STOP_BOUND, give_up
+from . import hangup
+from .stopper import STOP_BOUND, give_up
 
 LEAVE_GRACE = 5.0  # seconds the app has to leave by itself once the engine has ended
 

@@ -47,7 +47,7 @@ def _fail(msg: str) -> int:
 
 def find(args) -> object:
     """The AttachedJob asked for; raises NotAJob (its text is the one line) or ValueError (usage)."""
-    from ddptui.runners.attach.find import find_job, find_slurm_job
+    from ..runners.attach.find import find_job, find_slurm_job
     if args.slurm:
         return find_slurm_job(args.slurm)
     return find_job(parse_pid(args.pid))
@@ -79,17 +79,17 @@ def main(argv: list[str]) -> int:
         return _fail("attach: give a PID or --slurm JOB (one of them)")
     if args.stall_after <= 0 or (args.stack_every is not None and args.stack_every <= 0):
         return _fail("attach: --stall-after and --stack-every take seconds above 0")
-    from ddptui.runners.attach.find import NotAJob
+    from ..runners.attach.find import NotAJob
     try:
         job = find(args)
     except NotAJob as e:
         return _fail(str(e))
     except ValueError as e:
         return _fail(str(e))
-    from ddptui.runners.attach.liveness import STACK_EVERY
+    from ..runners.attach.liveness import STACK_EVERY
     every = args.stack_every or STACK_EVERY
     if not (args.no_ui or args.watch):
-        from ddptui.tui.app import run_attach
+        from .app import run_attach
         return run_attach(job, args.runs_dir, args.stall_after, every, args.pyspy) or 0
     return headless(job, args.runs_dir, args.watch, args.stall_after, every, args.pyspy)
 
@@ -97,12 +97,12 @@ def main(argv: list[str]) -> int:
 def headless(job, runs_dir: str, watch: bool, stall_after: float, stack_every: float, pyspy: str | None) -> int:
     """Console output as a launched run's; SIGINT/SIGTERM/SIGHUP detach (never stop the job), SIGUSR1 takes stacks
     now."""
-    from ddptui.runners.attach.session import AttachSession
-    from ddptui.tui.console import Console
+    from ..runners.attach.session import AttachSession
+    from .console import Console
     console = Console()
     session = AttachSession(job, runs_dir, emit=console.handle, watch=watch, stall_after=stall_after,
                             stack_every=stack_every, pyspy=pyspy)
-    from ddptui.tui import hangup
+    from . import hangup
     terminals = hangup.terminals()
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}
     signal.signal(signal.SIGINT, lambda s, f: session.request_stop())

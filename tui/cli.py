@@ -84,12 +84,12 @@ def _main(argv: list[str]) -> int:
     if sub is not None and argv[sub] in ("replay", "dump", "profiles"):
         return _subcommand(argv[sub], argv[sub + 1:])
     if argv[:1] == ["attach"]:
-        from ddptui.tui.attach_cli import main as attach_main
+        from .attach_cli import main as attach_main
         return attach_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.profile and command:
         return _fail("give either a PROFILE or a command after '--', not both")
-    from ddptui.runners.launch.profile import ProfileError, adhoc_profile, find_profile, load_profile
+    from ..runners.launch.profile import ProfileError, adhoc_profile, find_profile, load_profile
     try:
         if command:
             profile = adhoc_profile(command, args.overrides)
@@ -110,12 +110,12 @@ def _main(argv: list[str]) -> int:
         if profile is None:
             return _fail("--no-ui needs a PROFILE or a command after '--'")
         return run_headless(profile, args.runs_dir, args.summary, args.pyspy, args.stacks)
-    from ddptui.tui.app import run_app
+    from .app import run_app
     return run_app(path if path is not None else profile, args.overrides, args.runs_dir) or 0
 
 
 def _dry_run(profile, runs_dir: str) -> int:
-    from ddptui.runners.session import make_plan, rendezvous_port
+    from ..runners.session import make_plan, rendezvous_port
     run_dir = Path(runs_dir).resolve() / f"<time>-{profile.name}"
     port = rendezvous_port(profile)
     plan = make_plan(profile, run_dir, port, os.getpid())
@@ -126,10 +126,10 @@ def _dry_run(profile, runs_dir: str) -> int:
 
 def run_headless(profile, runs_dir: str, summary_path: str | None = None, pyspy: str | None = None,
                  stacks: str = "auto") -> int:
-    from ddptui.runners.session import Session
-    from ddptui.tui import pidfile
-    from ddptui.tui.console import Console
-    from ddptui.tui.stopper import HeadlessStopper
+    from ..runners.session import Session
+    from . import pidfile
+    from .console import Console
+    from .stopper import HeadlessStopper
 
     console = Console()
     stopper = HeadlessStopper()
@@ -156,7 +156,7 @@ def run_headless(profile, runs_dir: str, summary_path: str | None = None, pyspy:
 
 def _subcommand(name: str, rest: list[str]) -> int:
     if name == "profiles":
-        from ddptui.runners.launch.profile import ProfileError, list_profiles, load_profile
+        from ..runners.launch.profile import ProfileError, list_profiles, load_profile
         for path in list_profiles():
             try:
                 p = load_profile(path)
@@ -173,7 +173,7 @@ def _subcommand(name: str, rest: list[str]) -> int:
     if not (run_dir / "events.jsonl").exists():
         return _fail(f"{run_dir}: not a ddptui run record (no events.jsonl)")
     if name == "dump":
-        from ddptui.tui.pidfile import live_ddptui
+        from .pidfile import live_ddptui
         pid, why = live_ddptui(run_dir)  # a stale pid file can name a reused pid: signal only that run's ddptui
         if pid is None:
             return _fail(f"{run_dir}: {why}")
@@ -185,14 +185,14 @@ def _subcommand(name: str, rest: list[str]) -> int:
         return 0
     if args.no_ui:
         return _replay_headless(run_dir)
-    from ddptui.tui.app import run_replay
+    from .app import run_replay
     return run_replay(run_dir) or 0
 
 
 def _replay_headless(run_dir: Path) -> int:
     """Replay what the record holds; 1 (and one line on stderr saying what) when it is incomplete or malformed."""
-    from ddptui.runners.edge.record import replay_events
-    from ddptui.tui.console import Console
+    from ..runners.edge.record import replay_events
+    from .console import Console
     console = Console()
     problems: list[str] = []
     for e in replay_events(run_dir, problems):

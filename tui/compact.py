@@ -5,11 +5,11 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
-from ddptui.tui import marks
-from ddptui.tui.fit import fit
+from . import marks
+from .fit import fit
 
 if TYPE_CHECKING:
-    from ddptui.tui.model import RankView, RunModel
+    from .model import RankView, RunModel
 
 COMPACT_ABOVE = 16  # more ranks than this: one row per rank instead of one pane per rank
 GRID_MAX = 128  # the pane grid is never built for more ranks (1,024 panes would take seconds to mount)
@@ -180,17 +180,3 @@ def goto_rank(text: str, ids: Iterable[int]) -> tuple[int | None, str]:
     if r not in set(ids):
         return None, f"no rank {r} in this run"
     return r, ""
-
-
-# -- how much of each rank's history the model keeps ---------------------------------------------
-
-LINE_BUDGET = 128_000  # log lines kept over all ranks (about 170 bytes each with their tuple): pane tails and zoom read these
-LOSS_BUDGET = 128_000  # loss points kept over all ranks (about 110 bytes each)
-
-
-def kept_per_rank(ranks: int, budget: int, most: int, least: int = 100) -> int:
-    """Per-rank retention: `most` (the model's default) until `ranks` × most passes `budget`, then the budget shared,
-    never below `least`: 2,000 lines each up to 64 ranks, 125 each at 1,024."""
-    if ranks <= 0:
-        return most
-    return max(least, min(most, budget // ranks))

@@ -5,12 +5,12 @@ import os
 import sys
 import time
 
-from ddptui.runners import events as ev
-from ddptui.runners.edge import stacks as stk
-from ddptui.runners.judge.world_view import UNSEEN_WHY
-from ddptui.tui import hangup
-from ddptui.tui.rate import RunTally
-from ddptui.tui.ranktag import untag_lines
+from ..runners import events as ev
+from ..runners.evidence import stack_types
+from ..runners.judge.world_view import UNSEEN_WHY
+from . import hangup
+from .rate import RunTally
+from .ranktag import untag_lines
 
 _COLOURS = ("36", "33", "35", "32", "34", "31", "96", "93", "95", "92", "94", "91")
 
@@ -195,9 +195,9 @@ def culprit_stacks(hang: ev.HangVerdict, stacks: ev.StacksCollected | None, unse
         worker = where.get("worker") or {}
         if worker.get("pid") is not None:
             found = [w for w in stacks.workers.get(r, []) if w.get("pid") == worker["pid"]]
-            threads, who = stk.from_json(found[0]["threads"] if found else []), f"rank {r}'s {worker.get('label')}"
+            threads, who = stack_types.from_json(found[0]["threads"] if found else []), f"rank {r}'s {worker.get('label')}"
         else:
-            threads, who = stk.from_json(stacks.threads.get(r, [])), f"rank {r}"
+            threads, who = stack_types.from_json(stacks.threads.get(r, [])), f"rank {r}"
         thread = next((t for t in threads if t.name == where.get("thread")), None) or next(
             (t for t in threads if t.name == "MainThread"), None)
         if thread is None or not thread.frames:
@@ -205,6 +205,6 @@ def culprit_stacks(hang: ev.HangVerdict, stacks: ev.StacksCollected | None, unse
             out.append(f"    {who}: no stack" + (f" ({why})" if why.startswith("the process is stopped") else ""))
             continue
         out.append(f"    {who}, thread {thread.name}, innermost user frame first:")
-        out += stk.folded_lines(thread.frames, indent="      ")
+        out += stack_types.folded_lines(thread.frames, indent="      ")
     out.append(f"    stacks: {stacks.path.rstrip('/')}/")
     return out

@@ -5,9 +5,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from ddptui.runners import events as ev
-from ddptui.tui import rate
-from ddptui.tui.compact import LINE_BUDGET, LOSS_BUDGET, kept_per_rank
+from ..runners import events as ev
+from . import rate
+from .retention import LINE_BUDGET, LOSS_BUDGET, kept_per_rank
 
 LINES_PER_RANK = 2000
 TIMELINE_LINES = 5000
@@ -133,7 +133,7 @@ class RunModel:
         self.loss_version = 0  # bumps with every new loss point: the chart redraws when it moves
         self.events_seen = 0
         self.lines_seen = 0
-        # per-rank history kept: the defaults, shared out of a budget once the world is large (tui/compact.py)
+        # per-rank history kept: the defaults, shared out of a budget once the world is large (tui/retention.py)
         self.lines_kept, self.loss_kept = LINES_PER_RANK, LOSS_POINTS
 
     # -- reading ---------------------------------------------------------------------------------

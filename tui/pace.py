@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddptui.tui.model import Changes
+from .model import Changes
 
 VIEW_PERIOD = 0.25  # panes, tails, banner, tabs: 4 Hz at most (keys redraw at once, they do not wait for this)
 CHART_PERIOD = 1.0  # the loss chart: plotext's drawing is the costly part

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psutil
 
-from ddptui.runners.edge.stacks import catches_sigusr1
+from ..runners.edge.stacks import catches_sigusr1
 
 NAME = "ddptui.pid"
 _SAME_START = 0.05  # seconds: create times are in clock ticks (10 ms); a reused pid starts later than that

@@ -32,7 +32,7 @@ def record_of(app) -> str | None:
 def save(app, filename: str | None = None, path: str | None = None) -> str | None:
     """Save the screen as SVG (App.save_screenshot) and say where; the working folder when the record is not
     writable. Returns the file's path, None when nothing could be written."""
-    from ddptui.tui.screens.picker import PickerScreen
+    from .screens.picker import PickerScreen
     on_picker = isinstance(app.screen, PickerScreen)
     folder = Path(path) if path else shot_folder(None if on_picker else record_of(app), app.runs_root, Path.cwd())
     name = filename or shot_name(time.time())

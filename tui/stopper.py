@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from ddptui.tui import hangup
+from . import hangup
 
 # From the first stop to ddptui's exit at the latest. Teardown alone is bounded by 5 s (TERM) + 2 s (KILL) +
 # 1 s per process reaped; the rest is the stacks a stall may be collecting and draining the logs.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddptui.tui.marks import FAILED, WARN
-from ddptui.tui.model import RunModel
+from .marks import FAILED, WARN
+from .model import RunModel
 
 TITLES = {"node lost": "node lost", "crash": "crash", "stall": "stall", "stall over": "stall (over: the ranks moved on)",
           "slow": "slow-down"}

@@ -9,13 +9,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 import psutil
-
-
-@dataclass(frozen=True)
-class RankOutput:
-    kind: str  # "file" | "terminal" | "pipe" | "socket" | "none" | "unreadable"
-    path: str | None  # the file to tail when kind == "file"
-    note: str  # what the pane says when ddptui cannot follow it, "" for files
+from .output import RankOutput
 
 
 @dataclass(frozen=True)
@@ -408,7 +402,7 @@ def snapshot() -> dict[int, Proc]:
 
 
 def _pyspy_locals(pid: int, timeout: float = 10.0) -> list:
-    from ddptui.runners.edge import stacks
+    from ..edge import stacks
     exe = stacks.find_pyspy()
     if exe is None:
         return []
@@ -423,8 +417,8 @@ def _pyspy_locals(pid: int, timeout: float = 10.0) -> list:
 def find_job(pid: int) -> AttachedJob:
     """The job process `pid` belongs to (torchrun's agent, a rank, the script that called torch.multiprocessing.spawn,
     a rank's DataLoader worker), its ranks and where their output goes."""
-    from ddptui.runners.attach import output as attach_output
-    from ddptui.runners.inject.ddptui_node import node_name
+    from . import output as attach_output
+    from ..inject.ddptui_node import node_name
 
     if not psutil.pid_exists(pid):
         raise NotAJob(f"no process {pid}")
@@ -510,7 +504,7 @@ def slurm_ranks(procs: Mapping[int, Proc]) -> dict[int, tuple[int | None, int | 
 
 
 def _slurm_output(fd: list | None, pid: int, fdn: int, node: str, local: bool) -> RankOutput:
-    from ddptui.runners.attach import output as attach_output
+    from . import output as attach_output
     link, mode, err = (list(fd or []) + ["", 0, "closed"])[:3]
     got = attach_output.classify(attach_output.FdLink(pid, fdn, str(link), int(mode or 0), str(err)))
     if got.kind == "file" and not (local if got.path.startswith("/proc/") else os.path.isfile(got.path)):
@@ -519,7 +513,7 @@ def _slurm_output(fd: list | None, pid: int, fdn: int, node: str, local: bool) -
 
 
 def _scontrol(job_id: str) -> tuple[dict[str, str], str]:
-    from ddptui.runners.evidence import slurm_state
+    from ..evidence import slurm_state
     try:
         r = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True,
                            timeout=SLURM_TIMEOUT)
@@ -541,10 +535,10 @@ def find_slurm_job(job_id: str) -> AttachedJob:
     `srun --overlap --jobid JOB -w NODE`, the probe (runners/attach/probe.py) that lists the job's processes there."""
     import shutil
 
-    from ddptui.runners.attach import probe as attach_probe
-    from ddptui.runners.edge import remote_stacks
-    from ddptui.runners.evidence import slurm_state
-    from ddptui.runners.inject.ddptui_node import node_name
+    from . import probe as attach_probe
+    from ..edge import srun_exec
+    from ..evidence import slurm_state
+    from ..inject.ddptui_node import node_name
 
     job_id = str(job_id).strip()
     if not job_id.isdigit():
@@ -560,14 +554,14 @@ def find_slurm_job(job_id: str) -> AttachedJob:
         raise NotAJob(f"Slurm job {job_id}: srun not found here, needed to reach its nodes")
     with open(attach_probe.__file__, encoding="utf-8") as f:
         program = f.read()
-    argvs = {n: remote_stacks.srun_argv(exe, job_id, n, [*_PROBE_ARGV, program, job_id]) for n in nodes}
-    ran = remote_stacks.run_all(argvs, remote_stacks.srun_env(dict(os.environ)), SLURM_TIMEOUT)
+    argvs = {n: srun_exec.srun_argv(exe, job_id, n, [*_PROBE_ARGV, program, job_id]) for n in nodes}
+    ran = srun_exec.run_all(argvs, srun_exec.srun_env(dict(os.environ)), SLURM_TIMEOUT)
     here = socket.gethostname()
     ranks: dict[int, AttachedRank] = {}
     unread: list[Unreadable] = []
     for n in nodes:
         rc, out, err = ran[n]
-        o = remote_stacks.outcome(n, rc, out, err, SLURM_TIMEOUT, "the attach probe")
+        o = srun_exec.outcome(n, rc, out, err, SLURM_TIMEOUT, "the attach probe")
         if o.error is not None:
             unread.append(Unreadable(0, f"node {n}: {o.error}"))
             continue
@@ -578,7 +572,7 @@ def find_slurm_job(job_id: str) -> AttachedJob:
             except ValueError:
                 continue
         host, procs, fds = probe_records(lines)
-        local = remote_stacks.is_local(host, here)
+        local = srun_exec.is_local(host, here)
         for pid, (r, lr, w) in slurm_ranks(procs).items():
             env = procs[pid].environ or {}
             ranks[r] = AttachedRank(r, lr, w, pid, host, node_name(env, host) or n,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddptui.runners.edge.stacks import StackResult, ThreadStack, is_helper, is_user_frame
+from ..evidence.stack_types import StackResult, ThreadStack, is_helper, is_user_frame
 
 STACK_EVERY = 5.0  # seconds between py-spy passes over an attached job's ranks (bench/attach_cost.py measures it)
 

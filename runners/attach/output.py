@@ -6,13 +6,18 @@ import re
 import stat
 from dataclasses import dataclass
 
-from ddptui.runners.attach.find import RankOutput
-
 LAST_LINES = 200  # lines shown from before the attach
 _BLOCK = 64 * 1024
 _PIPE = re.compile(r"^pipe:\[(\d+)\]$")
 _SOCKET = re.compile(r"^socket:\[(\d+)\]$")
 _STREAM = {1: "stdout", 2: "stderr"}
+
+
+@dataclass(frozen=True)
+class RankOutput:
+    kind: str  # "file" | "terminal" | "pipe" | "socket" | "none" | "unreadable"
+    path: str | None  # the file to tail when kind == "file"
+    note: str  # what the pane says when ddptui cannot follow it, "" for files
 
 
 @dataclass(frozen=True)

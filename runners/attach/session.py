@@ -12,17 +12,18 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ddptui.runners import events as ev
-from ddptui.runners.evidence import slurm_state
-from ddptui.runners.attach.find import AttachedJob
-from ddptui.runners.attach.output import last_lines
-from ddptui.runners.attach.liveness import (STACK_EVERY, Liveness, Seen, decide, frame_key, liveness_words, motion_key, seen_words,
+from .. import events as ev
+from ..evidence import slurm_state
+from .find import AttachedJob
+from .output import last_lines
+from .liveness import (STACK_EVERY, Liveness, Seen, decide, frame_key, liveness_words, motion_key, seen_words,
                               waiting)
-from ddptui.runners.edge.deathwatch import DeathWatch
-from ddptui.runners.judge.judge import EXIT_FAILED, EXIT_OK, EXIT_STALLED, TearDown
-from ddptui.runners.launch.profile import Profile, Workload
-from ddptui.runners.session import IDLE_POLL, Session, _hint_matcher
-from ddptui.runners.edge.tail import Tailer
+from ..edge import error_files
+from ..edge.deathwatch import DeathWatch
+from ..judge.judge import EXIT_FAILED, EXIT_OK, EXIT_STALLED, TearDown
+from ..launch.profile import Profile, Workload
+from ..session import IDLE_POLL, Session, _hint_matcher
+from ..edge.tail import Tailer
 
 OBSERVE = 3.0  # --no-ui: seconds of output and CPU watched before the verdict (the busy test looks at 3 s of CPU)
 FIRST_CHECK = 1.5  # no stall is judged before the CPU samples span this long: one sample says nothing of CPU use
@@ -133,8 +134,8 @@ class AttachSession(Session):
         self._fr_on: set[int] = set()  # ranks that keep Flight Recorder entries (TORCH_FR_BUFFER_SIZE set)
         if job.slurm_job:  # remote ranks' stacks are taken on their node inside the job (Session._collect_stacks);
             # its state followed, and who cancelled it if Slurm did (runners/judge/job_follow.py)
-            from ddptui.runners.launch.plan import SlurmJob
-            from ddptui.runners.edge.slurm_job import SlurmJobWatch
+            from ..launch.plan import SlurmJob
+            from ..edge.slurm_job import SlurmJobWatch
             self.slurm = SlurmJobWatch(SlurmJob("step", "srun", "", job.slurm_job))
             self.judge.job.attached(job.slurm_job)
         self.stop_said, self.stop_how = stop_words(job)
@@ -359,7 +360,7 @@ class AttachSession(Session):
     def _recorded_errors(self) -> dict[int, dict]:
         """torchrun's error files, and for the other dead ranks the last traceback in their own stderr (an attached
         rank has no hooks to report its exception): the crash verdict's root cause reads the same as a launched run's."""
-        from ddptui.runners.evidence.attach_evidence import traceback_report
+        from ..evidence.attach_evidence import traceback_report
         found = super()._recorded_errors()
         for r, t in self.tracks.items():
             if r not in found and t.exc is None and t.returncode not in (None, 0):
@@ -382,7 +383,7 @@ class AttachSession(Session):
         """Bytes each local rank's threads wrote since the last look (its lines wherever they go, its collectives'
         traffic; torch's debug server answering ddptui left out): a rank that writes is alive to the stall rule, as
         one whose lines ddptui reads is, even when nobody can read them."""
-        from ddptui.runners.attach import sched as attach_sched
+        from . import sched as attach_sched
         mono, wall = time.monotonic(), time.time()
         for r, t in sorted(self.tracks.items()):
             if not t.alive or not t.pid or not _is_local(t.host):
@@ -397,7 +398,7 @@ class AttachSession(Session):
     def _sample_stacks(self) -> dict:
         """One py-spy pass over the live local ranks (a ptrace read, a few ms of pause each): a rank whose innermost
         user frame changed is alive to the stall rule, whatever its output and CPU say. Returns rank -> StackResult."""
-        from ddptui.runners.edge import stacks
+        from ..edge import stacks
         targets = [stacks.Target(r, pid, None, None) for r, pid in self.judge.stack_targets()
                    if _is_local(self.tracks[r].host)]
         if not targets:
@@ -417,7 +418,7 @@ class AttachSession(Session):
         """The watch begins: every rank's first stack sample. A rank with no output of its own to read is dated by the
         kernel's scheduler, read before that sample pauses it: when its Python threads last ran (their ids from the
         sample). A hang minutes old is then minutes old to the stall rule, as a file's last write would make it."""
-        from ddptui.runners.attach import sched as attach_sched
+        from . import sched as attach_sched
         here = {r: t.pid for r, t in self.tracks.items() if r in self.blind and t.pid and _is_local(t.host)}
         readings = {r: attach_sched.read(pid) for r, pid in here.items()}
         results = self._sample_stacks()
@@ -443,7 +444,7 @@ class AttachSession(Session):
         """Look for the ranks' own debug servers in the background (a store read imports torch: seconds)."""
         import concurrent.futures
 
-        from ddptui.runners.attach import debug as attach_debug
+        from . import debug as attach_debug
         local = {r: a.pid for r, a in self.job.ranks.items() if _is_local(a.host)}
         if not local:
             return
@@ -473,7 +474,7 @@ class AttachSession(Session):
             self._carry_out(self.judge.debug_server_found(r, addr, time.time()))
 
     def _collect_stacks(self, req):
-        from ddptui.runners.attach.debug import STORE_TIMEOUT
+        from .debug import STORE_TIMEOUT
         self._take_servers(wait=STORE_TIMEOUT)  # a stall's stacks and records: with the debug servers when there are
         return super()._collect_stacks(req)
 
@@ -529,7 +530,7 @@ class AttachSession(Session):
         return True
 
     def _report_liveness(self) -> None:
-        from ddptui.runners.evidence.stall import BLOCKED_CPU
+        from ..evidence.stall import BLOCKED_CPU
         mono = time.monotonic()
         limit = float(self.profile.stall_after)
         words = []
@@ -602,7 +603,7 @@ class AttachSession(Session):
                 cause.append(f"the traceback in its stderr ({self.followed[(r, 'err')]})")
             elif (r, "err") in self.followed:
                 cause.append(f"its stderr ({self.followed[(r, 'err')]})")
-            if self.judge.launcher_log.recorded_error(r):
+            if error_files.recorded_error(self.judge.launcher_log.error_file(r)):
                 cause.append("torchrun's error file")
             if (None, "err") in self.followed:
                 cause.append(f"torchrun's output ({self.followed[(None, 'err')]})")
@@ -615,6 +616,6 @@ def _size(n: int) -> str:
 
 
 def _is_local(host: str) -> bool:
-    from ddptui.runners.edge.remote_stacks import is_local
+    from ..edge.srun_exec import is_local
     return is_local(host, socket.gethostname())
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 import shutil
 
-from ddptui.runners.edge import remote_stacks
-from ddptui.runners.judge.job_follow import NodeAnswer
+from . import srun_exec
+from ..judge.job_follow import NodeAnswer
 
 # On the node: each pid and the State line of its /proc status ("T (stopped)"), or "gone"; nothing of ddptui needed
 _STATE_SCRIPT = ('for p; do s=$(sed -n "s/^State:[[:space:]]*//p" /proc/$p/status 2>/dev/null); '
@@ -13,7 +13,7 @@ _STATE_SCRIPT = ('for p; do s=$(sed -n "s/^State:[[:space:]]*//p" /proc/$p/statu
 
 
 def argv(srun: str, job_id: str, node: str, pids) -> list[str]:
-    return remote_stacks.srun_argv(srun, job_id, node, ["/bin/sh", "-c", _STATE_SCRIPT, "sh", *map(str, pids)])
+    return srun_exec.srun_argv(srun, job_id, node, ["/bin/sh", "-c", _STATE_SCRIPT, "sh", *map(str, pids)])
 
 
 def states(out: str) -> dict[int, str]:
@@ -28,8 +28,8 @@ def states(out: str) -> dict[int, str]:
 
 def answer(node: str, rc: int | None, out: str, err: str, timeout: float) -> NodeAnswer:
     """One srun's end read as the node's answer: it answered (the states of the pids there), srun could not reach
-    it (remote_stacks.outcome's words), or neither could be told (the job gone, the controller silent)."""
-    o = remote_stacks.outcome(node, rc, out, err, timeout, "the state probe")
+    it (srun_exec.outcome's words), or neither could be told (the job gone, the controller silent)."""
+    o = srun_exec.outcome(node, rc, out, err, timeout, "the state probe")
     if o.error is None:
         return NodeAnswer("answered", "", states(o.out))
     return NodeAnswer("unreachable" if o.unreachable else "unknown", short(o.error.removeprefix(
@@ -43,7 +43,7 @@ def short(said: str) -> str:
     return "; ".join(dict.fromkeys(part.rsplit(": ", 1)[-1].strip() for part in said.split("; ") if part.strip()))
 
 
-def probe(job_id: str | None, nodes: dict[str, tuple[int, ...]], timeout: float = remote_stacks.REMOTE_TIMEOUT,
+def probe(job_id: str | None, nodes: dict[str, tuple[int, ...]], timeout: float = srun_exec.REMOTE_TIMEOUT,
           srun: str = "srun") -> dict[str, NodeAnswer]:
     """node -> its answer, every node asked at the same time inside job `job_id`, all within `timeout` (+ srun's own
     stop wait). `nodes`: node -> the pids whose state to read there."""
@@ -51,6 +51,6 @@ def probe(job_id: str | None, nodes: dict[str, tuple[int, ...]], timeout: float 
     if not job_id or exe is None or not nodes:
         why = "no Slurm job to ask through" if not job_id else f"{srun} not found here"
         return {node: NodeAnswer("unknown", why, {}) for node in nodes}
-    ran = remote_stacks.run_all({node: argv(exe, job_id, node, pids) for node, pids in nodes.items()},
-                                remote_stacks.srun_env(dict(os.environ)), timeout)
+    ran = srun_exec.run_all({node: argv(exe, job_id, node, pids) for node, pids in nodes.items()},
+                                srun_exec.srun_env(dict(os.environ)), timeout)
     return {node: answer(node, rc, out, err, timeout) for node, (rc, out, err) in ran.items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from ddptui.runners.evidence.kill_reading import KillEvidence, Limit
+from ..evidence.kill_reading import KillEvidence, Limit
 
 _KILLED = re.compile(r"Killed process (\d+)|oom-kill:.*\bpid=(\d+)")
 KMSG_RECORDS = 20000  # at most this many kernel log records are read: a log read short of it was read whole

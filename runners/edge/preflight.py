@@ -8,8 +8,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddptui.runners.launch import mirage
-from ddptui.runners.launch.profile import MirageOptions, Profile
+from ..launch import mirage
+from ..launch.profile import MirageOptions, Profile
 
 ROCM_INDEX = "https://rocm.nightlies.amd.com/v2/gfx950-dcgpu/"
 PROBE_TIMEOUT = 90.0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from ddptui.runners.launch.plan import ProcSpec
+from ..launch.plan import ProcSpec
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -57,15 +57,6 @@ def stop_subreaping() -> None:
 def _child_setup() -> None:
     # If ddptui dies hard, its direct children (launchers, ranks) get SIGTERM instead of training on.
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def signal_name(returncode: int | None) -> str | None:
-    if returncode is None or returncode >= 0:
-        return None
-    try:
-        return signal.Signals(-returncode).name
-    except ValueError:
-        return f"signal {-returncode}"
 
 
 @dataclass

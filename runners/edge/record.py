@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterator
 
-from ddptui.runners.events import Event, LogLines, RunFinished, RunStarted, from_json
+from ..events import Event, LogLines, RunFinished, RunStarted, from_json
 
 
 def new_run_dir(runs_root: Path, profile_name: str) -> Path:
@@ -141,7 +141,7 @@ def _read_events(path: Path, notes: list[str]) -> list[Event]:
 
 def _decode_problem(d) -> Event | str:
     """The event a decoded JSON line holds, or why it holds none."""
-    from ddptui.runners.evidence.eventcheck import problem
+    from ..evidence.eventcheck import problem
     kind = d.get("kind") if isinstance(d, dict) else None
     if not isinstance(kind, str):
         return "not an event (no \"kind\")"
@@ -215,7 +215,7 @@ def replay_events(run_dir: Path, problems: list[str] | None = None) -> Iterator[
 
 def _file_problem(path: Path) -> str | None:
     """What is wrong with one of the record's JSON files (summary.json, plan.json), in words, or None."""
-    from ddptui.runners.evidence.eventcheck import record_file_problem
+    from ..evidence.eventcheck import record_file_problem
     try:
         d = json.loads(path.read_bytes().decode("utf-8", errors="replace"))
     except OSError as e:

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from ddptui.runners.evidence.rank_learn import RankLearner
+from ..evidence.rank_learn import RankLearner
 
 CHUNK = 1 << 20  # bytes read per file per turn: one syscall serves thousands of lines
 MAX_LINE = 64 * 1024  # longer lines are cut here (the raw file keeps them whole)

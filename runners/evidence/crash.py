@@ -5,10 +5,10 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from ddptui.runners.evidence.kill_reading import Reading
-from ddptui.runners.edge.procs import signal_name as signal_of
-from ddptui.runners.edge.stacks import Frame, is_user_frame
-from ddptui.runners.judge.world_view import unseen_words
+from .kill_reading import Reading
+from .signals import signal_name as signal_of
+from .stack_types import Frame, is_user_frame
+from .words import unseen_words
 
 # A peer went away: the rank printing this is a consequence, not a cause. The first three are what gloo says when
 # the remote process is gone (the `peer-closed` hint matches them too); the rest are the other shapes of it.

@@ -8,7 +8,7 @@ import typing
 from dataclasses import fields
 from typing import Any
 
-from ddptui.runners import events as ev
+from .. import events as ev
 
 _NUM = (int, float)
 # What the front ends read from RunFinished.summary (a dict[str, Any] to the dataclass): key -> accepted types.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ddptui.runners.evidence.fr_analysis import Finding, _dtype, _ranks
-from ddptui.runners.evidence.hang_verdict import WAITING, Where, where_phrase
+from .fr_analysis import Finding, _dtype, _ranks
+from .hang_verdict import WAITING, Where, where_phrase
 
 ORDER = "every rank must call the same collectives in the same order"
 

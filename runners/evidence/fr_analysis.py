@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
-from ddptui.runners.edge import fr_client
-from ddptui.runners.judge.world_view import unseen_words
+from . import fr_records
+from .words import unseen_words
 
 KINDS = ("op mismatch", "size mismatch", "dtype mismatch", "missing", "stuck", "none")
 _DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Int": "int32",
@@ -146,7 +146,7 @@ class Finding:
 def analyse(dumps: Mapping[int, dict], world: int | None = None,
             known: Mapping[str, list[int]] | None = None, unseen: tuple[int, ...] = ()) -> Finding | None:
     """The finding over every rank's dump (rank -> dump as fr_trace_json gives it, raw or normalised by
-    fr_client.normalise); None without any dump. `world`: the run's world size (ranks without a dump are then named);
+    fr_records.normalise); None without any dump. `world`: the run's world size (ranks without a dump are then named);
     `known`: group name -> ranks as the ranks reported them; `unseen`: ranks this ddptui does not watch (other
     nodes'), whose missing dump the finding says is theirs to give."""
     if not dumps:
@@ -165,7 +165,7 @@ def from_collectives(collectives: Mapping[int, Mapping[str, Mapping[str, Any]]],
     groups: dict[str, Group] = {}
     for rank, pgs in collectives.items():
         for name, g in pgs.items():
-            members = fr_client._ranks(g.get("ranks")) or []
+            members = fr_records.ranks_of(g.get("ranks")) or []
             grp = groups.setdefault(str(name), Group(str(name), str(g.get("desc") or ""), tuple(members)))
             if not grp.members and members:
                 grp.members = tuple(members)
@@ -282,11 +282,11 @@ def _replace(f: Finding, **kw) -> Finding:
 
 # ---- reading the dumps -----------------------------------------------------------------------------------------
 def _normalised(dumps: Mapping[int, dict], world: int | None, known) -> dict[int, dict]:
-    """The dumps with pg_config and pg_status keyed by group names and ints, as fr_client.normalise writes them."""
+    """The dumps with pg_config and pg_status keyed by group names and ints, as fr_records.normalise writes them."""
     raw = any("" in (d.get("pg_config") or {}) or any(
         isinstance(v, dict) and any(isinstance(x, str) for x in v.values()) for v in (d.get("pg_status") or {}).values())
         for d in dumps.values())
-    return fr_client.normalise_all(dict(dumps), world, dict(known) if known else None) if raw else dict(dumps)
+    return fr_records.normalise_all(dict(dumps), world, dict(known) if known else None) if raw else dict(dumps)
 
 
 def _groups(dumps: Mapping[int, dict]) -> dict[str, Group]:
@@ -297,9 +297,9 @@ def _groups(dumps: Mapping[int, dict]) -> dict[str, Group]:
             if not isinstance(c, dict):
                 continue
             g = groups.setdefault(str(name), Group(str(name), str(c.get("desc") or ""),
-                                                   tuple(fr_client._ranks(c.get("ranks")) or ())))
+                                                   tuple(fr_records.ranks_of(c.get("ranks")) or ())))
             if not g.members:
-                g.members = tuple(fr_client._ranks(c.get("ranks")) or ())
+                g.members = tuple(fr_records.ranks_of(c.get("ranks")) or ())
         for e in d.get("entries") or []:
             pg = e.get("process_group")
             if e.get("is_p2p") or not isinstance(pg, (list, tuple)) or e.get("collective_seq_id") is None:

@@ -7,8 +7,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable
 
-from ddptui.runners.edge.stacks import Frame, StackResult, ThreadStack, is_helper, is_user_frame, qualified, worker_label
-from ddptui.runners.judge.world_view import unseen_words
+from .stack_types import Frame, StackResult, ThreadStack, is_helper, is_user_frame, qualified, worker_label
+from .words import unseen_words
 
 CATEGORIES = ("collective", "compute", "sleep", "io", "dataloader", "xla", "turn", "unknown")
 # categories in which a rank waits for its peers; "turn": in ddptui's own ordinal turnstile (XLA thread replicas),

@@ -6,8 +6,8 @@ import signal
 from dataclasses import dataclass
 from typing import Mapping
 
-from ddptui.runners.evidence.crash import PEER_GONE
-from ddptui.runners.evidence.parse import any_of
+from .crash import PEER_GONE
+from .parse import any_of
 
 
 @dataclass(frozen=True)

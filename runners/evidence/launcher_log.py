@@ -4,10 +4,11 @@ It also folds the SignalException traceback torchrun prints when it is stopped b
 """
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass
+
+from .signals import signame
 
 # glog-style lines of torch.distributed.elastic: "W1203 07:47:22.826000 6435 .../api.py:1028] message"
 _GLOG = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +\d+ [^\]]*\] (.*)$")
@@ -89,16 +90,10 @@ class TorchrunLog:
         """(signal, when) torchrun sent this pid to stop it, or None."""
         return None if pid is None else self.stopping.get(pid)
 
-    def recorded_error(self, rank: int) -> dict | None:
-        """The error a rank recorded in its torchrun error file (torch's @record), as an exception report."""
+    def error_file(self, rank: int) -> str | None:
+        """The error file torchrun named for a failed rank (where torch's @record wrote its exception), if any."""
         f = self.failures.get(rank)
-        if f is None or not f.error_file:
-            return None
-        try:
-            with open(f.error_file, encoding="utf-8") as fh:
-                return error_file_report(json.load(fh))
-        except (OSError, ValueError):
-            return None
+        return f.error_file if f is not None and f.error_file else None
 
     def feed(self, line: str, we_signalled: bool) -> list[str]:
         """The lines to show for this one (none while a traceback is held, several when it is released).
@@ -131,7 +126,7 @@ class TorchrunLog:
                 return []
             self._folded = True
             self.signalled = int(m.group(2))
-            name = _signame(int(m.group(2)))
+            name = signame(int(m.group(2)))
             if we_signalled:
                 return [f"ddptui stopped the launcher ({name})"]
             return [f"the launcher (pid {m.group(1)}) was stopped by {name} from outside ddptui"]
@@ -211,11 +206,3 @@ def error_file_report(data: dict) -> dict | None:
     if frames:
         where = f"{frames[-1][0]}:{frames[-1][1]}"
     return {"type": typ, "msg": rest if rest else text, "where": where, "tb": tb.splitlines()[-15:]}
-
-
-def _signame(n: int) -> str:
-    import signal
-    try:
-        return signal.Signals(n).name
-    except ValueError:
-        return f"signal {n}"

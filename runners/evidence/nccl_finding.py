@@ -4,8 +4,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-from ddptui.runners.evidence import fr_analysis
-from ddptui.runners.edge import fr_client
+from . import fr_analysis
+from . import fr_records
 
 SOURCE = "Flight Recorder (NCCL's own dump at the timeout)"
 
@@ -14,7 +14,7 @@ def finding(dumps: Mapping[int, dict], world: int | None) -> fr_analysis.Finding
     """The finding over the ranks' own dumps (normalised as the record's other dumps are); None without any."""
     if not dumps:
         return None
-    return fr_analysis.analyse(fr_client.normalise_all(dict(dumps), world), world)
+    return fr_analysis.analyse(fr_records.normalise_all(dict(dumps), world), world)
 
 
 def words(f: fr_analysis.Finding | None, problems: Mapping[int, str] = {}) -> str:

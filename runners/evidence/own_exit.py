@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ddptui.runners.evidence.crash import RankEvidence, ended_by, last_output, own_exit_kinds
+from .crash import RankEvidence, ended_by, last_output, own_exit_kinds
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ Lines of a folder that never says hello (its program died before the injected co
 they are HOLD_SECONDS old, or at the end: there is nothing better to attribute them by."""
 from __future__ import annotations
 
-from ddptui.runners.evidence import parse
+from . import parse
 
 HOLD_SECONDS = 5.0
 

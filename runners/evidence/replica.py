@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ddptui.runners.judge.world_view import unseen_words
+from .words import unseen_words
 
 
 @dataclass(frozen=True)

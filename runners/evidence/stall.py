@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddptui.runners.evidence.steptime import fmt_seconds, median_step
+from .steptime import fmt_seconds, median_step
 
 QUIET = 1.0  # seconds without progress that make a rank part of a stall another rank triggered
 AUTO_FACTOR, AUTO_MIN, AUTO_UNKNOWN = 20.0, 10.0, 30.0  # stall_after auto: 20 x median step, >= 10 s; 30 s before

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from ddptui.runners.evidence.hang_verdict import in_ddp  # which frames are DDP's own collectives: the frame classifier's knowledge
+from .hang_verdict import in_ddp  # which frames are DDP's own collectives: the frame classifier's knowledge
 
 # XLA (xla/service/rendezvous.cc) on a collective that not every participant joined, e.g.
 #   2026-12-03 07:49:21.190496: E external/xla/xla/service/rendezvous.cc:100] [id=0] This thread has been waiting for

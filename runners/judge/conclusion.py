@@ -3,16 +3,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddptui.runners import events as ev
-from ddptui.runners.evidence import kill_reading
-from ddptui.runners.evidence import nccl_finding
-from ddptui.runners.evidence import own_exit
-from ddptui.runners.evidence import replica
-from ddptui.runners.judge import run_verdicts
-from ddptui.runners.evidence.crash import signal_of
-from ddptui.runners.judge.rank_lifecycle import RankLifecycle
-from ddptui.runners.judge.run_state import EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, RunState
-from ddptui.runners.judge.stack_verdicts import StackVerdicts
+from .. import events as ev
+from ..evidence import kill_reading
+from ..evidence import nccl_finding
+from ..evidence import own_exit
+from ..evidence import replica
+from . import run_verdicts
+from ..evidence.crash import signal_of
+from .rank_lifecycle import RankLifecycle
+from .run_state import EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, RunState
+from .stack_verdicts import StackVerdicts
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddptui.runners import events as ev
-from ddptui.runners.evidence import slurm_state
-from ddptui.runners.evidence.crash import RankEvidence, victim_marker
-from ddptui.runners.evidence.hang_verdict import ranks_text
-from ddptui.runners.judge.run_state import EXIT_FAILED, ProbeNodes, RunState, TearDown
+from .. import events as ev
+from ..evidence import slurm_state
+from ..evidence.crash import RankEvidence, victim_marker
+from ..evidence.hang_verdict import ranks_text
+from .run_state import EXIT_FAILED, ProbeNodes, RunState, TearDown
 
 # Seconds an agent (a torchrun per node, sbatch/srun) gets to exit by itself once the run failed or lost a node
 # (the profile's agent_exit_grace). After a network partition one torchrun agent never exited by itself (field

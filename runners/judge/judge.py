@@ -5,15 +5,15 @@ ingest.py reads lines and reports, rank_lifecycle.py ends ranks, watch.py watche
 stack_verdicts.py reads stacks, conclusion.py concludes."""
 from __future__ import annotations
 
-from ddptui.runners.judge import world_view
-from ddptui.runners.judge.conclusion import Conclusion, Launcher
-from ddptui.runners.judge.ingest import Ingest
-from ddptui.runners.judge.job_follow import Agent, JobFollow  # noqa: F401 - Agent re-exported
-from ddptui.runners.judge.rank_lifecycle import RankLifecycle
-from ddptui.runners.judge.run_state import (EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED, EXIT_USAGE,  # noqa: F401 - re-exported
+from . import world_view
+from .conclusion import Conclusion, Launcher
+from .ingest import Ingest
+from .job_follow import Agent, JobFollow  # noqa: F401 - Agent re-exported
+from .rank_lifecycle import RankLifecycle
+from .run_state import (EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED, EXIT_USAGE,  # noqa: F401 - re-exported
                         CollectStacks, ProbeNodes, RunState, TearDown)
-from ddptui.runners.judge.stack_verdicts import StackVerdicts
-from ddptui.runners.judge.watch import CRASH_GRACE, SLOW_SAMPLES, Watch  # noqa: F401 - re-exported
+from .stack_verdicts import StackVerdicts
+from .watch import CRASH_GRACE, SLOW_SAMPLES, Watch  # noqa: F401 - re-exported
 
 
 class Judge:
@@ -82,7 +82,7 @@ class Judge:
         """Lines read from one source in one go (rank None: a launcher's own output). Returns their LogLines (with
         reports taken out) and whatever they caused: progress is coalesced until `progress()`."""
         if self.job.under_slurm:  # slurmstepd's word of a cancel first: the ranks' ends that follow are Slurm's
-            from ddptui.runners.evidence.slurm_state import CANCEL_NEEDLE, NODE_FAILURE_NEEDLE, TASK_END_NEEDLE
+            from ..evidence.slurm_state import CANCEL_NEEDLE, NODE_FAILURE_NEEDLE, TASK_END_NEEDLE
             blob = getattr(lines, "text", None) or "\n".join(lines)
             if CANCEL_NEEDLE in blob:
                 self.job.stepd_lines(lines)
@@ -199,7 +199,7 @@ class Judge:
                          fr: dict | None = None) -> list:
         """The stacks `req` asked for, taken and recorded in `folder` (results: rank -> stacks.StackResult; None: no
         live rank to take them from; fr: rank -> its Flight Recorder dump taken with them, as torch's
-        fr_trace_json gives it normalised by runners/fr_client.normalise_all: pg_config keyed by the groups' real
+        fr_trace_json gives it normalised by runners/evidence/fr_records.normalise_all: pg_config keyed by the groups' real
         names, pg_status numbers as ints). Returns the verdict read from them, and what the request was for."""
         self.watch.stacks_collected(req, results, folder, fr)
         return self.state.take()
@@ -265,8 +265,8 @@ class Judge:
     def _node_lost_crash(self, out: list) -> list:
         """The crash verdict of a run that lost a node says so first (and there is one even without rank evidence);
         a rank that failed only because its peer went away is the lost node's victim (run_verdicts.node_lost_crash)."""
-        from ddptui.runners import events as ev
-        from ddptui.runners.judge.run_verdicts import node_lost_crash
+        from .. import events as ev
+        from .run_verdicts import node_lost_crash
         s = self.state
         s.crash, outcomes = node_lost_crash(s.crash, self.job.lost, s.tracks, s.wall)
         for r, (status, words) in outcomes.items():

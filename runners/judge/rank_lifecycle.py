@@ -1,10 +1,10 @@
 """How each rank ended: process exits, deaths the watch saw, torchrun's exit codes and ddptui's own teardown."""
 from __future__ import annotations
 
-from ddptui.runners.evidence.crash import RankEvidence, ended_by, ended_by_our_stop, exit_words, signal_of, stopped_words
-from ddptui.runners.events import ProcessExited
-from ddptui.runners.judge.rank_track import RankTrack
-from ddptui.runners.judge.run_state import RunState
+from ..evidence.crash import RankEvidence, ended_by, ended_by_our_stop, exit_words, signal_of, stopped_words
+from ..events import ProcessExited
+from .rank_track import RankTrack
+from .run_state import RunState
 
 ENDED = ("exited", "failed", "killed")
 

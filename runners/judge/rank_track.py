@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from ddptui.runners.evidence.steptime import StepClock
+from ..evidence.steptime import StepClock
 
 MAX_POINTS = 2000  # loss points kept per rank (older ones thinned, first and last always kept)
 POINTS_PER_EVENT = 500  # loss points one Progress event carries at most

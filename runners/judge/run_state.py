@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddptui.runners import events as ev
-from ddptui.runners.evidence import xla_evidence
-from ddptui.runners.evidence.launcher_log import TorchrunLog
-from ddptui.runners.judge.rank_track import RankTrack
+from .. import events as ev
+from ..evidence import xla_evidence
+from ..evidence.launcher_log import TorchrunLog
+from .rank_track import RankTrack
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STALLED, EXIT_REPLICAS = 0, 1, 2, 3, 4
 

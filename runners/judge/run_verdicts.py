@@ -4,13 +4,13 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from ddptui.runners import events as ev
-from ddptui.runners.evidence import fix_lines
-from ddptui.runners.evidence import fr_analysis
-from ddptui.runners.evidence import hang_verdict as verdict
-from ddptui.runners.evidence import xla_evidence
-from ddptui.runners.evidence.crash import RankEvidence, ended_by, short_exit, victim_marker
-from ddptui.runners.evidence.crash import decide as decide_crash
+from .. import events as ev
+from ..evidence import fix_lines
+from ..evidence import fr_analysis
+from ..evidence import hang_verdict as verdict
+from ..evidence import xla_evidence
+from ..evidence.crash import RankEvidence, ended_by, short_exit, victim_marker
+from ..evidence.crash import decide as decide_crash
 
 
 def thread_filter(profile, rank: int):

@@ -1,11 +1,11 @@
 """Verdicts read from the stacks collected: the hang of stalled ranks, a slow-down's sample, or none (on request)."""
 from __future__ import annotations
 
-from ddptui.runners.evidence import fix_lines
-from ddptui.runners.judge import run_verdicts
-from ddptui.runners.evidence import xla_evidence
-from ddptui.runners.evidence.hang_verdict import ranks_text
-from ddptui.runners.judge.run_state import CollectStacks, RunState
+from ..evidence import fix_lines
+from . import run_verdicts
+from ..evidence import xla_evidence
+from ..evidence.hang_verdict import ranks_text
+from .run_state import CollectStacks, RunState
 
 
 class StackVerdicts:

@@ -3,24 +3,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ddptui.runners import events as ev
+from .. import events as ev
+from ..evidence.words import ranks_text, unseen_words
 
 if TYPE_CHECKING:
-    from ddptui.runners.judge.run_state import RunState
+    from .run_state import RunState
 
 UNSEEN = "unseen"  # the status of a rank this ddptui does not watch (RankState; the console's and summary's word)
 UNSEEN_WHY = "runs on another node, not watched by this ddptui: that node's own ddptui watches it"
-
-
-def ranks_text(rs) -> str:
-    rs = sorted(rs)
-    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
-
-
-def unseen_words(unseen) -> str:
-    """'rank 0 runs on another node, unseen here' / 'ranks 2, 3 run on other nodes, unseen here'."""
-    one = len(unseen) == 1
-    return f"{ranks_text(unseen)} run{'s' if one else ''} on {'another node' if one else 'other nodes'}, unseen here"
 
 
 def renumber(s: RunState, guess: int | None, rank: int) -> None:

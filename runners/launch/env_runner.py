@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ddptui.runners.launch.plan import LaunchPlan, ProcSpec
-from ddptui.runners.launch.profile import Profile
-from ddptui.runners.launch.rankenv import base_env, workload_argv
+from .plan import LaunchPlan, ProcSpec
+from .profile import Profile
+from .rankenv import base_env, workload_argv
 
 
 def rank_env(rank: int, profile: Profile, port: int) -> dict[str, str]:

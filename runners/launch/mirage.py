@@ -6,10 +6,10 @@ import shlex
 import shutil
 from pathlib import Path
 
-from ddptui.runners.launch.plan import LaunchPlan, ProcSpec
-from ddptui.runners.launch.profile import MirageOptions, Profile
-from ddptui.runners.launch.rankenv import base_env, workload_target
-from ddptui.runners.launch.torchrun import launcher_prefix, rank_sources
+from .plan import LaunchPlan, ProcSpec
+from .profile import MirageOptions, Profile
+from .rankenv import base_env, workload_target
+from .torchrun import launcher_prefix, rank_sources
 
 
 def venv_of(profile: Profile) -> str | None:

@@ -13,10 +13,10 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ddptui.runners.edge.rank_python import ENV, default_python
-from ddptui.runners.launch import srun_argv
-from ddptui.runners.launch import torchrun_argv
-from ddptui.runners.workloads import _faults
+from ..edge.rank_python import ENV, default_python
+from . import srun_argv
+from . import torchrun_argv
+from ..workloads import _faults
 
 RUNNERS = ("torchrun", "env", "xla", "mirage", "slurm")
 BACKENDS = ("gloo", "nccl", "xla", "auto")

@@ -6,12 +6,12 @@ import shlex
 from pathlib import Path
 from typing import Mapping
 
-from ddptui.runners.edge import heartbeat
-from ddptui.runners.launch import srun_argv
-from ddptui.runners.launch.plan import LaunchPlan, LogSource, ProcSpec, SlurmJob
-from ddptui.runners.launch.profile import Profile
-from ddptui.runners.launch.rankenv import base_env, workload_argv, workload_target
-from ddptui.runners.launch.torchrun import launcher_prefix, rank_sources
+from ..edge import heartbeat
+from . import srun_argv
+from .plan import LaunchPlan, LogSource, ProcSpec, SlurmJob
+from .profile import Profile
+from .rankenv import base_env, workload_argv, workload_target
+from .torchrun import launcher_prefix, rank_sources
 
 PORT_WAIT_S = 60  # how long the other tasks wait for task 0's port file (the shared filesystem's delay included)
 

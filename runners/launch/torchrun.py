@@ -4,10 +4,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ddptui.runners.launch.plan import LaunchPlan, LogSource, ProcSpec
-from ddptui.runners.launch.profile import Profile, default
-from ddptui.runners.launch.rankenv import base_env, workload_target
-from ddptui.runners.launch.torchrun_argv import launcher_end, max_nodes, node_rank, nproc_per_node, rdzv_backend
+from .plan import LaunchPlan, LogSource, ProcSpec
+from .profile import Profile, default
+from .rankenv import base_env, workload_target
+from .torchrun_argv import launcher_end, max_nodes, node_rank, nproc_per_node, rdzv_backend
 
 _OUTPUT_FLAGS = ("-r", "--redirects", "-t", "--tee", "--log-dir", "--log_dir")
 

@@ -5,9 +5,9 @@ import os
 import sys
 from pathlib import Path
 
-from ddptui.runners.launch.plan import LaunchPlan, ProcSpec
-from ddptui.runners.launch.profile import Profile
-from ddptui.runners.launch.rankenv import base_env, workload_argv
+from .plan import LaunchPlan, ProcSpec
+from .profile import Profile
+from .rankenv import base_env, workload_argv
 
 # XLA's collectives abort the whole worker (SIGABRT) when a replica stays away: a warning after
 # 10 s, the abort 10 s later. A stall threshold above this sees the crash, never the hang.

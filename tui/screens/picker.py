@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from ddptui.tui.widgets.keybar import KeyBar
+from ..widgets.keybar import KeyBar
 
 OVERRIDE_FIELDS = ("nproc", "steps", "stall_after")
 
@@ -20,7 +20,7 @@ OVERRIDE_FIELDS = ("nproc", "steps", "stall_after")
 def find_profiles(extra: Path | None = None) -> list[Path]:
     """The command line's path first, then what runners.launch.profile ships and finds in ./profiles."""
     try:
-        from ddptui.runners.launch.profile import list_profiles
+        from ...runners.launch.profile import list_profiles
         found = list(list_profiles())
     except ImportError:  # older engine: look in the two folders ourselves
         import ddptui.profiles as shipped
@@ -134,7 +134,7 @@ class PickerScreen(Screen):
 
     def validate(self):
         """Load the highlighted profile with the overrides; show its settings or ProfileError's one line."""
-        from ddptui.runners.launch.profile import ProfileError, load_profile
+        from ...runners.launch.profile import ProfileError, load_profile
         path = self.selected_path()
         err = self.query_one("#profile-error", Static)
         self.current = None

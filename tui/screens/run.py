@@ -13,25 +13,25 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
-from ddptui.tui import compact as compact_rules
-from ddptui.tui.fit import chart_rows, fit
-from ddptui.tui.gc_policy import freeze_long_lived, no_collection
-from ddptui.tui.marks import marked
-from ddptui.tui.sizes import SHORT_BELOW, wide_columns
-from ddptui.tui.model import Changes, RunModel
-from ddptui.tui.rate import fmt_duration, fmt_rate, fmt_samples_rate, load_text, overloaded
-from ddptui.tui.verdicts import said
-from ddptui.tui.widgets.banner import Banner, banner_text
-from ddptui.tui.widgets.collectives_view import CollectivesView
-from ddptui.tui.widgets.crash_view import CrashView
-from ddptui.tui.widgets.hints_view import HintsView, hint_toast
-from ddptui.tui.widgets.keybar import KeyBar
-from ddptui.tui.widgets.loss_chart import LossChart
-from ddptui.tui.widgets.rank_pane import RankPane
-from ddptui.tui.widgets.rank_table import RankTable
-from ddptui.tui.widgets.stacks_view import StacksView
-from ddptui.tui.widgets.timeline import TimelineView
-from ddptui.tui.widgets.verdict_view import VerdictView, verdict_shown
+from .. import compact as compact_rules
+from ..fit import chart_rows, fit
+from ..gc_policy import freeze_long_lived, no_collection
+from ..marks import marked
+from ..sizes import SHORT_BELOW, wide_columns
+from ..model import Changes, RunModel
+from ..rate import fmt_duration, fmt_rate, fmt_samples_rate, load_text, overloaded
+from ..verdicts import said
+from ..widgets.banner import Banner, banner_text
+from ..widgets.collectives_view import CollectivesView
+from ..widgets.crash_view import CrashView
+from ..widgets.hints_view import HintsView, hint_toast
+from ..widgets.keybar import KeyBar
+from ..widgets.loss_chart import LossChart
+from ..widgets.rank_pane import RankPane
+from ..widgets.rank_table import RankTable
+from ..widgets.stacks_view import StacksView
+from ..widgets.timeline import TimelineView
+from ..widgets.verdict_view import VerdictView, verdict_shown
 
 W = TypeVar("W", bound=Widget)
 REPLAY_UNLISTED = frozenset({"app.stop", "app.dump", "app.rerun"})
@@ -422,7 +422,7 @@ class RunScreen(Screen):
         return f.rank if isinstance(f, RankPane) else None
 
     def action_zoom(self) -> None:
-        from ddptui.tui.screens.zoom import ZoomScreen
+        from .zoom import ZoomScreen
         rank = self.focused_rank()
         if rank is None:
             ids = self.model.rank_ids()
@@ -466,7 +466,7 @@ class RunScreen(Screen):
         self.action_focus_rank(rank)
 
     def on_rank_table_open(self, msg: RankTable.Open) -> None:
-        from ddptui.tui.screens.zoom import ZoomScreen
+        from .zoom import ZoomScreen
         self.app.push_screen(ZoomScreen(self.model, msg.rank, self.needle))
 
     def action_back(self) -> None:

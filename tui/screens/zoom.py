@@ -7,9 +7,9 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Log, ProgressBar, Static
 
-from ddptui.tui.model import RunModel
-from ddptui.tui.widgets.keybar import KeyBar
-from ddptui.tui.widgets.rank_pane import badge_words, status_line
+from ..model import RunModel
+from ..widgets.keybar import KeyBar
+from ..widgets.rank_pane import badge_words, status_line
 
 
 class ZoomScreen(Screen):

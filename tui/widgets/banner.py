@@ -8,10 +8,10 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from ddptui.tui.marks import mark
-from ddptui.tui.model import RunModel
-from ddptui.tui.verdicts import slow_text
-from ddptui.tui.widgets.verdict_view import own_exit, preflight_problems, replica_line
+from ..marks import mark
+from ..model import RunModel
+from ..verdicts import slow_text
+from .verdict_view import own_exit, preflight_problems, replica_line
 
 KINDS = ("-stall", "-crash", "-ok", "-failed", "-info")
 _NAMES_RANKS = re.compile(r"ranks? \d")  # a verdict that begins with its ranks: "rank 1 is stuck in ..."

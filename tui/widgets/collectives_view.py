@@ -5,8 +5,8 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ddptui.runners.evidence import collectives as co
-from ddptui.tui.model import RunModel
+from ...runners.evidence import collectives as co
+from ..model import RunModel
 
 STATE_WORD = {"mismatch": "MISMATCH", "behind": "BEHIND", "waiting": "waiting", "ok": "ok"}
 STATE_CLASSES = ("-mismatch", "-behind", "-waiting", "-ok")

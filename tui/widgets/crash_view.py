@@ -6,8 +6,8 @@ from textual.containers import VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from ddptui.runners.events import CrashVerdict
-from ddptui.tui.marks import FAILED
+from ...runners.events import CrashVerdict
+from ..marks import FAILED
 
 
 def render_crash(c: CrashVerdict | None) -> Text:

@@ -7,7 +7,7 @@ from textual.containers import VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from ddptui.runners.events import HintRaised
+from ...runners.events import HintRaised
 
 
 def render_hints(hints: list[HintRaised], start_wall: float | None, fixes: tuple = ()) -> Text:

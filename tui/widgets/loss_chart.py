@@ -9,8 +9,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual_plotext import PlotextPlot
 
-from ddptui.tui.chart_scale import choose_scale, fmt_num, linear_ticks, log_ticks, step_label, tick_labels
-from ddptui.tui.model import RunModel
+from ..chart_scale import choose_scale, fmt_num, linear_ticks, log_ticks, step_label, tick_labels
+from ..model import RunModel
 
 POINT_BUDGET = 1000  # points over all series: plotext's braille drawing is the cost
 RANK_SERIES = 8  # up to this many ranks get a curve each; more are drawn as min / median / max over the ranks

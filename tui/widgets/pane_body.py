@@ -7,7 +7,7 @@ from textual.geometry import Region
 from textual.reactive import reactive
 from textual.strip import Strip
 
-from ddptui.tui.widgets.tail import TailView
+from .tail import TailView
 
 PERCENT_WIDTH = 5  # " 100%"
 

@@ -8,10 +8,10 @@ from textual.app import ComposeResult
 from textual.reactive import reactive
 from textual.containers import Vertical
 
-from ddptui.tui.marks import WARN, marked
-from ddptui.tui.model import RankView, RunModel, human_bytes
-from ddptui.tui.rate import fmt_samples_rate, fmt_step_time, phase_text, samples_rate
-from ddptui.tui.widgets.pane_body import PaneBody
+from ..marks import WARN, marked
+from ..model import RankView, RunModel, human_bytes
+from ..rate import fmt_samples_rate, fmt_step_time, phase_text, samples_rate
+from .pane_body import PaneBody
 
 _EXIT = re.compile(r"exit -?\d+")
 BADGE_CLASSES = ("-running", "-slow", "-stalled", "-ok", "-failed", "-starting", "-killed")

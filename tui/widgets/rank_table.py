@@ -12,9 +12,9 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ddptui.tui import compact
-from ddptui.tui.model import RunModel, human_bytes
-from ddptui.tui.widgets.tail import clean
+from .. import compact
+from ..model import RunModel, human_bytes
+from .tail import clean
 
 WIDEST = (1, 6, 16, 28, 16, 9, 10, 5, 7)  # the most each column but the last line takes (cells are cut with …)
 GAP = 1

@@ -10,9 +10,9 @@ from textual.containers import VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from ddptui.runners.events import HangVerdict, StacksCollected
-from ddptui.runners.edge.stacks import HELPER_THREADS
-from ddptui.runners.evidence.hang_verdict import collective_frame
+from ...runners.events import HangVerdict, StacksCollected
+from ...runners.evidence.stack_types import HELPER_THREADS
+from ...runners.evidence.hang_verdict import collective_frame
 
 
 def _verdict_of(stacks: StacksCollected, hang: HangVerdict | None) -> HangVerdict | None:

@@ -10,9 +10,9 @@ from textual.scroll_view import ScrollView
 from textual.selection import Selection
 from textual.strip import Strip
 
-from ddptui.tui.model import TIMELINE_LINES, RunModel
-from ddptui.tui.ranktag import untagged
-from ddptui.tui.widgets.tail import clean
+from ..model import TIMELINE_LINES, RunModel
+from ..ranktag import untagged
+from .tail import clean
 
 PREFIX = 21  # "%9.3f %8s ! " before a line's text
 

@@ -10,10 +10,10 @@ from textual.reactive import reactive
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
-from ddptui.runners.events import ReplicaVerdict
-from ddptui.tui.marks import FAILED, WARN, mark, marked
-from ddptui.tui.model import RunModel, human_bytes
-from ddptui.tui.verdicts import said
+from ...runners.events import ReplicaVerdict
+from ..marks import FAILED, WARN, mark, marked
+from ..model import RunModel, human_bytes
+from ..verdicts import said
 
 DIGEST_CHARS = 8
 
