@@ -22,7 +22,7 @@ ANY_PYTHON = frozenset({
     "test_chart_scale", "test_tui_loss_chart",
     "test_fix_lines", "test_final_view",
     "test_world_view", "test_slurm_cancel", "test_node_lost_decisions",
-    "test_stragglers",
+    "test_stragglers", "test_rooms",
 })
 
 # Long end-to-end rank runs (20-40 s a test; 5 of these modules took 9 min on 3.10 on a loaded 2-core machine), while

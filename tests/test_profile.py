@@ -302,7 +302,7 @@ def test_unknown_builtin_lists_available(tmp_path, monkeypatch):
 
 
 def test_builtins_folder_is_the_engines(tmp_path):
-    assert prof.WORKLOADS_DIR == Path(prof.__file__).resolve().parent / "workloads"
+    assert prof.WORKLOADS_DIR == Path(__file__).resolve().parent.parent / "runners" / "workloads"
 
 
 def test_interpreter_paths(tmp_path):
