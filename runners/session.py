@@ -11,7 +11,8 @@ from typing import Callable
 import psutil
 
 from . import events as ev
-from .edge import error_files, fr_env
+from .edge import error_files
+from .launch import fr_env
 from .edge import oom
 from .edge import procs
 from .evidence import fr_records, signals, slurm_state
@@ -92,8 +93,8 @@ class Session:
         self._tailer: Tailer | None = None
         self._job_waited = False  # teardown scancelled the job and waited for its end already
         self._job_end: TearDown | None = None  # what Slurm's answer about the job asked for (NODE_FAIL: a teardown)
-        self._sockets: str | None = None  # the folder of the ranks' debug sockets (runners/edge/fr_env.py), removed at the end
-        self._heartbeat = None  # runners/edge/heartbeat.py: while an sbatch job of this run may be alive
+        self._sockets: str | None = None  # the folder of the ranks' debug sockets (runners/launch/fr_env.py), removed at the end
+        self._heartbeat = None  # runners/launch/heartbeat.py: while an sbatch job of this run may be alive
 
     # what the front ends and tests read: the judge's
     @property
@@ -321,7 +322,7 @@ class Session:
             from .launch.slurm import prepare
             prepare(self.plan, self.run_dir)
             if self.plan.job.mode == "sbatch":  # the batch script's watcher cancels the job once this stops
-                from .edge.heartbeat import Heartbeat, path
+                from .launch.heartbeat import Heartbeat, path
                 self._heartbeat = Heartbeat(path(self.run_dir)).start()
         self._tick()
         here = self.plan.ranks_here
@@ -662,7 +663,7 @@ class Session:
         recorded = self._recorded_errors()
         launchers = [Launcher(pr.spec.name, pr.returncode) for pr in self.procs if pr.spec.stdout_rank is None]
         from .edge import nccl_dumps
-        nccl = nccl_dumps.read(self.run_dir / "fr")  # what NCCL's watchdog wrote at a timeout (runners/edge/fr_env.py)
+        nccl = nccl_dumps.read(self.run_dir / "fr")  # what NCCL's watchdog wrote at a timeout (runners/launch/fr_env.py)
         out, status, exit_code = self.judge.conclude(end.status if end else None, end.exit_code if end else None,
                                                      launchers, oom_evidence, recorded,
                                                      nccl)

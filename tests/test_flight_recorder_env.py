@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.runners.edge import fr_env
+from ddptui.runners.launch import fr_env
 from ddptui.runners.inject import ddptui_scope
 from ddptui.runners.launch.profile import ProfileError, load_profile
 from ddptui.runners.session import make_plan

@@ -13,7 +13,7 @@ import pytest
 
 from ddptui.runners.edge import preflight
 from ddptui.runners.launch.profile import load_profile
-from ddptui.runners.edge.rank_python import default_python
+from ddptui.runners.launch.rank_python import default_python
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"

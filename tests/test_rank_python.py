@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners.launch.profile import ProfileError, load_profile
-from ddptui.runners.edge.rank_python import default_python
+from ddptui.runners.launch.rank_python import default_python
 
 ROOT = Path(__file__).resolve().parent.parent
 

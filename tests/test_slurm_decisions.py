@@ -374,11 +374,11 @@ def test_a_node_lost_during_a_stall_is_a_failed_run_not_a_stalled_one():
     assert j.job.status("stopped", EXIT_FAILED) == ("stopped", EXIT_FAILED)
 
 
-# ---- the heartbeat of a batch job's watcher (runners/edge/heartbeat.py) ---------------------------------------------
+# ---- the heartbeat of a batch job's watcher (runners/launch/heartbeat.py) ---------------------------------------------
 @pytest.mark.parametrize("value, after", [(None, 60), ("", 60), ("30", 30), ("10", 10), ("9", 60), ("-5", 60),
                                           ("1e3", 60), ("soon", 60)])
 def test_the_unwatched_bound_is_whole_seconds_of_at_least_10(value, after):
-    from ddptui.runners.edge.heartbeat import unwatched_after
+    from ddptui.runners.launch.heartbeat import unwatched_after
     assert unwatched_after({} if value is None else {"DDPTUI_UNWATCHED_AFTER": value}) == after
 
 
@@ -386,7 +386,7 @@ def test_the_unwatched_bound_is_whole_seconds_of_at_least_10(value, after):
 def test_the_heartbeat_rewrites_its_file_whole_until_stopped(tmp_path):
     import time
 
-    from ddptui.runners.edge.heartbeat import Heartbeat
+    from ddptui.runners.launch.heartbeat import Heartbeat
     beat = tmp_path / "slurm" / "heartbeat"
     hb = Heartbeat(beat, period=0.05).start()
     first = beat.read_text()  # written before start() returns: before sbatch runs
@@ -405,7 +405,7 @@ def test_the_batch_script_runs_the_watcher_and_srun_stays_its_last_command(tmp_p
     import shlex
     import subprocess
 
-    from ddptui.runners.edge.heartbeat import path
+    from ddptui.runners.launch.heartbeat import path
     from ddptui.runners.launch.profile import find_profile, load_profile
     from ddptui.runners.session import make_plan
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)

@@ -244,7 +244,7 @@ def test_sighup_of_ddptui_stops_its_sbatch_job_and_a_watched_job_is_never_cancel
 @pytest.mark.timeout(240)
 def test_a_sigkilled_ddptuis_sbatch_job_cancels_itself_within_the_bound(slurm_clean, runs_dir):
     """No handler runs on SIGKILL: before, the job stayed RUNNING with nobody watching (40 s and more)."""
-    from ddptui.runners.edge.heartbeat import PERIOD
+    from ddptui.runners.launch.heartbeat import PERIOD
     proc = live(slurm_clean, runs_dir, "slurm-ddp", "--no-ui", "--set", "steps=100000",
                 env={"DDPTUI_UNWATCHED_AFTER": str(UNWATCHED)})
     try:

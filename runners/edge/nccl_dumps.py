@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from .fr_env import nccl_dump_prefix
+from ..launch.fr_env import nccl_dump_prefix
 
 # torch's DebugInfoWriter writes to TORCH_FR_DUMP_TEMP_FILE + rank, no extension: "nccl_trace_rank_1"
 PREFIX = Path(nccl_dump_prefix(".")).name

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import ddptui_scope
 
-SOCKETS = "DDPTUI_SOCKETS"  # the folder of the run's sockets (runners/edge/fr_env.py); taken out of os.environ (GIVEN)
+SOCKETS = "DDPTUI_SOCKETS"  # the folder of the run's sockets (runners/launch/fr_env.py); taken out of os.environ (GIVEN)
 PERIOD = 2.0  # seconds between looks at Flight Recorder's per-group summary (0.06 ms each: nothing measurable)
 SUN_PATH_MAX = 107  # bytes of a unix socket path, its NUL not counted
 # c10's minimum log severity (0 INFO, 1 WARNING, 2 ERROR, from TORCH_CPP_LOG_LEVEL), an exported int of libc10 that

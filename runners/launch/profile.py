@@ -13,7 +13,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..edge.rank_python import ENV, default_python
+from .rank_python import ENV, default_python
 from . import srun_argv
 from . import torchrun_argv
 from ..workloads import _faults
@@ -184,7 +184,7 @@ class Profile:
     rdzv_id: str | None = None
     local_addr: str | None = None  # torchrun --local-addr: the address the agents give of their own node
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
-    # PyTorch's Flight Recorder in the ranks (not XLA) and a debug server per rank on a unix socket (runners/edge/fr_env.py)
+    # PyTorch's Flight Recorder in the ranks (not XLA) and a debug server per rank on a unix socket (runners/launch/fr_env.py)
     flight_recorder: bool = True
 
     @property

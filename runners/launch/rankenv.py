@@ -9,7 +9,7 @@ from typing import Mapping
 # PLUMBING: set only so the injected code reaches the rank; the rank puts the user's values back (USER_ENV) before
 # its program runs, so what the rank starts inherits the user's environment. The rank side's names are the only copy.
 from ..inject.ddptui_scope import PLUMBING, USER_ENV
-from ..edge import fr_env
+from . import fr_env
 from .profile import Profile
 
 INJECT_DIR = Path(__file__).resolve().parent.parent / "inject"

@@ -6,7 +6,7 @@ import shlex
 from pathlib import Path
 from typing import Mapping
 
-from ..edge import heartbeat
+from . import heartbeat
 from . import srun_argv
 from .plan import LaunchPlan, LogSource, ProcSpec, SlurmJob
 from .profile import Profile
