@@ -15,7 +15,7 @@ from .edge import error_files
 from .launch import fr_env
 from .edge import oom
 from .edge import procs
-from .evidence import fr_records, signals, slurm_state
+from .evidence import fr_records, signals, slurm_state, stack_types
 from .edge.deathwatch import DeathWatch
 from .judge.job_follow import Agent, node_of_agent
 from .judge.judge import (CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED, EXIT_USAGE,  # noqa: F401
@@ -614,7 +614,7 @@ class Session:
         folder.mkdir(parents=True, exist_ok=True)
         threads, method, workers = {}, {}, {}
         for rank, res in sorted(results.items()):
-            (folder / f"rank{rank}.txt").write_text(_stack_file(self.tracks[rank], res, stacks), encoding="utf-8")
+            (folder / f"rank{rank}.txt").write_text(_stack_file(self.tracks[rank], res), encoding="utf-8")
             threads[rank] = stack_types.to_json(res)
             method[rank] = res.method if res.threads or res.method.startswith("unavailable: ") else \
                 f"unavailable: {res.error or res.method}"  # never "unavailable: None"
@@ -749,12 +749,12 @@ def _psproc(pid: int) -> psutil.Process:
     return pr
 
 
-def _stack_file(t, res, stacks_mod) -> str:
+def _stack_file(t, res) -> str:
     head = [f"rank {t.rank}  pid {t.pid}  last step {t.step}  method {res.method}"]
     if res.error:
         head.append(f"error: {res.error}")
     head.append("")
-    head.append(stacks_mod.render(res))
+    head.append(stack_types.render(res))
     head.append("\nlast lines:")
     head += [f"  {ln}" for ln in list(t.tail)[-20:]]
     return "\n".join(head) + "\n"
