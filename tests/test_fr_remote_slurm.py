@@ -20,7 +20,6 @@ import json, socket, sys
 from ddptui.runners.edge import fr_client
 from ddptui.runners.evidence import fr_records
 from ddptui.runners.edge import remote_stacks as rs
-from ddptui.runners.edge import stacks
 from ddptui.runners.evidence import stack_types
 rank, pid, node, sock, job = sys.argv[1:]
 rank, pid = int(rank), int(pid)

@@ -23,7 +23,7 @@ WAITS_LINE = next(i for i, ln in enumerate(FIXTURE.read_text().splitlines(), 1) 
 PROBE = """
 import json, sys
 from ddptui.runners.edge import remote_stacks as rs
-from ddptui.runners.edge import stacks
+from ddptui.runners.evidence import stack_types
 rank, pid, node, err, job, method, timeout = sys.argv[1:]
 res = rs.collect([rs.RemoteTarget(int(rank), int(pid), node, err)], job, method=method, timeout=float(timeout))
 r = res[int(rank)]
