@@ -39,8 +39,8 @@ test-pythons: $(STAMP)
 bench: $(STAMP) slurm-deps
 	$(BIN)/python bench/run.py
 
-# README's screenshots (docs/screenshots/*.svg) from the current build: the committed records replayed at 160x50;
-# `$(BIN)/python scripts/screenshots.py stall.svg` redoes one
+# The screenshots of README and docs/dashboard.md (docs/screenshots/*.svg) from the current build: the committed
+# records replayed at 160x50; `$(BIN)/python scripts/screenshots.py stall.svg` redoes one
 screenshots: $(STAMP)
 	$(BIN)/python scripts/screenshots.py
 

@@ -3,7 +3,7 @@ measured side by side with what users would run instead (bare torchrun, torchrun
 
   .venv/bin/python bench/run.py [--quick] [--repeats N] [--only overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach,many]
 
-Writes bench/results.md (the README's performance section is made from it) and bench/results.json; with --only, the
+Writes bench/results.md (docs/performance.md is made from it) and bench/results.json; with --only, the
 sections not run keep their figures from the results.json already there (each section says when it was measured).
 Every figure is min / median / max over the repeats; ratios are taken pair by pair within one repeat
 (the machine is shared and noisy), and the order of the pair alternates between repeats.

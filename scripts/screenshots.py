@@ -1,5 +1,6 @@
-"""`make screenshots`: README's screenshots (docs/screenshots/*.svg) from the current build, by replaying the committed
-run records (tests/fixtures/records) at 160x50 in UTC, so anyone regenerates the same pictures."""
+"""`make screenshots`: the screenshots of README and docs/dashboard.md (docs/screenshots/*.svg) from the current
+build, by replaying the committed run records (tests/fixtures/records) at 160x50 in UTC, so anyone regenerates the
+same pictures."""
 from __future__ import annotations
 
 import argparse
