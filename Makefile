@@ -1,10 +1,10 @@
-# ddptui: `make run` opens the dashboard on the default CPU profile, `make test` runs the whole suite (then on the other Pythons).
+# ddptui: `make run` opens the dashboard on the default CPU profile, `make test` lints, runs the whole suite, then on the other Pythons.
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-pythons venv xla-venv slurm-deps bench screenshots clean
+.PHONY: run test lint test-pythons venv xla-venv slurm-deps bench screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,7 +26,11 @@ xla-venv:
 slurm-deps:
 	bash scripts/slurm-deps.sh
 
-test: $(STAMP) xla-venv slurm-deps
+# ruff and mypy on runners/ and tui/ (pyproject.toml's [tool.ruff] and [tool.mypy]); a finding fails the build
+lint: $(STAMP)
+	BIN=$(BIN) bash scripts/lint.sh
+
+test: $(STAMP) lint xla-venv slurm-deps
 	$(BIN)/python -m pytest -q tests
 	$(MAKE) --no-print-directory test-pythons
 
