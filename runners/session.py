@@ -11,17 +11,26 @@ from typing import Callable
 import psutil
 
 from . import events as ev
-from .edge import error_files
-from .launch import fr_env
-from .edge import oom
-from .edge import procs
-from .evidence import fr_records, signals, slurm_state, stack_types
+from .edge import error_files, oom, procs
 from .edge.deathwatch import DeathWatch
-from .judge.job_follow import Agent, node_of_agent
-from .judge.judge import (CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED, EXIT_USAGE,  # noqa: F401
-                    CollectStacks, Judge, Launcher, ProbeNodes, TearDown)
 from .edge.record import RunRecord, new_run_dir
 from .edge.tail import Tailer
+from .evidence import fr_records, signals, slurm_state, stack_types
+from .judge.job_follow import Agent, node_of_agent
+from .judge.judge import (  # noqa: F401
+    CRASH_GRACE,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_REPLICAS,
+    EXIT_STALLED,
+    EXIT_USAGE,
+    CollectStacks,
+    Judge,
+    Launcher,
+    ProbeNodes,
+    TearDown,
+)
+from .launch import fr_env
 
 TEARDOWN_DEADLINE = 5.0
 # Seconds between loop turns unless there is a backlog to read. Every wake-up takes a core from a rank for
@@ -578,10 +587,7 @@ class Session:
         same time through its debug server (runners/edge/fr_client.py)."""
         import concurrent.futures
 
-        from .edge import fr_client
-        from .edge import remote_stacks
-        from .edge import srun_exec
-        from .edge import stacks
+        from .edge import fr_client, remote_stacks, srun_exec, stacks
         from .evidence import stack_types
         targets = [stacks.Target(rank, pid, self._stderr_path(rank), self.tracks[rank].debug_sock)
                    for rank, pid in self.judge.stack_targets()]

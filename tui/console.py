@@ -9,8 +9,8 @@ from ..runners import events as ev
 from ..runners.evidence import stack_types
 from ..runners.judge.world_view import UNSEEN_WHY
 from . import hangup
-from .rate import RunTally
 from .ranktag import untag_lines
+from .rate import RunTally
 
 _COLOURS = ("36", "33", "35", "32", "34", "31", "96", "93", "95", "92", "94", "91")
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 import psutil
+
 from .output import RankOutput
 
 
@@ -417,8 +418,8 @@ def _pyspy_locals(pid: int, timeout: float = 10.0) -> list:
 def find_job(pid: int) -> AttachedJob:
     """The job process `pid` belongs to (torchrun's agent, a rank, the script that called torch.multiprocessing.spawn,
     a rank's DataLoader worker), its ranks and where their output goes."""
-    from . import output as attach_output
     from ..inject.ddptui_node import node_name
+    from . import output as attach_output
 
     if not psutil.pid_exists(pid):
         raise NotAJob(f"no process {pid}")
@@ -535,10 +536,10 @@ def find_slurm_job(job_id: str) -> AttachedJob:
     `srun --overlap --jobid JOB -w NODE`, the probe (runners/attach/probe.py) that lists the job's processes there."""
     import shutil
 
-    from . import probe as attach_probe
     from ..edge import srun_exec
     from ..evidence import slurm_state
     from ..inject.ddptui_node import node_name
+    from . import probe as attach_probe
 
     job_id = str(job_id).strip()
     if not job_id.isdigit():

@@ -13,17 +13,16 @@ from pathlib import Path
 from typing import Callable
 
 from .. import events as ev
-from ..evidence import slurm_state
-from .find import AttachedJob
-from .output import last_lines
-from .liveness import (STACK_EVERY, Liveness, Seen, decide, frame_key, liveness_words, motion_key, seen_words,
-                              waiting)
 from ..edge import error_files
 from ..edge.deathwatch import DeathWatch
+from ..edge.tail import Tailer
+from ..evidence import slurm_state
 from ..judge.judge import EXIT_FAILED, EXIT_OK, EXIT_STALLED, TearDown
 from ..launch.profile import Profile, Workload
 from ..session import IDLE_POLL, Session, _hint_matcher
-from ..edge.tail import Tailer
+from .find import AttachedJob
+from .liveness import STACK_EVERY, Liveness, Seen, decide, frame_key, liveness_words, motion_key, seen_words, waiting
+from .output import last_lines
 
 OBSERVE = 3.0  # --no-ui: seconds of output and CPU watched before the verdict (the busy test looks at 3 s of CPU)
 FIRST_CHECK = 1.5  # no stall is judged before the CPU samples span this long: one sample says nothing of CPU use
@@ -134,8 +133,8 @@ class AttachSession(Session):
         self._fr_on: set[int] = set()  # ranks that keep Flight Recorder entries (TORCH_FR_BUFFER_SIZE set)
         if job.slurm_job:  # remote ranks' stacks are taken on their node inside the job (Session._collect_stacks);
             # its state followed, and who cancelled it if Slurm did (runners/judge/job_follow.py)
-            from ..launch.plan import SlurmJob
             from ..edge.slurm_job import SlurmJobWatch
+            from ..launch.plan import SlurmJob
             self.slurm = SlurmJobWatch(SlurmJob("step", "srun", "", job.slurm_job))
             self.judge.job.attached(job.slurm_job)
         self.stop_said, self.stop_how = stop_words(job)

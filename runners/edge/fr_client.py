@@ -6,9 +6,9 @@ import os
 import shutil
 from pathlib import Path
 
+from ..evidence.fr_records import normalise_all
 from . import srun_exec
 from .fr_relay import DebugServerError, post, post_all
-from ..evidence.fr_records import normalise_all
 
 DUMP_TIMEOUT = 5.0  # seconds for a rank's debug server to answer (it answers from a C++ thread in ~10 ms when hung)
 RELAY = Path(__file__).with_name("fr_relay.py")

@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 import shutil
 
-from . import srun_exec
 from ..judge.job_follow import NodeAnswer
+from . import srun_exec
 
 # On the node: each pid and the State line of its /proc status ("T (stopped)"), or "gone"; nothing of ddptui needed
 _STATE_SCRIPT = ('for p; do s=$(sed -n "s/^State:[[:space:]]*//p" /proc/$p/status 2>/dev/null); '

@@ -5,9 +5,9 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from . import stacks
 from ..evidence import stack_types
-from .srun_exec import Outcome, REMOTE_TIMEOUT, is_local, outcome, run_all, srun_argv, srun_env
+from . import stacks
+from .srun_exec import REMOTE_TIMEOUT, Outcome, is_local, outcome, run_all, srun_argv, srun_env
 
 NO_PROCESS, NO_HANDLER = 3, 4  # exit codes of the faulthandler script run on the node
 STOPPED = 5  # exit code of the py-spy wrapper on the node: the rank is stopped (state T or t), py-spy not run

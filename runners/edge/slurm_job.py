@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from ..evidence import slurm_state
-from ..launch.plan import SlurmJob
 from ..evidence.slurm_state import JobInfo
+from ..launch.plan import SlurmJob
 
 CMD_TIMEOUT = 5.0  # seconds one Slurm client call may take (slurmctld answers in milliseconds when it is up)
 # seconds teardown waits, after scancel, for the job to leave RUNNING/COMPLETING (KillWait ~5 s); within the stopper's

@@ -9,8 +9,6 @@ from dataclasses import dataclass
 
 from ..evidence import stack_types
 
-
-
 REMOTE_TIMEOUT = 10.0  # seconds for every srun to come back (a step starts in well under 1 s on a live node)
 STOP_WAIT = 3.0  # seconds our own srun gets to cancel its step after SIGTERM, before SIGKILL
 # srun's own words when the node (its slurmd) could not be reached or is down, as opposed to a task that ran and

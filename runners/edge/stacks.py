@@ -16,8 +16,16 @@ from dataclasses import dataclass
 
 import psutil
 
-from ..evidence.stack_types import (DEBUG_SERVER, Frame, StackResult, ThreadStack, ordered, pyspy_error, stopped_result,
-                                     worker_id)
+from ..evidence.stack_types import (
+    DEBUG_SERVER,
+    Frame,
+    StackResult,
+    ThreadStack,
+    ordered,
+    pyspy_error,
+    stopped_result,
+    worker_id,
+)
 
 FAULTHANDLER_WAIT = 1.5  # seconds to wait for a SIGUSR1 dump to land in the rank's stderr
 _SIGUSR1_BIT = 1 << (signal.SIGUSR1 - 1)

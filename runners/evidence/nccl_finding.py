@@ -4,8 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-from . import fr_analysis
-from . import fr_records
+from . import fr_analysis, fr_records
 
 SOURCE = "Flight Recorder (NCCL's own dump at the timeout)"
 

@@ -4,12 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import events as ev
-from ..evidence import kill_reading
-from ..evidence import nccl_finding
-from ..evidence import own_exit
-from ..evidence import replica
-from . import run_verdicts
+from ..evidence import kill_reading, nccl_finding, own_exit, replica
 from ..evidence.crash import signal_of
+from . import run_verdicts
 from .rank_lifecycle import RankLifecycle
 from .run_state import EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, RunState
 from .stack_verdicts import StackVerdicts

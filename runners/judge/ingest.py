@@ -1,16 +1,12 @@
 """Lines and reports read from the ranks and launchers into the rank tracks: steps, losses, hints, torchrun, XLA."""
 from __future__ import annotations
 
-from ..evidence import collectives
 from .. import events as ev
-from ..evidence import fix_lines
-from ..evidence import fr_analysis
-from ..evidence import parse
+from ..evidence import collectives, fix_lines, fr_analysis, parse, xla_evidence
+from ..evidence.steptime import take_report
 from . import world_view
-from ..evidence import xla_evidence
 from .rank_lifecycle import RankLifecycle
 from .run_state import RunState
-from ..evidence.steptime import take_report
 
 # reports that are neither progress nor output: a hung rank's threads still send them, its stall clock must run on
 # (a rank's start-up phase is no progress either: a rank stuck in its rendezvous must still stall)

@@ -10,8 +10,17 @@ from .conclusion import Conclusion, Launcher
 from .ingest import Ingest
 from .job_follow import Agent, JobFollow  # noqa: F401 - Agent re-exported
 from .rank_lifecycle import RankLifecycle
-from .run_state import (EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED, EXIT_USAGE,  # noqa: F401 - re-exported
-                        CollectStacks, ProbeNodes, RunState, TearDown)
+from .run_state import (  # noqa: F401 - re-exported
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_REPLICAS,
+    EXIT_STALLED,
+    EXIT_USAGE,
+    CollectStacks,
+    ProbeNodes,
+    RunState,
+    TearDown,
+)
 from .stack_verdicts import StackVerdicts
 from .watch import CRASH_GRACE, SLOW_SAMPLES, Watch  # noqa: F401 - re-exported
 

@@ -1,8 +1,8 @@
 """How each rank ended: process exits, deaths the watch saw, torchrun's exit codes and ddptui's own teardown."""
 from __future__ import annotations
 
-from ..evidence.crash import RankEvidence, ended_by, ended_by_our_stop, exit_words, signal_of, stopped_words
 from ..events import ProcessExited
+from ..evidence.crash import RankEvidence, ended_by, ended_by_our_stop, exit_words, signal_of, stopped_words
 from .rank_track import RankTrack
 from .run_state import RunState
 

@@ -5,10 +5,8 @@ import dataclasses
 import time
 
 from .. import events as ev
-from ..evidence import fix_lines
-from ..evidence import fr_analysis
+from ..evidence import fix_lines, fr_analysis, xla_evidence
 from ..evidence import hang_verdict as verdict
-from ..evidence import xla_evidence
 from ..evidence.crash import RankEvidence, ended_by, short_exit, victim_marker
 from ..evidence.crash import decide as decide_crash
 

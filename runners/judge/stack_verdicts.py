@@ -1,10 +1,9 @@
 """Verdicts read from the stacks collected: the hang of stalled ranks, a slow-down's sample, or none (on request)."""
 from __future__ import annotations
 
-from ..evidence import fix_lines
-from . import run_verdicts
-from ..evidence import xla_evidence
+from ..evidence import fix_lines, xla_evidence
 from ..evidence.hang_verdict import ranks_text
+from . import run_verdicts
 from .run_state import CollectStacks, RunState
 
 

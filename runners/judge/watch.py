@@ -6,10 +6,10 @@ import time
 from .. import events as ev
 from ..evidence import lockstep
 from ..evidence import stall as stall_rule
+from ..evidence.steptime import SLOWER, SlowDown, fmt_seconds, pace_known, slowed_down, slowed_together
 from .rank_track import Behind, aligned_steps, behind_by, find_slow
 from .run_state import EXIT_FAILED, EXIT_STALLED, CollectStacks, RunState, TearDown
 from .stack_verdicts import StackVerdicts
-from ..evidence.steptime import SLOWER, SlowDown, fmt_seconds, pace_known, slowed_down, slowed_together
 
 CRASH_GRACE = 5.0  # seconds survivors get to fail on their own after a rank died, before we tear them down
 SLOW_SAMPLES = 3  # stack samples taken at most to single out the slow rank of a run slowed in lock-step

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import shutil
+import socket
 import stat
 from pathlib import Path
 from typing import Mapping

@@ -13,10 +13,9 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .rank_python import ENV, default_python
-from . import srun_argv
-from . import torchrun_argv
 from ..workloads import _faults
+from . import srun_argv, torchrun_argv
+from .rank_python import ENV, default_python
 
 RUNNERS = ("torchrun", "env", "xla", "mirage", "slurm")
 BACKENDS = ("gloo", "nccl", "xla", "auto")

@@ -6,8 +6,7 @@ import shlex
 from pathlib import Path
 from typing import Mapping
 
-from . import heartbeat
-from . import srun_argv
+from . import heartbeat, srun_argv
 from .plan import LaunchPlan, LogSource, ProcSpec, SlurmJob
 from .profile import Profile
 from .rankenv import base_env, workload_argv, workload_target

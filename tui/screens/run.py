@@ -17,9 +17,9 @@ from .. import compact as compact_rules
 from ..fit import chart_rows, fit
 from ..gc_policy import freeze_long_lived, no_collection
 from ..marks import marked
-from ..sizes import SHORT_BELOW, wide_columns
 from ..model import Changes, RunModel
 from ..rate import fmt_duration, fmt_rate, fmt_samples_rate, load_text, overloaded
+from ..sizes import SHORT_BELOW, wide_columns
 from ..verdicts import said
 from ..widgets.banner import Banner, banner_text
 from ..widgets.collectives_view import CollectivesView

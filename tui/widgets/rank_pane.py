@@ -5,8 +5,8 @@ import re
 from dataclasses import dataclass
 
 from textual.app import ComposeResult
-from textual.reactive import reactive
 from textual.containers import Vertical
+from textual.reactive import reactive
 
 from ..marks import WARN, marked
 from ..model import RankView, RunModel, human_bytes

@@ -11,8 +11,8 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ...runners.events import HangVerdict, StacksCollected
-from ...runners.evidence.stack_types import HELPER_THREADS
 from ...runners.evidence.hang_verdict import collective_frame
+from ...runners.evidence.stack_types import HELPER_THREADS
 
 
 def _verdict_of(stacks: StacksCollected, hang: HangVerdict | None) -> HangVerdict | None:

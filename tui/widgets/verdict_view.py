@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.reactive import reactive
 from textual.containers import VerticalScroll
+from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
 from ...runners.events import ReplicaVerdict
