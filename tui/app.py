@@ -608,7 +608,7 @@ async def _measure(ranks: int, rate: int, seconds: float, presses: int, size: tu
         t_start = time.perf_counter()
         cpu0, gen0 = time.process_time(), source.thread_cpu
         lines0 = app.model.lines_seen
-        for i in range(presses):
+        for _ in range(presses):
             screen = app.screen
             tabs = screen.query_one("#tabs")
             want = other if tabs.active == "timeline" else "timeline"

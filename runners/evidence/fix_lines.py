@@ -102,7 +102,7 @@ def _missing(f: Finding, wheres: Mapping[int, Where]) -> str:
         else:
             w = wheres.get(r)
             parts.append(f"rank {r} must reach {target} as the others did; " + (
-                _remedy(r, w) if w is not None else f"read its last lines to see why it does not"))
+                _remedy(r, w) if w is not None else "read its last lines to see why it does not"))
     return "; ".join(parts)
 
 

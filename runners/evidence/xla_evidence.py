@@ -236,7 +236,7 @@ def stall_sentence(rdv: Rendezvous, base: str, culprits: tuple[int, ...], waitin
     innermost torch/torch_xla function of the replica's stack; base/culprits/waiting: the stack-only verdict.
     """
     head = f"XLA collective stall in {rdv.describe()}, XLA warning since {_hms(rdv.warned)}"
-    tail = (f"; XLA aborts the worker when its termination timeout (10 s after the warning here) runs out")
+    tail = ("; XLA aborts the worker when its termination timeout (10 s after the warning here) runs out")
 
     def at(r: int) -> str:
         w = wheres.get(r)
