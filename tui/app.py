@@ -6,8 +6,8 @@ import concurrent.futures
 import threading
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from textual import work
 from textual.app import App
@@ -58,7 +58,7 @@ class LiveSource(_SessionSource):
         from ..runners.session import Session
         self.session = Session(self.profile, runs_root=self.runs_root, emit=emit)
 
-    def again(self) -> "LiveSource":
+    def again(self) -> LiveSource:
         return LiveSource(self.profile, self.runs_root)
 
 
@@ -87,7 +87,7 @@ class AttachSource(_SessionSource):
     def stop_job(self) -> str:
         return self.session.stop_job() if self.session is not None else "not attached"
 
-    def again(self) -> "AttachSource":
+    def again(self) -> AttachSource:
         """The job found again from what the user asked (a pid, a Slurm job), never its old pids: a job that has ended
         raises NotAJob, whose words say why."""
         from ..runners.attach.find import find_job, find_slurm_job
@@ -146,7 +146,7 @@ class ReplaySource:
     def request_dump(self) -> bool:
         return False
 
-    def again(self) -> "ReplaySource":
+    def again(self) -> ReplaySource:
         return ReplaySource(self.run_dir, self.until, self.chunk)
 
 
@@ -231,7 +231,7 @@ class SyntheticSource:
     def request_dump(self) -> bool:
         return False
 
-    def again(self) -> "SyntheticSource":
+    def again(self) -> SyntheticSource:
         return SyntheticSource(self.ranks, self.rate, self.seconds, self.period, self.steps, self.collectives)
 
 

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from . import marks
 from .fit import fit
@@ -52,7 +53,7 @@ class Facts:
     loss: float | None = None
 
 
-def trouble(rv: "RankView", stalled: frozenset | set, laggards: frozenset | set, root: frozenset | set = frozenset()
+def trouble(rv: RankView, stalled: frozenset | set, laggards: frozenset | set, root: frozenset | set = frozenset()
             ) -> int:
     s = rv.status
     if s in ("failed", "killed") or (s == "exited" and rv.returncode):
@@ -66,11 +67,11 @@ def trouble(rv: "RankView", stalled: frozenset | set, laggards: frozenset | set,
     return OTHER
 
 
-def facts(rv: "RankView", stalled, laggards, root=frozenset()) -> Facts:
+def facts(rv: RankView, stalled, laggards, root=frozenset()) -> Facts:
     return Facts(rv.rank, trouble(rv, stalled, laggards, root), rv.step, rv.step_time, rv.loss)
 
 
-def root_ranks(model: "RunModel") -> frozenset:
+def root_ranks(model: RunModel) -> frozenset:
     """The crash verdict's root cause and the ranks that failed with it."""
     c = model.crash
     if c is None or c.root_rank is None:
@@ -109,7 +110,7 @@ def next_sort(by: str) -> str:
     return SORT_KEYS[(SORT_KEYS.index(by) + 1) % len(SORT_KEYS)]
 
 
-def model_order(model: "RunModel", by: str = "rank") -> list[int]:
+def model_order(model: RunModel, by: str = "rank") -> list[int]:
     stalled = frozenset(model.stall.stalled) if model.stall is not None else frozenset()
     lag, root = frozenset(model.laggards), root_ranks(model)
     return order((facts(model.rank(r), stalled, lag, root) for r in model.rank_ids()), by)
@@ -121,7 +122,7 @@ COLUMNS = ("", "rank", "node", "status", "step", "step time", "loss", "cpu", "rs
 SORT_COLUMN = {"rank": "rank", "step": "step", "step_time": "step time", "loss": "loss"}  # the header marks it
 
 
-def status_words(rv: "RankView", why: int) -> str:
+def status_words(rv: RankView, why: int) -> str:
     b = rv.badge()
     said = _trouble_words(b, why)
     past = rv.past(short=True)  # a rank that was slow or stalled and went on (exited ok): its cell says so too
@@ -138,7 +139,7 @@ def _trouble_words(b: str, why: int) -> str:
     return b
 
 
-def progress_words(rv: "RankView", steps: int | None) -> str:
+def progress_words(rv: RankView, steps: int | None) -> str:
     if rv.step is None:
         return rv.phase or "-"
     return f"{rv.step}/{steps}" if steps else str(rv.step)
@@ -162,7 +163,7 @@ def loss_words(x: float | None) -> str:
     return f"{x:.4g}"
 
 
-def row_cells(rv: "RankView", why: int, steps: int | None, where: str, human_bytes) -> tuple[str, ...]:
+def row_cells(rv: RankView, why: int, steps: int | None, where: str, human_bytes) -> tuple[str, ...]:
     """The row's cells in COLUMNS order (the last line raw: the widget cleans and cuts it)."""
     # a running rank with no line of its own says what is known of it instead ("output not readable")
     last = rv.lines[-1][2] if rv.lines else f"({rv.detail})" if rv.detail and rv.status == "running" else ""

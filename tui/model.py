@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from ..runners import events as ev
 from . import rate
@@ -30,7 +30,7 @@ class Changes:
     def __bool__(self) -> bool:
         return bool(self.ranks) or self.lines or self.loss or self.run or bool(self.coll)
 
-    def merge(self, other: "Changes") -> "Changes":
+    def merge(self, other: Changes) -> Changes:
         self.ranks |= other.ranks
         self.lines = self.lines or other.lines
         self.loss = self.loss or other.loss
@@ -38,7 +38,7 @@ class Changes:
         self.coll |= other.coll
         return self
 
-    def copy(self) -> "Changes":
+    def copy(self) -> Changes:
         return Changes(set(self.ranks), self.lines, self.loss, self.run, set(self.coll))
 
 

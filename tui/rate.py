@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 WINDOW = 10.0  # seconds of a rank's newest progress points its step time is taken over
 KEEP = 256  # (wall, step) points kept per rank at most: Progress comes once per engine turn (~10 a second)

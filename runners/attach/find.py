@@ -5,8 +5,8 @@ import json
 import os
 import socket
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import psutil
 

@@ -16,7 +16,7 @@ KEEP = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "T
 
 
 def _environ(pid: str) -> dict:
-    with open("/proc/%s/environ" % pid, "rb") as f:
+    with open(f"/proc/{pid}/environ", "rb") as f:
         data = f.read()
     out = {}
     for item in data.split(b"\0"):
@@ -27,7 +27,7 @@ def _environ(pid: str) -> dict:
 
 
 def _fd(pid: str, fd: int) -> list:
-    path = "/proc/%s/fd/%d" % (pid, fd)
+    path = f"/proc/{pid}/fd/{fd:d}"
     try:
         link = os.readlink(path)
     except PermissionError:
@@ -43,7 +43,7 @@ def _fd(pid: str, fd: int) -> list:
 
 def _torch(pid: str) -> bool:
     try:
-        with open("/proc/%s/maps" % pid, "rb") as f:
+        with open(f"/proc/{pid}/maps", "rb") as f:
             return any(b"libtorch" in ln for ln in f)
     except OSError:
         return False
@@ -68,9 +68,9 @@ def main(argv: list) -> int:
                 continue
             if node and env.get("SLURMD_NODENAME", node) != node:
                 continue
-            with open("/proc/%s/stat" % pid) as f:
+            with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = [a.decode("utf-8", "replace") for a in f.read().split(b"\0")[:-1]]
         except OSError:
             continue  # ended, or another user's (whose job this is not: srun --overlap runs as the job's user)

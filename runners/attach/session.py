@@ -9,8 +9,8 @@ import os
 import select
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .. import events as ev
 from ..edge import error_files

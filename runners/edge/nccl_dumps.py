@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pickle
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from ..launch.fr_env import nccl_dump_prefix
 

@@ -5,9 +5,9 @@ import json
 import os
 import pickle
 import re
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Iterator
 
 from ..events import Event, LogLines, RunFinished, RunStarted, from_json
 

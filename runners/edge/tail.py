@@ -5,8 +5,8 @@ import ctypes
 import glob
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from ..evidence.rank_learn import RankLearner
 

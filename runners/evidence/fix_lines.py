@@ -2,7 +2,7 @@
 the user's code, which ranks): the `fix` of a HangVerdict. Pure."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from .fr_analysis import Finding, _dtype, _ranks
 from .hang_verdict import WAITING, Where, where_phrase

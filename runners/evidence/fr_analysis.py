@@ -1,8 +1,9 @@
 """Which collective hangs and which rank is missing or disagrees, read from every rank's Flight Recorder: pure."""
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from . import fr_records
 from .words import unseen_words

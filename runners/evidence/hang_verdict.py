@@ -4,8 +4,9 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from .stack_types import Frame, StackResult, ThreadStack, is_helper, is_user_frame, qualified, worker_label
 from .words import unseen_words

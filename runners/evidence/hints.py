@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import re
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from .crash import PEER_GONE
 from .parse import any_of

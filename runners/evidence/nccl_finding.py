@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 from . import fr_analysis, fr_records
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Callable
+from collections.abc import Callable
 
 REPORT = "@ddptui "
 TAG = "@ddptui:"

@@ -40,7 +40,7 @@ class StackResult:
     threads: list[ThreadStack] = field(default_factory=list)
     error: str | None = None  # why py-spy (and the fallback) failed, even when a fallback worked
     text: str = ""  # the raw dump as collected
-    workers: list["StackResult"] = field(default_factory=list)  # the rank's worker processes (DataLoader), by pid
+    workers: list[StackResult] = field(default_factory=list)  # the rank's worker processes (DataLoader), by pid
     worker_id: int | None = None  # for a worker: DataLoader's worker_id, read from _worker_loop's locals
     node: str = ""  # set for a rank on another node: the node its stacks were taken on (runners/edge/remote_stacks.py)
     # True: the rank's node could not be reached to take them (srun timed out or could not talk to it): evidence

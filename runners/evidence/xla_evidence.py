@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 from .hang_verdict import in_ddp  # which frames are DDP's own collectives: the frame classifier's knowledge
 

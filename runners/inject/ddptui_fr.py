@@ -8,7 +8,8 @@ import json
 import os
 import stat
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import ddptui_scope
 
@@ -185,7 +186,7 @@ def start_thread(rank: int, c10d: Any) -> None:
     _thread.start()
 
 
-def _loop(rank: int, watch: "Watch") -> None:
+def _loop(rank: int, watch: Watch) -> None:
     import ddptui_report
 
     main = threading.main_thread()

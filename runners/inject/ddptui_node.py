@@ -16,7 +16,7 @@ def node_name(env: Any = None, host: str | None = None) -> str:
         return slurm
     try:
         if int(env.get("GROUP_WORLD_SIZE", "")) > 1:
-            return "node%d" % int(env["GROUP_RANK"])
+            return f"node{int(env['GROUP_RANK']):d}"
     except (KeyError, ValueError):
         pass
     return host

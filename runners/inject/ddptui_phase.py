@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import ddptui_postimport
 import ddptui_report

@@ -12,14 +12,15 @@ import threading
 import time
 import traceback
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import ddptui_scope
 from ddptui_node import node_name  # noqa: F401 (hello's node; `ddptui attach` reads the same)
 
 _resolver: Callable[[], int | None] | None = None
 # Models whose digests were reported explicitly: the automatic digest at exit skips them.
-_reported: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_reported: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def set_rank_resolver(fn: Callable[[], int | None] | None) -> None:
@@ -103,7 +104,7 @@ def _num(v: Any) -> Any:
 # quiet left pending, so a rank that hangs after step 10 has still reported step 10.
 
 FLUSH_EVERY = 0.1
-_losses: "collections.deque[tuple[int | None, int, float | None]]" = collections.deque()
+_losses: collections.deque[tuple[int | None, int, float | None]] = collections.deque()
 _steps: dict[int | None, int] = {}  # rank -> newest step not yet written
 _hook_counts: dict[int | None, int] = {}  # rank -> optimizer steps counted by the injected hook
 # rank -> the newest step it reported itself. The hook's count is not reported while it is at most one step
@@ -115,7 +116,7 @@ _explicit: dict[int | None, int] = {}
 # last line: the engine times steps by the rank's own clock, not by when it happened to read the line
 DT_KEEP = 64
 _stamps: dict[int | None, tuple[int, float]] = {}
-_dts: "dict[int | None, collections.deque[tuple[int, float]]]" = {}  # (step, its duration)
+_dts: dict[int | None, collections.deque[tuple[int, float]]] = {}  # (step, its duration)
 _last = {"written": 0.0, "called": 0.0}  # monotonic times of the last progress line and the last progress call
 _flush_lock = threading.Lock()
 _start_lock = threading.Lock()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 
 # The variables that switch the injected code on. A process that is not a launcher takes them out of its
 # environment before the user's code runs, so nothing it starts is instrumented. DDPTUI_SOCKETS: the folder of the

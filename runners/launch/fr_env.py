@@ -8,8 +8,8 @@ import os
 import shutil
 import socket
 import stat
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from .profile import Profile
 

@@ -57,7 +57,7 @@ class Heartbeat:
         self.count = 0
         self.error: str | None = None
 
-    def start(self) -> "Heartbeat":
+    def start(self) -> Heartbeat:
         self.beat()  # the first before the job is submitted: the watcher starts from it
         self._thread.start()
         return self

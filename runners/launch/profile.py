@@ -9,9 +9,10 @@ import shlex
 import shutil
 import stat
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..workloads import _faults
 from . import srun_argv, torchrun_argv

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from typing import Mapping
+from collections.abc import Mapping
 
 ENV = "DDPTUI_PYTHON"
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 # PLUMBING: set only so the injected code reaches the rank; the rank puts the user's values back (USER_ENV) before
 # its program runs, so what the rank starts inherits the user's environment. The rank side's names are the only copy.

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from . import heartbeat, srun_argv
 from .plan import LaunchPlan, LogSource, ProcSpec, SlurmJob

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 # srun's options that take a value as the next word when written without '=' (short ones always take it so)
 _SHORT_VALUE = set("AbcCdDeGiJLmMnNopqrStTwWx")

@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 # seconds: for hang how long to sleep, for slow the delay of every step; crash and diverge take none
 DEFAULT_SECONDS = {"hang": 3600.0, "crash": 0.0, "diverge": 0.0, "slow": 0.2}

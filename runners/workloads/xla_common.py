@@ -78,7 +78,7 @@ def ordered_sync(index: int) -> None:
         torch_xla.sync()
 
 
-def start(index: int) -> "Replica":
+def start(index: int) -> Replica:
     """Bind the thread to its ordinal, set up the per-process compile cache, parse DDP_FAULT."""
     if ddptui_xla is not None:
         ddptui_xla.bind(index)
