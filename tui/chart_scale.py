@@ -111,7 +111,7 @@ def tick_labels(ticks: list[float], scale: str) -> list[str]:
         return []
     if scale == "log" or len(ticks) == 1:
         return [fmt_num(t, 2) for t in ticks]
-    step = min(abs(b - a) for a, b in zip(ticks, ticks[1:]))
+    step = min(abs(b - a) for a, b in zip(ticks, ticks[1:], strict=False))
     k = math.floor(math.log10(step) + 1e-9)
     big = max(abs(t) for t in ticks)
     if big >= 1e5 or step < 1e-3:

@@ -430,7 +430,7 @@ def find_job(pid: int) -> AttachedJob:
         import concurrent.futures
         pids = [*ranks, found.root]
         with concurrent.futures.ThreadPoolExecutor(min(8, len(pids))) as pool:
-            dumps = dict(zip(pids, pool.map(_pyspy_locals, pids)))
+            dumps = dict(zip(pids, pool.map(_pyspy_locals, pids), strict=True))
         indices = {p: spawn_index(dumps[p]) for p in ranks}
         ranks, notes = spawn_numbers(found, indices, spawn_nprocs(dumps[found.root]))
     host = socket.gethostname()
@@ -518,10 +518,10 @@ def _scontrol(job_id: str) -> tuple[dict[str, str], str]:
     try:
         r = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True,
                            timeout=SLURM_TIMEOUT)
-    except FileNotFoundError:
-        raise NotAJob(f"Slurm job {job_id}: scontrol not found here (is this a Slurm login node?)")
-    except subprocess.TimeoutExpired:
-        raise NotAJob(f"Slurm job {job_id}: scontrol did not answer within {SLURM_TIMEOUT:g} s")
+    except FileNotFoundError as e:
+        raise NotAJob(f"Slurm job {job_id}: scontrol not found here (is this a Slurm login node?)") from e
+    except subprocess.TimeoutExpired as e:
+        raise NotAJob(f"Slurm job {job_id}: scontrol did not answer within {SLURM_TIMEOUT:g} s") from e
     fields = next((dict(slurm_state._FIELD.findall(ln)) for ln in r.stdout.splitlines() if f"JobId={job_id} " in ln
                    or ln.startswith(f"JobId={job_id}")), None)
     if r.returncode != 0 or not fields:

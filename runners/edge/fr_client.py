@@ -28,7 +28,7 @@ def _fr_json(body: bytes | str) -> dict:
     try:
         d = json.loads(body)
     except ValueError as e:
-        raise DebugServerError(f"the Flight Recorder dump is not JSON ({e})")
+        raise DebugServerError(f"the Flight Recorder dump is not JSON ({e})") from e
     if not isinstance(d, dict) or not isinstance(d.get("entries", []), list):
         raise DebugServerError("the Flight Recorder dump has no entries list")
     return d

@@ -74,8 +74,8 @@ def post(path: str, handler: str, timeout: float) -> bytes:
     deadline = time.monotonic() + timeout
     try:
         tcp = _tcp(path)
-    except ValueError:
-        raise DebugServerError(f"not a debug server address: {path}")
+    except ValueError as e:
+        raise DebugServerError(f"not a debug server address: {path}") from e
     sock = None
     try:
         try:
@@ -85,10 +85,11 @@ def post(path: str, handler: str, timeout: float) -> bytes:
                 sock.connect(path)
             else:
                 sock = socket.create_connection(tcp, timeout=timeout)
-        except FileNotFoundError:
-            raise DebugServerError(f"no debug server socket {path} (the rank ended, or never started its server)")
-        except ConnectionRefusedError:
-            raise DebugServerError(f"the debug server at {path} refused the connection (its rank has ended)")
+        except FileNotFoundError as e:
+            raise DebugServerError(f"no debug server socket {path} (the rank ended, or never started "
+                                   "its server)") from e
+        except ConnectionRefusedError as e:
+            raise DebugServerError(f"the debug server at {path} refused the connection (its rank has ended)") from e
         sock.sendall(f"POST /handler/{handler} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n"
                      "Connection: close\r\n\r\n".encode("ascii"))
         buf = bytearray()
@@ -118,12 +119,12 @@ def post(path: str, handler: str, timeout: float) -> bytes:
             raise DebugServerError(f"the debug server answered {' '.join(status[1:]) or head[0]}"
                                    + (f": {said[0][:200]}" if said else ""))
         return body
-    except socket.timeout:
-        raise DebugServerError(f"the debug server at {path} did not answer within {timeout:g} s")
+    except socket.timeout as e:
+        raise DebugServerError(f"the debug server at {path} did not answer within {timeout:g} s") from e
     except (ValueError, IndexError) as e:
-        raise DebugServerError(f"the debug server's answer is not HTTP as expected ({e})")
+        raise DebugServerError(f"the debug server's answer is not HTTP as expected ({e})") from e
     except OSError as e:
-        raise DebugServerError(f"the debug server at {path}: {e.strerror or e}")
+        raise DebugServerError(f"the debug server at {path}: {e.strerror or e}") from e
     finally:
         if sock is not None:
             sock.close()

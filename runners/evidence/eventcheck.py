@@ -53,7 +53,7 @@ def _ok(value, tp) -> bool:  # noqa: C901 - one branch per kind of annotation
             return False
         if len(args) == 2 and args[1] is Ellipsis:
             return all(_ok(v, args[0]) for v in value)
-        return not args or (len(args) == len(value) and all(_ok(v, a) for v, a in zip(value, args)))
+        return not args or (len(args) == len(value) and all(_ok(v, a) for v, a in zip(value, args, strict=True)))
     if origin is list or tp is list:
         return isinstance(value, list) and (not args or all(_ok(v, args[0]) for v in value))
     if origin is dict or tp is dict:

@@ -135,7 +135,7 @@ class RankTable(ScrollView, can_focus=True):
         self._styles = None
 
     def line_text(self, cells: tuple[str, ...]) -> str:
-        parts = [_fit(c, w) for c, w in zip(cells, self._widths)]
+        parts = [_fit(c, w) for c, w in zip(cells, self._widths, strict=False)]
         return (" " * GAP).join(parts) + " " * GAP + clean(cells[-1])
 
     def header_text(self) -> str:
@@ -161,7 +161,7 @@ class RankTable(ScrollView, can_focus=True):
         if r == self.cursor_rank and self.has_focus:
             style = style + st["cursor"]
         last = clean(cells[-1])
-        head = (" " * GAP).join(_fit(c, w) for c, w in zip(cells, self._widths)) + " " * GAP
+        head = (" " * GAP).join(_fit(c, w) for c, w in zip(cells, self._widths, strict=False)) + " " * GAP
         err = self.model is not None and bool(self.model.ranks[r].lines) and self.model.ranks[r].lines[-1][1] == "err"
         segs = [Segment(head, style), Segment(last, style + st["err"] if err and why == compact.OTHER else style)]
         return Strip(segs).crop_extend(scroll_x, scroll_x + width, style if r == self.cursor_rank else st[""])
