@@ -107,7 +107,10 @@ def headless(job, runs_dir: str, watch: bool, stall_after: float, stack_every: f
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}
     signal.signal(signal.SIGINT, lambda s, f: session.request_stop())
     signal.signal(signal.SIGTERM, lambda s, f: session.request_stop())
-    signal.signal(signal.SIGHUP, lambda s, f: (hangup.detach(terminals), session.request_stop()))  # closed terminal
+    def closed_terminal(s, f) -> None:
+        hangup.detach(terminals)
+        session.request_stop()
+    signal.signal(signal.SIGHUP, closed_terminal)
     signal.signal(signal.SIGUSR1, lambda s, f: session.request_dump())
     try:
         return session.run()

@@ -89,7 +89,9 @@ def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.profile and command:
         return _fail("give either a PROFILE or a command after '--', not both")
-    from ..runners.launch.profile import ProfileError, adhoc_profile, find_profile, load_profile
+    from ..runners.launch.profile import Profile, ProfileError, adhoc_profile, find_profile, load_profile
+    profile: Profile | None
+    path: Path | None
     try:
         if command:
             profile = adhoc_profile(command, args.overrides)
@@ -164,11 +166,11 @@ def _subcommand(name: str, rest: list[str]) -> int:
             except ProfileError as e:
                 print(f"{path.stem:<22} (invalid) {e}")
         return 0
-    p = argparse.ArgumentParser(prog=f"ddptui {name}")
-    p.add_argument("run_dir")
+    parser = argparse.ArgumentParser(prog=f"ddptui {name}")
+    parser.add_argument("run_dir")
     if name == "replay":
-        p.add_argument("--no-ui", action="store_true")
-    args = p.parse_args(rest)
+        parser.add_argument("--no-ui", action="store_true")
+    args = parser.parse_args(rest)
     run_dir = Path(args.run_dir)
     if not (run_dir / "events.jsonl").exists():
         return _fail(f"{run_dir}: not a ddptui run record (no events.jsonl)")

@@ -80,6 +80,7 @@ def root_ranks(model: RunModel) -> frozenset:
 
 
 def _key(f: Facts, by: str) -> tuple:
+    v: tuple[float, ...]
     # Within a trouble group the user's key puts the worst first; a rank without the value comes after those with it.
     if by == "step":
         v = (f.step is None, f.step if f.step is not None else 0)

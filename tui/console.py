@@ -26,7 +26,7 @@ class Console:
             color = self.out.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
         self.color = color
         self.world = 0
-        self.steps_total = None
+        self.steps_total: int | None = None
         self.summary: dict | None = None
         self.replica: ev.ReplicaVerdict | None = None
         self.stacks: ev.StacksCollected | None = None  # the latest collection: a verdict's culprit stack comes from it

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..runners import events as ev
 from . import rate
@@ -197,7 +198,7 @@ class RunModel:
         (CollectiveProgress.mismatch); ({}, "") when there is neither."""
         hv = self.stall_hang if self.stall is not None else None
         c = hv.collective if hv is not None else {}
-        if c and c.get("kind") not in (None, "none") and not c.get("completed"):
+        if hv is not None and c and c.get("kind") not in (None, "none") and not c.get("completed"):
             return c, hv.fix
         m = self.coll_mismatch
         return (m, str(m.get("fix") or "")) if m else ({}, "")
@@ -432,7 +433,8 @@ class RunModel:
         if rv is not None:
             rv.rank = rank
             self.ranks[rank] = rv
-        for held in (self._rates, self.collectives):
+        keyed_by_rank: tuple[dict[int, Any], ...] = (self._rates, self.collectives)
+        for held in keyed_by_rank:
             if was in held:
                 held[rank] = held.pop(was)
         self.rank(was)
@@ -444,7 +446,7 @@ def _ranks_of(finding: dict) -> set[int]:
     return {int(r) for r in (finding.get("sides") or {})}
 
 
-def human_bytes(n: int | None) -> str:
+def human_bytes(n: float | None) -> str:
     if n is None:
         return "-"
     for unit in ("B", "K", "M", "G"):

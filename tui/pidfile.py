@@ -107,4 +107,5 @@ def live_ddptui(run_dir: Path) -> tuple[int | None, str | None]:
     why = refusal(recorded, _live(recorded["pid"]) if recorded else None, run_dir)
     if why:
         return None, f"no live ddptui for this run: {path}: {why}; nothing signalled"
+    assert recorded is not None  # refusal() refuses a record that cannot be parsed
     return recorded["pid"], None

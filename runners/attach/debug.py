@@ -154,9 +154,9 @@ def find(ranks: dict[int, int], world: int, hosts_here: set[str]) -> Servers:
                 said.append(f"the job's store at {env['MASTER_ADDR']}:{env['MASTER_PORT']} could not be read for the "
                             f"debug servers: {e}")
     for r, addr in sorted(addresses.items()):
-        how = ("TORCH_WORKER_SERVER_SOCKET" if not addr.startswith("http://")
+        via = ("TORCH_WORKER_SERVER_SOCKET" if not addr.startswith("http://")
                else "published in the job's TCPStore under debug_server/rank" + str(r))
-        said.append(f"rank {r} serves torch's debug server at {addr} ({how}): its stacks and Flight Recorder records "
+        said.append(f"rank {r} serves torch's debug server at {addr} ({via}): its stacks and Flight Recorder records "
                     "are read there" + ("" if fr_on(envs.get(r, {})) else
                                         " (Flight Recorder is off in it: TORCH_FR_BUFFER_SIZE is not set above 0)"))
     return Servers(addresses, tuple(said))

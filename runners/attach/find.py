@@ -142,11 +142,11 @@ def _spawn_parent(snap: Mapping[int, Proc], kids: Mapping[int, list[Proc]], p: P
 @dataclass(frozen=True)
 class Located:
     """What the snapshot says about the job around a pid: its kind, its root (the launcher), the rank processes
-    (pid -> (rank or None when only the start order tells, local rank, world size)) and what could not be read."""
+    (pid -> (rank, local rank, world size)) and what could not be read."""
 
     kind: str
     root: int
-    ranks: dict[int, tuple[int | None, int | None, int | None]]
+    ranks: dict[int, tuple[int, int | None, int | None]]
     unreadable: tuple[Unreadable, ...]
 
 
@@ -261,7 +261,7 @@ def _env_job(snap: Mapping[int, Proc], kids: Mapping[int, list[Proc]], kind: str
     orphaned ranks have pid 1 as parent, with everything else."""
     below = _subtree(kids, root) if root in snap or kids.get(root) else []
     key = _job_key(seen_rank) if kind == "env" and seen_rank is not None else None
-    ranks: dict[int, tuple[int | None, int | None, int | None]] = {}
+    ranks: dict[int, tuple[int, int | None, int | None]] = {}
     unread: list[Unreadable] = []
     by_rank: dict[int, int] = {}
     for p in below:
@@ -299,7 +299,7 @@ def _spawn_job(kids: Mapping[int, list[Proc]], parent: Proc) -> Located:
 SPAWN_FILE = "torch/multiprocessing/spawn.py"
 
 
-def _frames_locals(dump: list) -> list[tuple[str, str, dict[str, str]]]:
+def _frames_locals(dump: list) -> list[tuple[str, str, dict]]:
     out = []
     for thread in dump or []:
         for f in thread.get("frames") or []:
@@ -331,16 +331,16 @@ def spawn_nprocs(dump: list) -> int | None:
 
 
 def spawn_numbers(located: Located, indices: Mapping[int, int | None], nprocs: int | None
-                  ) -> tuple[dict[int, tuple[int | None, int | None, int | None]], tuple[str, ...]]:
+                  ) -> tuple[dict[int, tuple[int, int | None, int | None]], tuple[str, ...]]:
     """The spawn ranks renumbered by what their stacks said (`indices`: pid -> i), the start order where they said
     nothing; the notes say which ranks rest on the start order."""
     guessed = [pid for pid in located.ranks if indices.get(pid) is None]
-    ranks = {}
+    ranks: dict[int, tuple[int, int | None, int | None]] = {}
     for pid, (r, _lr, n) in located.ranks.items():
         i = indices.get(pid)
         world = nprocs if nprocs is not None else n
         ranks[pid] = (i, i, world) if i is not None else (r, r, world)
-    notes = ()
+    notes: tuple[str, ...] = ()
     if guessed:
         notes = (f"spawn children {', '.join(map(str, guessed))} are numbered by start order (torch.multiprocessing."
                  "spawn starts rank 0 first): py-spy could not read their rank from their stacks",)
@@ -425,6 +425,7 @@ def find_job(pid: int) -> AttachedJob:
         raise NotAJob(f"no process {pid}")
     snap = snapshot()
     found = locate(snap, pid)
+    notes: tuple[str, ...]
     ranks, notes = found.ranks, ()
     if found.kind == "spawn":
         import concurrent.futures
@@ -477,7 +478,7 @@ def probe_records(lines: list[dict]) -> tuple[str, dict[int, Proc], dict[int, di
     return host, procs, fds
 
 
-def slurm_ranks(procs: Mapping[int, Proc]) -> dict[int, tuple[int | None, int | None, int | None]]:
+def slurm_ranks(procs: Mapping[int, Proc]) -> dict[int, tuple[int, int | None, int | None]]:
     """The ranks among one node's processes of a Slurm job; pure. By RANK (a torchrun agent per node, or a batch
     script that exports RANK=$SLURM_PROCID), its DataLoader workers and helpers left out; where no process has RANK,
     the srun tasks by SLURM_PROCID (a program that reads Slurm's variables itself), a shell wrapper's one child."""
@@ -508,7 +509,8 @@ def _slurm_output(fd: list | None, pid: int, fdn: int, node: str, local: bool) -
     from . import output as attach_output
     link, mode, err = (list(fd or []) + ["", 0, "closed"])[:3]
     got = attach_output.classify(attach_output.FdLink(pid, fdn, str(link), int(mode or 0), str(err)))
-    if got.kind == "file" and not (local if got.path.startswith("/proc/") else os.path.isfile(got.path)):
+    # (ignore: classify() gives every "file" its path)
+    if got.kind == "file" and not (local if got.path.startswith("/proc/") else os.path.isfile(got.path)):  # type: ignore[union-attr, arg-type]
         return RankOutput("none", None, f"the rank writes to {link} on {node}: not visible on this machine")
     return got
 

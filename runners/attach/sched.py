@@ -70,7 +70,7 @@ def read(pid: int) -> dict[int, ThreadRun] | None:
             continue
         state = stat[stat.rfind(")") + 2:][:1]  # after the command in parentheses, which may hold spaces
         started = _exec_start(f"{base}/sched") if offset is not None else None
-        out[tid] = ThreadRun(tid, comm, state, None if started is None else started + offset)
+        out[tid] = ThreadRun(tid, comm, state, None if started is None or offset is None else started + offset)
     return out or None
 
 
@@ -88,7 +88,7 @@ def quiet_since(threads: dict[int, ThreadRun] | None, python_tids: set[int], now
         return now
     if any(t.last_ran is None for t in mine):
         return None
-    return min(now, max(t.last_ran for t in mine))
+    return min(now, max(t.last_ran for t in mine if t.last_ran is not None))
 
 
 SERVER_THREADS = frozenset({"pt_workerserver"})  # torch's debug server answering ddptui: its writes are no progress

@@ -78,6 +78,7 @@ def ask_remote(by_node: dict[str, dict[int, str]], job_id: str | None, handler: 
                    else f"{srun} not found here, needed to reach {node}")
             out.update({r: why for r in socks})
         return out
+    assert job_id is not None  # srun is looked for only for a job
     # the node's own python3: a rank's interpreter may not be on it under that path, python3 is on any node that
     # runs Python ranks
     argvs = {node: srun_exec.srun_argv(exe, job_id, node, relay_argv("python3", handler, timeout,

@@ -152,6 +152,7 @@ def run_bounded(argv: list[str], env: dict, timeout: float, cap: int = 4096) -> 
     import time
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env=env, start_new_session=True)
+    assert proc.stdout is not None  # stdout=PIPE
     out, end = b"", time.monotonic() + timeout
     try:
         while len(out) < cap:

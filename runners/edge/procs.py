@@ -8,6 +8,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Set
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -161,7 +162,7 @@ def _signal_tree(pids: set[int], sig: int) -> None:
             pass
 
 
-def tree_pids(procs: list[Proc], extra: set[int] = frozenset()) -> set[int]:
+def tree_pids(procs: list[Proc], extra: Set[int] = frozenset()) -> set[int]:
     """Every live process of the run: ours, their descendants, ranks that announced themselves, our orphans."""
     pids = set(extra)
     for p in procs:
@@ -202,7 +203,7 @@ def _state(pid: int) -> str:
         return "gone"
 
 
-def teardown(procs: list[Proc], extra: set[int] = frozenset(), deadline: float = 5.0, kill_wait: float = KILL_WAIT,
+def teardown(procs: list[Proc], extra: Set[int] = frozenset(), deadline: float = 5.0, kill_wait: float = KILL_WAIT,
              hurry=None) -> dict:
     """SIGTERM every process group of the run, SIGKILL what is left at `deadline`, wait `kill_wait` more, then
     give up and report the survivors (as torch elastic's _close does: a process in uninterruptible sleep, D
@@ -213,7 +214,8 @@ def teardown(procs: list[Proc], extra: set[int] = frozenset(), deadline: float =
     t0 = time.monotonic()
     term_end, kill_end = t0 + deadline, None
     pids = tree_pids(procs, extra)
-    termed, killed = set(pids), set()
+    termed: set[int] = set(pids)
+    killed: set[int] = set()
     _signal_tree(pids, signal.SIGTERM)
     while True:
         for p in procs:

@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import TextIO
 
 from ..events import Event, LogLines, RunFinished, RunStarted, from_json
 
@@ -35,7 +36,7 @@ class RunRecord:
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._events = open(self.dir / "events.jsonl", "a", encoding="utf-8")
-        self._logs: dict[int | None, object] = {}
+        self._logs: dict[int | None, TextIO] = {}
 
     def write_json(self, name: str, data) -> Path:
         path = self.dir / name
@@ -167,7 +168,7 @@ def replay_events(run_dir: Path, problems: list[str] | None = None) -> Iterator[
         for seq, e in enumerate(_read_events(ev_path, notes)):
             items.append((getattr(e, "wall", 0.0), seq, e))
     seq = len(items)
-    logs = []
+    logs: list[tuple[int | None, Path]] = []
     for log in sorted(run_dir.glob("rank*.log")):
         m = _RANK_LOG.match(log.name)
         if m:
@@ -178,7 +179,7 @@ def replay_events(run_dir: Path, problems: list[str] | None = None) -> Iterator[
         logs.append((None, run_dir / "launcher.log"))
     for rank, log in logs:
         group: list[str] = []
-        key = None
+        key: tuple[float, str] | None = None
         skipped: list = []
         for wall, stream, text in read_log(log, skipped):
             if key is not None and (wall, stream) != key:
@@ -188,6 +189,7 @@ def replay_events(run_dir: Path, problems: list[str] | None = None) -> Iterator[
             key = (wall, stream)
             group.append(text)
         if group:
+            assert key is not None  # set with group's first line
             items.append((key[0], seq, LogLines(rank, key[1], key[0], 0.0, tuple(group))))
             seq += 1
         if skipped:

@@ -109,6 +109,7 @@ def collect(targets: list[RemoteTarget], job_id: str | None, method: str = "auto
                         continue
                     except (ValueError, TypeError, AttributeError) as e:
                         o = Outcome(o.out, f"py-spy output from {t.node} unreadable: {e}")
+                assert o.error is not None  # the try above ends every read without one
                 errors[rank] = o.error
                 if o.unreachable:
                     unreachable.add(rank)
@@ -147,6 +148,7 @@ def _debug_server(todo: list[RemoteTarget], job_id: str, timeout: float, errors:
         t = by_rank[rank]
         threads = [] if isinstance(body, str) else stack_types.ordered(stacks.parse_debug_traceback(body.decode("utf-8", "replace")))
         if threads:
+            assert isinstance(body, bytes)  # threads are read from an answer, not from an error
             res[rank] = stack_types.StackResult(rank, t.pid, stack_types.DEBUG_SERVER, threads, errors.get(rank),
                                            body.decode("utf-8", "replace"), node=t.node)
         else:

@@ -92,7 +92,8 @@ def outcome(node: str, rc: int | None, out: str, err: str, timeout: float, what:
 
 def run_all(argvs: dict, env: dict[str, str], timeout: float) -> dict:
     """key -> (rc or None if timed out, stdout, stderr), every argv run at the same time, all within `timeout`."""
-    procs, done = {}, {}
+    procs: dict = {}
+    done: dict[object, tuple[int | None, str, str]] = {}
     for key, argv in argvs.items():
         try:
             procs[key] = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -125,7 +125,8 @@ def worker_pids(pids: list[int], limit: int = MAX_WORKERS) -> dict[int, list[int
         except psutil.Error:
             out[pid] = []
             continue
-        found, seen = [], set()
+        found: list[int] = []
+        seen: set[int] = set()
         todo = [(k, False) for k in _children(pid)]  # (pid, forked by the rank's forkserver)
         while todo and len(found) < limit:
             kid, served = todo.pop(0)
@@ -381,10 +382,10 @@ def collect(targets: list[Target], method: str = "auto", pyspy: str | None = Non
     for pid, ws in kids.items():
         results[pid].workers = [results.get(w) or StackResult(results[pid].rank, w, f"unavailable: {errors.get(w, 'not collected')}",
                                                               error=errors.get(w)) for w in ws]
-    out: dict[int, StackResult] = {}
+    by_rank: dict[int, StackResult] = {}
     for t in targets:
         r = results[resolved[t.rank]]
-        out[t.rank] = r if r.rank == t.rank else dataclasses.replace(r, rank=t.rank)
-    return out
+        by_rank[t.rank] = r if r.rank == t.rank else dataclasses.replace(r, rank=t.rank)
+    return by_rank
 
 

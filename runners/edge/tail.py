@@ -79,14 +79,15 @@ class FileTail:
         if "\r" in text:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
         lines = text.split("\n")
+        joined: str | None = text
         if len(text) > MAX_LINE and _has_long_line(text, MAX_LINE):
             lines = [ln if len(ln) <= MAX_LINE else ln[:MAX_LINE] + f" …[{len(ln) - MAX_LINE} more chars]"
                      for ln in lines]
-            text = None
+            joined = None
         if ended_long:
             lines[0] += f" …[{ended_long} more bytes]"
-            text = None
-        return Lines(lines, text)
+            joined = None
+        return Lines(lines, joined)
 
     def drain(self) -> Iterator[list[str]]:
         """Everything left, chunk by chunk, the last partial line included (once the writer has exited)."""
@@ -104,6 +105,7 @@ class FileTail:
             yield [last]
 
     def _more(self) -> bool:
+        assert self.fd is not None  # drain asks only while the file is open
         try:
             return os.lseek(self.fd, 0, os.SEEK_CUR) < os.fstat(self.fd).st_size
         except OSError:

@@ -87,7 +87,7 @@ def lagging(by_rank: ByRank) -> dict[str, set[int]]:
     """
     out: dict[str, set[int]] = {}
     for pg, seq in waits_at(by_rank).items():
-        members = set()  # as the group's members list says; only when none does, whoever reports the group
+        members: set[int] = set()  # as the group's members list says; only when none does, whoever reports the group
         for groups in by_rank.values():
             e = groups.get(pg)
             if e is not None:

@@ -364,7 +364,7 @@ def decide(ranks: list[RankEvidence], launcher_root: int | None = None, unseen: 
         outcomes[e.rank] = ("failed", f"failed after rank {root.rank} ({short_exit(e)}" + (f": {m})" if m else ")"))
     for who in sorted({e.stopped_by or "launcher" for e in stopped}):
         grp = [e for e in stopped if (e.stopped_by or "launcher") == who]
-        sigs = sorted({signal_of(e.returncode) for e in grp} - {None})
+        sigs = sorted({sig for e in grp if (sig := signal_of(e.returncode)) is not None})
         by = _BY[who]
         parts.append(f"{_ranks(sorted(e.rank for e in grp))} {by}" + (f" ({', '.join(sigs)})" if sigs else "")
                      + (" when the job was cancelled" if who == "slurm"

@@ -97,7 +97,7 @@ def _summary_problem(s: dict) -> str | None:
 
 def problem(e: ev.Event) -> str | None:
     """What is wrong with a decoded event ("kind.field: expected T, got V"), or None when every field fits."""
-    hints = _hints(type(e))
+    hints = _hints(type(e))  # type: ignore[arg-type]  # a class is hashable (mypy reads Event's __hash__ = None)
     for f in fields(e):
         value = getattr(e, f.name)
         if not _ok(value, hints[f.name]):

@@ -109,9 +109,11 @@ class Finding:
             text = f"ranks disagree at collective #{self.seq} in the {self.group}: " + _sides_text(
                 self.sides, lambda k: k.text(), first_verb="called") + " (a rank-conditional collective)"
         elif self.kind == "size mismatch":
+            assert c is not None  # a mismatch is read from the calls known, this one among them
             text = (f"size mismatch at #{self.seq} ({self.group}): {c.op} "
                     + _sides_text(self.sides, lambda k: k.shape_text() or "no tensor", on=True))
         elif self.kind == "dtype mismatch":
+            assert c is not None  # a mismatch is read from the calls known, this one among them
             text = (f"dtype mismatch at #{self.seq} ({self.group}): {c.op} "
                     + _sides_text(self.sides, lambda k: "/".join(_dtype(t) for t in k.dtypes) or "no tensor", on=True))
         elif self.kind == "missing":
@@ -176,9 +178,9 @@ def from_collectives(collectives: Mapping[int, Mapping[str, Mapping[str, Any]]],
             if isinstance(f, dict) and f.get("seq") is not None:
                 grp.calls.setdefault(rank, {})[_int(f["seq"])] = Call(
                     _op(str(f.get("op") or "?")), _sizes(f.get("sizes")), tuple(str(x) for x in f.get("dtypes") or ()))
-    for g in groups.values():
-        if not g.members:
-            g.members = tuple(sorted(g.enqueued))
+    for group in groups.values():
+        if not group.members:
+            group.members = tuple(sorted(group.enqueued))
     return _replace(decide(groups, set(collectives), world), unseen=tuple(unseen))
 
 
@@ -190,7 +192,7 @@ def decide(groups: Mapping[str, Group], dumped: set[int], world: int | None = No
         everyone |= set(g.members)
     pending = {name: f for name, g in groups.items() if (f := _pending(g, dumped)) is not None}
     if pending:
-        waits = {}  # rank -> the collective it waits in, per group
+        waits: dict[int, list[Finding]] = {}  # rank -> the collective it waits in, per group
         for f in pending.values():
             for r in f.entered:
                 waits.setdefault(r, []).append(f)
@@ -231,6 +233,7 @@ def _pending(g: Group, dumped: set[int]) -> Finding | None:
     calls = {r: g.calls.get(r, {}).get(seq) for r in entered}
     known = {r: c for r, c in calls.items() if c is not None}
     call = known[min(known)] if known else None
+    base: dict[str, Any]
     base = dict(pg=g.name, group=g.label(), members=g.members, seq=seq, call=call, entered=tuple(entered))
     mm = _mismatch(known)
     if mm is not None:

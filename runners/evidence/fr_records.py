@@ -79,7 +79,7 @@ def memberships(dumps: dict[int, dict], world: int | None = None, known: dict[st
                 named.setdefault(name, got)
     out = {}
     for name, ranks in seen.items():
-        if (known or {}).get(name):
+        if known and known.get(name):
             out[name] = sorted(int(r) for r in known[name])
         elif name in named:
             out[name] = named[name]

@@ -97,8 +97,8 @@ def collective_frame(func: str, file: str) -> tuple[str, str] | None:
         return "collective", _DDP_SYNC[name]
     if f.file.endswith("ddptui_turnstile.py") and name == "before":  # the ordinal turnstile (Turnstile.before)
         return "turn", f"its turn after the lower ordinals ({TURNSTILE}, not a collective of the program)"
-    if _in(f, "torch_xla/") and _XLA_OPS.get(name):
-        return "xla", _XLA_OPS[name]
+    if _in(f, "torch_xla/") and (op := _XLA_OPS.get(name)):
+        return "xla", op
     return None
 
 

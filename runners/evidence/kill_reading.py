@@ -75,7 +75,7 @@ def read_kill(pid: int | None, ev: KillEvidence, own_peak: int | None, all_peak:
     if said:  # (a count that rose while the log names another pid: another process of the cgroup was chosen)
         return Reading("not oom", "not the OOM killer", "not the OOM killer: " + "; ".join(said + [rss] * bool(rss)))
     together = max(x for x in (own_peak, all_peak) if x is not None) if own_peak is not None else None
-    if ev.limit is not None and own_peak is not None:
+    if ev.limit is not None and own_peak is not None and together is not None:
         if own_peak >= NEAR_OWN * ev.limit.size or together >= NEAR_ALL * ev.limit.size:
             return Reading("near", "out of memory?", f"out of memory? {rss}")
         if together < FAR_ALL * ev.limit.size:

@@ -139,7 +139,8 @@ class TorchrunLog:
             msg = g.group(7)
             when = None
             try:
-                when = glog_wall(*(int(x) for x in g.groups()[:5]), g.group(6), now=self.now)
+                month, day, hour, minute, second = (int(x) for x in g.groups()[:5])
+                when = glog_wall(month, day, hour, minute, second, g.group(6), now=self.now)
             except (ValueError, OverflowError):
                 pass
             m = _SENDING.search(msg) or _FORCED.search(msg)

@@ -56,11 +56,12 @@ def decide(ranks: list[RankEvidence], said: dict[int, str] | None = None) -> Own
     for who in ("launcher", "ddptui"):
         grp = sorted(e.rank for e in ranks if kinds.get(e.rank) == "stopped" and (e.stopped_by or "launcher") == who)
         if grp:
-            words = ended_by(who, first.rank, f"exited {first.returncode}")
-            parts.append(f"{_ranks(grp)} {words}")
-            outcomes.update({r: ("killed", words) for r in grp})
+            how = ended_by(who, first.rank, f"exited {first.returncode}")
+            parts.append(f"{_ranks(grp)} {how}")
+            outcomes.update({r: ("killed", how) for r in grp})
     never = sorted(r for r, k in kinds.items() if k == "never_started")
     if never:
         parts.append(f"{_ranks(never)} never started")
         outcomes.update({r: ("killed", "never started") for r in never})
-    return OwnExit("; ".join(parts), tuple(e.rank for e in own), {e.rank: e.returncode for e in own}, outcomes)
+    codes = {e.rank: e.returncode for e in own if e.returncode is not None}  # every one (chose_exit needs a status)
+    return OwnExit("; ".join(parts), tuple(e.rank for e in own), codes, outcomes)

@@ -27,7 +27,7 @@ class RankLearner:
 
     def __init__(self, hold: float = HOLD_SECONDS) -> None:
         self.hold = hold
-        self.learned: dict[str, int] = {}
+        self.learned: dict[str, int | None] = {}
         self._held: dict[str, list[tuple[float, int | None, str, list[str]]]] = {}
         self._guessed: set[str] = set()  # folders that went out under the guess, no hello read yet
         self.renamed: list[tuple[int | None, int]] = []  # (guess, rank) learned since `take_renamed`, guess != rank

@@ -133,7 +133,7 @@ TASK_END_NEEDLE = "srun: error: "
 
 
 def _tasks(spec: str) -> list[int]:
-    out = []
+    out: list[int] = []
     for part in spec.split(","):
         lo, _, hi = part.partition("-")
         if lo.isdigit() and (not hi or hi.isdigit()):

@@ -169,7 +169,7 @@ def _remove_socket(path: str, pid: int) -> None:
 def start_thread(rank: int, c10d: Any) -> None:
     global _thread
     try:
-        from torch._C._distributed_c10d import _dump_fr_trace_json
+        from torch._C._distributed_c10d import _dump_fr_trace_json  # type: ignore[attr-defined]  # not in the stubs
     except Exception:
         return
 

@@ -99,7 +99,7 @@ class _PostImportFinder:
                 return None
             if spec.loader is None or not hasattr(spec.loader, "exec_module"):
                 return spec
-            spec.loader = _Loader(spec.loader, _pending.pop(name))
+            spec.loader = _Loader(spec.loader, _pending.pop(name))  # type: ignore[assignment]  # a wrapper
             _drop_finder_if_idle()
             return spec
         except Exception:

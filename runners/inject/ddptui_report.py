@@ -181,9 +181,9 @@ def flush_progress() -> None:
             by_rank.setdefault(r, []).append([n, value])
         lines: dict[int | None, list] = {r: [{"k": "loss", "r": r, "steps": pairs}] for r, pairs in by_rank.items()}
         for r in list(_steps):
-            n = _steps.pop(r, None)
-            if n is not None and not any(p[0] >= n for p in by_rank.get(r, ())):
-                lines.setdefault(r, []).append({"k": "step", "r": r, "step": n})
+            newest = _steps.pop(r, None)
+            if newest is not None and not any(p[0] >= newest for p in by_rank.get(r, ())):
+                lines.setdefault(r, []).append({"k": "step", "r": r, "step": newest})
         for r, bodies in lines.items():
             _stamp(bodies[-1], r)
             for body in bodies:
@@ -204,7 +204,7 @@ def _stamp(body: dict, r: int | None) -> None:
         else:  # stepped after `st` was read: it belongs to the next line
             later.append((n, dt))
     for item in reversed(later):
-        d.appendleft(item)
+        d.appendleft(item)  # type: ignore[union-attr]  # `later` holds what came out of d
     if st is not None:  # and its wall time: ranks on other nodes share no monotonic clock with the engine
         body["at"] = [st[0], round(st[1], 6), round(st[1] + time.time() - time.monotonic(), 6)]
         if dts:
@@ -225,7 +225,7 @@ _forward_samples: dict[int | None, int] = {}  # rank -> samples through its mode
 _step_samples: dict[int | None, int] = {}  # rank -> the samples of its newest optimizer step that saw any
 
 
-def batch_size_of(args: Any, kwargs: Any, tensor_type: type) -> int | None:
+def batch_size_of(args: Any, kwargs: Any, tensor_type: type[Any]) -> int | None:
     """The leading dimension of the first tensor (a `tensor_type`, at least 1-d) among a forward's positional, then
     keyword inputs, looking into tuples, lists and dicts; None when there is none."""
     todo: list[tuple[Any, int]] = [(kwargs, 0), (args, 0)]  # a stack: args first

@@ -55,7 +55,7 @@ def report_exception(exc: BaseException) -> None:
     if getattr(exc, "_ddptui_reported", False):
         return
     try:
-        exc._ddptui_reported = True
+        exc._ddptui_reported = True  # type: ignore[attr-defined]  # our mark on the exception
     except Exception:
         pass
     sys.stderr.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
@@ -145,7 +145,7 @@ def _patch_step_marker() -> None:
         finally:
             _ORDER.turnstile.after(n)
 
-    _xla_step_marker._ddptui = True
+    _xla_step_marker._ddptui = True  # type: ignore[attr-defined]  # our mark: not patched twice
     xlac._xla_step_marker = _xla_step_marker
 
 
@@ -197,8 +197,8 @@ def _patch_module_to() -> None:
                 _remember_module(self, torch.device(dev) if isinstance(dev, str) else dev)
         return out
 
-    to._ddptui = True
-    torch.nn.Module.to = to
+    to._ddptui = True  # type: ignore[attr-defined]  # our mark: not patched twice
+    torch.nn.Module.to = to  # type: ignore[method-assign]  # the patch
 
 
 def _auto_digests() -> None:
@@ -243,7 +243,7 @@ def _patch_pjrt(mod) -> None:
     def __call__(self):
         return _run_replica(orig, self)
 
-    __call__._ddptui = True
+    __call__._ddptui = True  # type: ignore[attr-defined]  # our mark: not patched twice
     cls.__call__ = __call__
     _patch_module_to()
 

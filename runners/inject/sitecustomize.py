@@ -31,14 +31,14 @@ def _chain() -> None:
 
 _chain()
 
-_ddp_modules = []  # weakref.finalize objects of DDP-wrapped modules
+_ddp_modules: list = []  # weakref.finalize objects of DDP-wrapped modules
 
 
 # Undo steps of what _install did, run in a fork child of the rank (a DataLoader worker): it is not the rank.
-_undo = []
+_undo: list = []
 # The activation ddptui gave this rank, taken out of os.environ (ddptui_scope): put back only for the children
 # that are ranks too (torch_xla.launch's worker); "pass_on" makes a fork child the rank instead of a bystander.
-_given = {}
+_given: dict = {}
 _state = {"pass_on": False}
 
 

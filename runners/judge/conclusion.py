@@ -1,6 +1,7 @@
 """The run's conclusion once every process is gone: replica and crash verdicts, status and exit code, summary.json."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import events as ev
@@ -35,7 +36,7 @@ class Conclusion:
             s.emit(ev.LogLines(None, "err", s.wall, s.mono, tuple(held)))
         self.life.end_the_rest()
 
-    def conclude(self, status: str | None, exit_code: int | None, launchers: list[Launcher] = (),
+    def conclude(self, status: str | None, exit_code: int | None, launchers: Sequence[Launcher] = (),
                  oom: dict[int, kill_reading.KillEvidence] | None = None, recorded: dict[int, dict] | None = None,
                  nccl: tuple[dict, dict] | None = None) -> tuple[str, int]:
         """The replica verdict, the crash verdict (to the outbox), the status and exit code, after `settle`.
@@ -80,7 +81,7 @@ class Conclusion:
             status, exit_code = ("failed", EXIT_FAILED) if bad else ("ok", EXIT_OK)
         if rep is not None and rep.status == "differ" and status in ("ok", "failed"):
             status, exit_code = "replicas differ", EXIT_REPLICAS
-        return status, exit_code
+        return status, exit_code  # type: ignore[return-value]  # a TearDown's status comes with its exit code
 
     def _replica_kind(self) -> str:
         """Who could have made the initial weights equal: "xla" (nothing, unless the program broadcasts), "ddp"
@@ -100,12 +101,16 @@ class Conclusion:
             exc = t.exc if t.exc is not None else recorded.get(t.rank)
             kill = None
             if t.signal == "SIGKILL" and stopped_by is None:  # nobody we know of sent it: was it the OOM killer?
-                kill = kill_reading.read_kill(t.pid, oom.get(t.pid) or kill_reading.KillEvidence(), t.rss_peak,
+                # (ignore: a rank with no pid finds no evidence in oom, which is by pid)
+                kill = kill_reading.read_kill(t.pid, oom.get(t.pid) or kill_reading.KillEvidence(), t.rss_peak,  # type: ignore[arg-type]
                                              s.rss_all_peak)
                 self._kill_hint(t.rank, kill)
             # an attached rank's stderr may go where it cannot be read: there an exit 1 may hide a traceback
             seen = not s.attached or bool(t.err_tail)
-            how = s.slurm_stop["words"] if stopped_by == "slurm" else ""  # who cancelled the job, and when
+            how = ""
+            if stopped_by == "slurm":  # who cancelled the job, and when
+                assert s.slurm_stop is not None  # stopped_by() says "slurm" only once Slurm's stop is known
+                how = s.slurm_stop["words"]
             evidence.append(run_verdicts.rank_evidence(t, stopped_by, exc, kill, seen, how))
         crash, outcomes = run_verdicts.crash(evidence, s.launcher_log.root_rank, s.wall, s.unseen())
         s.own_exit = own_exit.decide(evidence, {r: str(t.verdict.get("text") or "")

@@ -115,6 +115,7 @@ class Ingest:
                     elif step is not None or loss is not None:
                         news = t.saw_step(step, loss, mono, wall) or news
                 if news:  # one progress event per batch, not per line: the UI samples, the record keeps every line
+                    assert rank is not None  # t is its track
                     self._pending_progress[rank] = (wall, "parsed")
         if self.s.matcher is not None and shown:
             for ln, hint in self.s.matcher.feed_many(rank, shown, blob):
@@ -134,7 +135,7 @@ class Ingest:
         r = rep.get("r")
         rank = r if isinstance(r, int) and r in self.s.tracks else line_rank
         t = self.s.tracks.get(rank) if rank is not None else None
-        if t is None:
+        if t is None or rank is None:
             if rank is None and rep.get("k") == "phase" and self.s.xla_rdv is not None:
                 for hosted in self.s.tracks.values():  # an XLA worker's own start-up: its replicas not yet begun
                     if not hosted.ran:
@@ -207,6 +208,7 @@ class Ingest:
     def _xla_lines(self, lines: list[str], blob: str, wall: float) -> None:
         """XLA's rendezvous warnings (runners/evidence/xla_evidence.py): XLA has no Flight Recorder, its warnings are the record."""
         rdv = self.s.xla_rdv
+        assert rdv is not None  # read only on an XLA run (_interpret)
         if xla_evidence.NEEDLE not in blob and not (rdv.keys and ("Fatal Python" in blob or " in _" in blob)):
             return
         for ln in lines:

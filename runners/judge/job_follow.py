@@ -139,7 +139,7 @@ class JobFollow:
         for ln in lines:
             c = slurm_state.stepd_cancel(ln) if slurm_state.CANCEL_NEEDLE in ln else None
             at = slurm_state.slurm_time(c.at) if c is not None else None
-            if at is not None:
+            if c is not None and at is not None:
                 self._cancel_seen(at, c.due, f"slurmstepd: {c.what} ON {c.node} CANCELLED AT {c.at}"
                                   + (f" DUE TO {c.due}" if c.due else ""))
 
@@ -193,6 +193,7 @@ class JobFollow:
         """A rank's end when Slurm stopped it: 'stopped by Slurm: scancel by uid 0 (root) at 19:32:02'."""
         import time
         c = self.cancel
+        assert c is not None  # said only once Slurm's cancel is known (outside())
         when = time.strftime("%H:%M:%S", time.localtime((self.canceller or {}).get("at") or c["at"]))
         if self.who() and not c["due"]:
             return f"stopped by Slurm: scancel by {self.who()} at {when}"
@@ -205,6 +206,7 @@ class JobFollow:
         if not self.outside():
             s.slurm_stop = None
             return
+        assert self.cancel is not None  # outside() says it is known
         words = self.stop_words()
         s.slurm_stop = {"at": self.cancel["at"] if self.canceller is None or "at" not in self.canceller
                         else min(self.cancel["at"], self.canceller["at"]), "words": words}

@@ -5,6 +5,8 @@ ingest.py reads lines and reports, rank_lifecycle.py ends ranks, watch.py watche
 stack_verdicts.py reads stacks, conclusion.py concludes."""
 from __future__ import annotations
 
+from collections.abc import Sequence, Set
+
 from . import world_view
 from .conclusion import Conclusion, Launcher
 from .ingest import Ingest
@@ -153,7 +155,7 @@ class Judge:
     def rank_pids(self) -> set[int]:
         return self.life.rank_pids()
 
-    def deaths(self, seen: list[tuple[int, float, int | None]], own: set[int], gone: set[int] = frozenset()) -> list:
+    def deaths(self, seen: list[tuple[int, float, int | None]], own: set[int], gone: Set[int] = frozenset()) -> list:
         """Rank processes that died (rank_lifecycle.RankLifecycle.deaths)."""
         self.life.deaths(seen, own, gone)
         return self.state.take()
@@ -260,7 +262,7 @@ class Judge:
         self.end.settle()
         return self.state.take()
 
-    def conclude(self, status: str | None, exit_code: int | None, launchers: list[Launcher] = (),
+    def conclude(self, status: str | None, exit_code: int | None, launchers: Sequence[Launcher] = (),
                  oom: dict | None = None, recorded: dict[int, dict] | None = None,
                  nccl: tuple[dict, dict] | None = None) -> tuple[list, str, int]:
         """The run's conclusion after `settle`: (events, status, exit code) (conclusion.Conclusion.conclude)."""

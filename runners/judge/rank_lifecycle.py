@@ -1,6 +1,8 @@
 """How each rank ended: process exits, deaths the watch saw, torchrun's exit codes and ddptui's own teardown."""
 from __future__ import annotations
 
+from collections.abc import Set
+
 from ..events import ProcessExited
 from ..evidence.crash import RankEvidence, ended_by, ended_by_our_stop, exit_words, signal_of, stopped_words
 from .rank_track import RankTrack
@@ -26,7 +28,7 @@ class RankLifecycle:
         if stdout_rank is not None:
             self.s.tracks[stdout_rank].pid = pid
 
-    def deaths(self, seen: list[tuple[int, float, int | None]], own: set[int], gone: set[int] = frozenset()) -> None:
+    def deaths(self, seen: list[tuple[int, float, int | None]], own: set[int], gone: Set[int] = frozenset()) -> None:
         """Rank processes that died: `seen` (pid, wall, returncode or None) as the death watch saw them, `own` the
         pids of processes ddptui started itself (their exit code comes with `process_exited`), `gone` pids found
         dead without a watch (their time is now)."""
@@ -96,6 +98,7 @@ class RankLifecycle:
             t.outcome = f"lost with node {t.node}"
             s.set_status(t, "killed", t.outcome)
         elif self.slurm_stopped(t):  # Slurm's cancel ended it (scancel from outside, its time limit): not a failure
+            assert s.slurm_stop is not None  # slurm_stopped() says it is set
             t.outcome = s.slurm_stop["words"]
             s.set_status(t, "killed", t.outcome)
         elif self.ended_by_our_stop(t, stopped):  # ddptui's own signal (or a launcher passing it on): not a failure

@@ -1,11 +1,13 @@
 """What every part of the judge shares: the rank tracks, the clock as last told, the verdicts so far, and the outbox."""
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass
 
 from .. import events as ev
 from ..evidence import xla_evidence
 from ..evidence.launcher_log import TorchrunLog
+from ..evidence.own_exit import OwnExit
 from .rank_track import RankTrack
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STALLED, EXIT_REPLICAS = 0, 1, 2, 3, 4
@@ -45,7 +47,7 @@ class Steps(dict):
     """rank -> its step (None: none seen), and `unread`: the ranks whose steps cannot be seen at all (an attached rank
     whose output cannot be read): their None is no evidence that they never stepped."""
 
-    def __init__(self, steps: dict, unread: set[int] = frozenset()) -> None:
+    def __init__(self, steps: dict, unread: Set[int] = frozenset()) -> None:
         super().__init__(steps)
         self.unread = set(unread)
 
@@ -66,7 +68,7 @@ class RunState:
         self.slow_info: dict | None = None  # the slow ranks named, once per run
         self.hang: ev.HangVerdict | None = None
         self.crash: ev.CrashVerdict | None = None
-        self.own_exit = None  # own_exit.OwnExit: the ranks ended by an exit status of the program's own, no crash
+        self.own_exit: OwnExit | None = None  # the ranks ended by an exit status of the program's own, no crash
         self.replica: ev.ReplicaVerdict | None = None
         self.first_digests: dict[int, tuple[list, str]] = {}  # rank -> (digests before its first update, source)
         self.launcher_log = TorchrunLog()  # what torchrun says about its ranks

@@ -186,7 +186,7 @@ def node_lost_crash(crash, lost: dict, tracks: dict, wall: float):
             if r in tracks and tracks[r].status == "killed"}  # no end of their own seen: they went with the node
     root = tracks.get(crash.root_rank)
     peer = root is not None and victim_marker(RankEvidence(root.rank, exc=root.exc, err_lines=tuple(root.err_tail)))
-    if not peer or root.rank in gone:
+    if root is None or not peer or root.rank in gone:
         return dataclasses.replace(crash, text=f"{said}. {crash.text}",
                                    outcomes={**crash.outcomes, **{r: w for r, (_, w) in went.items()}}), went
     failed = sorted({crash.root_rank, *crash.victims, *crash.together} - set(gone))

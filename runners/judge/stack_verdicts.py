@@ -25,6 +25,7 @@ class StackVerdicts:
         if results is None:
             s.say("ddptui: no live rank to collect stacks from")
             return None
+        assert folder is not None  # given with the results (Session._collect_stacks)
         slow = req.slowed is not None
         if req.judged == "on request":
             s.say(f"ddptui: stacks of {ranks_text(sorted(results))} recorded in {folder} "
@@ -84,4 +85,5 @@ class StackVerdicts:
         if s.matcher is None or x.pjrt_device != "CPU" or x.num_devices < 2:
             return
         if xla_evidence.ddp_collective(s.xla_rdv, calls, tuple(culprits)):
+            assert s.xla_rdv is not None  # ddp_collective finds DDP's collectives in XLA's rendezvous only
             s.raise_hint("xla-ddp-thread-collectives", None, s.xla_rdv.lines[0] if s.xla_rdv.lines else "")

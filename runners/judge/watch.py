@@ -285,6 +285,7 @@ class Watch:
         as its first ones again); one running that slows again is shown slow again (a stalled one stays stalled).
         Hysteresis: back means within half the gap that names a straggler, or steps under half the slow-down factor."""
         s = self.s
+        assert s.slow_info is not None  # rechecked only once ranks were named slow
         named = [s.tracks[r] for r in s.slow_info["ranks"] if s.tracks[r].alive and not s.tracks[r].completed]
         if not named:
             return

@@ -33,7 +33,7 @@ def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None =
         raw = run_dir / "raw"
         procs.append(ProcSpec(f"rank{rank}", argv, env, os.getcwd(), (rank,),
                               str(raw / f"rank{rank}.out"), str(raw / f"rank{rank}.err"), stdout_rank=rank))
-    notes = ()
+    notes: tuple[str, ...] = ()
     if profile.nnodes > 1:
         notes = (f"{profile.nnodes} emulated nodes x {profile.nproc} ranks, one process per rank, "
                  f"rendezvous env:// at {profile.master_addr}:{port}",)

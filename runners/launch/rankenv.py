@@ -55,6 +55,7 @@ def workload_argv(profile: Profile) -> list[str]:
         return list(w.command)
     if w.module:
         return [w.python, "-u", "-m", w.module, *w.args]
+    assert w.script_path is not None  # a workload is a command, a module or a script (profile.py)
     return [w.python, "-u", w.script_path, *w.args]
 
 
@@ -63,4 +64,5 @@ def workload_target(profile: Profile) -> list[str]:
     w = profile.workload
     if w.module:
         return ["-m", w.module, *w.args]
+    assert w.script_path is not None  # a workload is a command, a module or a script (profile.py)
     return [w.script_path, *w.args]

@@ -91,6 +91,7 @@ def _adhoc_plan(profile: Profile, run_dir: Path, dashboard_pid: int | None) -> L
     same line, under its own ddptui): this ddptui sees its agent's ranks only, of a world of N x nproc. Their global
     numbers are the agent's node rank x nproc + local rank: known from a static --node-rank, else (c10d: node ranks in
     arrival order) learned from each rank's hello."""
+    assert profile.workload.command is not None  # a wrapped torchrun is a command
     argv = list(profile.workload.command)
     head = launcher_end(argv)
     if head is None:

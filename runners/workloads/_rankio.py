@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import NoReturn
 
 RANK = os.environ.get("RANK", "?")
 STAMP = False  # dist_smoke stamps every line with the time, to localise a stall
@@ -20,7 +21,7 @@ def log(msg: str, err: bool = False) -> None:
     stream.flush()
 
 
-def fail(code: int, msg: str) -> None:
+def fail(code: int, msg: str) -> NoReturn:
     log(msg, err=True)
     sys.exit(code)
 

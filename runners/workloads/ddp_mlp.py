@@ -11,7 +11,7 @@ from _rankio import env_int, exit_after_teardown, fail, launch_env, log, pick_ba
 try:
     import ddptui_report
 except ImportError:
-    ddptui_report = None
+    ddptui_report = None  # type: ignore[assignment]  # runs without ddptui too
 
 
 def checksum(model) -> int:

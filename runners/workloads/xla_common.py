@@ -16,11 +16,11 @@ import _faults
 try:  # on the ranks' PYTHONPATH under ddptui; the workloads also run without it
     import ddptui_xla
 except ImportError:
-    ddptui_xla = None
+    ddptui_xla = None  # type: ignore[assignment]  # runs without ddptui too
 try:
     import ddptui_report
 except ImportError:
-    ddptui_report = None
+    ddptui_report = None  # type: ignore[assignment]  # runs without ddptui too
 
 
 def _load_turnstile():
@@ -32,6 +32,7 @@ def _load_turnstile():
         import importlib.util
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "inject", "ddptui_turnstile.py")
         spec = importlib.util.spec_from_file_location("ddptui_turnstile", path)
+        assert spec is not None and spec.loader is not None  # a .py file's
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return mod

@@ -45,7 +45,7 @@ def _train(rep, rank):
         # nor mean) and the init-time broadcast and the step-1 bucket rebuild are collectives the
         # threads garble; the replicas start identical anyway (same seed). See docs/xla.md.
         ddp_model = DDP(model, gradient_as_bucket_view=False, init_sync=False)
-        ddp_model.reducer = _NoRebuild(ddp_model.reducer)
+        ddp_model.reducer = _NoRebuild(ddp_model.reducer)  # type: ignore[assignment]  # forwards to the Reducer
     else:
         # gradient_as_bucket_view=True is required for XLA DDP (real multi-process: TPU)
         ddp_model = DDP(model, gradient_as_bucket_view=True)

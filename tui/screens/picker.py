@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on
@@ -13,6 +14,9 @@ from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from ..widgets.keybar import KeyBar
+
+if TYPE_CHECKING:
+    from ...runners.launch.profile import Profile
 
 OVERRIDE_FIELDS = ("nproc", "steps", "stall_after")
 
@@ -86,7 +90,7 @@ class PickerScreen(Screen):
     def __init__(self, extra: Path | None = None) -> None:
         super().__init__()
         self.paths = find_profiles(extra)
-        self.current = None  # the validated Profile of the highlighted entry (with overrides), or None
+        self.current: Profile | None = None  # the validated Profile of the highlighted entry (with overrides), or None
 
     def compose(self) -> ComposeResult:
         yield Static(Text(" ddptui · pick a profile (enter launches)", style="bold"), id="picker-head")
@@ -177,7 +181,7 @@ class PickerScreen(Screen):
     def action_launch(self) -> None:
         prof = self.validate()
         if prof is not None:
-            self.app.start_run(prof)
+            self.app.start_run(prof)  # type: ignore[attr-defined]  # the app is tui/app.py's, which imports this screen
 
 
 def _shown(path) -> str:

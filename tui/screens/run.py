@@ -1,6 +1,7 @@
 """The run screen: rank grid + loss chart, timeline, stacks, collectives, crash, hints and verdict tabs, redrawn from what changed."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TypeVar
 
 from rich.text import Text
@@ -76,8 +77,9 @@ def head_text(model: RunModel, source_kind: str) -> Text:
             t.append(f" · no step for {fmt_duration(late)}", style="bold yellow")
         elif pace.eta is not None:
             t.append(f" · ETA {fmt_duration(pace.eta)}")
-    busy = model.load is not None and bool(model.cpus) and overloaded(model.load, model.cpus)
+    busy = model.load is not None and model.cpus is not None and bool(model.cpus) and overloaded(model.load, model.cpus)
     if busy:  # a loaded machine slows every rank: not the model's fault, and said before the figures
+        assert model.load is not None  # busy says so
         t.append(f" · {load_text(model.load, model.cpus)}", style="bold yellow")
     t.append(f" · {model.runner or '?'} · {len(model.rank_ids())} ranks")
     if model.steps:
@@ -142,7 +144,7 @@ class RunScreen(Screen):
         w = self._singles.get(kind)
         if w is None:
             w = self._singles[kind] = self.query_one(kind)
-        return w
+        return w  # type: ignore[return-value]  # _singles holds each widget under its own type
 
     def _on_timer_update(self) -> None:
         with no_collection():  # Textual's paint of this screen: the collection it sets off waits for the frame
@@ -199,6 +201,7 @@ class RunScreen(Screen):
             self._notify_hints()
         tab = self._the(TabbedContent).active
         if tab == "ranks":
+            panes: Iterable[RankPane]
             if self.compact_on:
                 panes = []
                 self._the(RankTable).show(m, None if c is None or c.run or c.coll else c.ranks)
@@ -339,7 +342,7 @@ class RunScreen(Screen):
             chart = self._the(LossChart)
         except NoMatches:  # the screen went (a rerun replaced it) before the repaint
             return
-        if chart.display and chart.points != self.model.loss_version and self.app.chart_due():
+        if chart.display and chart.points != self.model.loss_version and self.app.chart_due():  # type: ignore[attr-defined]
             chart.points = self.model.loss_version  # else chart_due() has it drawn when the chart's cap allows
 
     def _auto_switch(self) -> None:
@@ -488,5 +491,5 @@ class RunScreen(Screen):
         if tabs.active != "ranks":
             self.action_tab("ranks")
             return
-        self.app.back_to_picker()
+        self.app.back_to_picker()  # type: ignore[attr-defined]  # tui/app.py's, which imports this screen
 

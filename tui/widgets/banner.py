@@ -76,6 +76,7 @@ def _stall(model: RunModel) -> str:
     hv = model.stall_hang
     if hv is None:
         s = model.stall
+        assert s is not None  # the banner's stall line is asked for only while a stall stands
         said = s.reason or f"made no progress for {s.threshold:g}s"
         return f"STALL: rank {','.join(map(str, s.stalled))}: {said}; collecting stacks…"
     text = hv.text

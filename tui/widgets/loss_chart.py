@@ -97,13 +97,14 @@ def _finite(pts: list) -> tuple[list, list, int]:
     return xs, ys, len(pts) - len(xs)
 
 
-def _summary(sampled: list[list], x0: int, x1: int, bins: int) -> tuple[Series, ...]:
+def _summary(sampled: list[list], x0: float, x1: float, bins: int) -> tuple[Series, ...]:
     """min / median / max over the ranks, per step bin, of each rank's newest loss in the bin (points thinned)."""
     width = max(1.0, (x1 - x0 + 1) / bins)
     vals: dict[int, list] = {}
     at: dict[int, int] = {}
     for pts in sampled:  # each rank's points come in step order: the last one in a bin is its newest there
-        prev, last = None, None
+        prev: int | None = None
+        last: tuple[int, float] = (0, 0.0)  # read only once prev is set, which sets it too
         for s, v in pts:
             if not math.isfinite(v):
                 continue
@@ -117,7 +118,7 @@ def _summary(sampled: list[list], x0: int, x1: int, bins: int) -> tuple[Series, 
             at[prev] = max(at.get(prev, last[0]), last[0])
     order = sorted(vals)
     xs = [at[b] for b in order]
-    cols = {"max": [], "median": [], "min": []}
+    cols: dict[str, list[float]] = {"max": [], "median": [], "min": []}
     for b in order:
         v = sorted(vals[b])
         cols["max"].append(v[-1])

@@ -87,6 +87,7 @@ class PaneBody(TailView):
         return super().render_line(y - self.head_rows())
 
     def _bar_line(self, width: int, base: Style) -> Strip:
+        assert self.bar is not None  # render_line draws the bar's row only when there is one
         total, done = self.bar
         cells = max(0, width - PERCENT_WIDTH)
         full, half = bar_cells(cells, total, done)

@@ -99,6 +99,7 @@ class RankTable(ScrollView, can_focus=True):
         got = self.rows.get(r)
         if got is None:
             m = self.model
+            assert m is not None  # rows are asked for once a model is shown
             got = self.rows[r] = compact.row_cells(m.ranks[r], self.why[r], m.steps, m.where(r), human_bytes)
         return got
 
@@ -173,7 +174,7 @@ class RankTable(ScrollView, can_focus=True):
     # -- the cursor ---------------------------------------------------------------------------------
     def _index(self) -> int:
         try:
-            return self.order.index(self.cursor_rank)
+            return self.order.index(self.cursor_rank)  # type: ignore[arg-type]  # None: in no order, ValueError below
         except ValueError:
             return 0
 

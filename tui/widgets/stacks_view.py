@@ -67,8 +67,8 @@ def _threads(t: Text, threads: list, where: dict, indent: str = "  ") -> None:
     for th in threads:
         if _helper(th):
             continue
-        idle = " (idle)" if th.get("idle") else ""
-        t.append(f"{indent}thread {th.get('thread', '?')}{idle}\n", style="dim" if idle else "cyan")
+        idle_tag = " (idle)" if th.get("idle") else ""
+        t.append(f"{indent}thread {th.get('thread', '?')}{idle_tag}\n", style="dim" if idle_tag else "cyan")
         _frames(t, th.get("frames", []), where if not where.get("thread") or th.get("thread") == where["thread"] else {})
     if helpers:
         frames = sum(len(th.get("frames") or ()) for th in helpers)

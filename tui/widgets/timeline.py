@@ -120,6 +120,7 @@ class TimelineView(ScrollView, can_focus=True):
         return self._ever - len(self._rows)
 
     def _text(self, item) -> str:
+        assert self.model is not None  # rows come from a model
         return timeline_text(self.model, item)
 
     def get_selection(self, selection: Selection) -> tuple[str, str] | None:

@@ -28,7 +28,7 @@ def replica_rows(rv: ReplicaVerdict) -> tuple[list[str], list[list[Text]]]:
         counts: dict[str, int] = {}
         for c in cells:
             counts[c] = counts.get(c, 0) + 1
-        majority = max(counts, key=counts.get) if counts else ""
+        majority = max(counts, key=counts.__getitem__) if counts else ""
         first = name == rv.param
         row = [Text(("▶ " if first else "  ") + name, style="bold red" if first else "")]
         for c in cells:
