@@ -538,7 +538,7 @@ def bench_startup(cfg, work: Path, res: dict) -> None:
 
 def ui_latency_once(cfg) -> dict:
     code = ("import json, sys\n"
-            "try:\n    from ddptui.tui.app import measure_latency\n"
+            "try:\n    from ddptui.tui.latency import measure_latency\n"
             "except ImportError as e:\n    print(json.dumps({'no_hook': str(e)})); sys.exit(0)\n"
             f"print(json.dumps(measure_latency(ranks=16, rate=1000, seconds={cfg.ui_seconds}, presses={cfg.ui_presses})))\n")
     try:
@@ -564,7 +564,7 @@ def ui_targets(d: dict) -> dict:
 
 
 def bench_ui(cfg, work: Path, res: dict) -> None:
-    log(f"ui: ddptui.tui.app.measure_latency (16 ranks x 1000 lines/s, {cfg.ui_presses} presses), {cfg.repeats} repeats")
+    log(f"ui: ddptui.tui.latency.measure_latency (16 ranks x 1000 lines/s, {cfg.ui_presses} presses), {cfg.repeats} repeats")
     runs = []
     for i in range(cfg.repeats):
         d = ui_latency_once(cfg)
@@ -765,7 +765,7 @@ def write_report(res: dict, cfg) -> str:
         elif "error" in u:
             L.append(f"not measured: the hook failed: `{u['error'][-300:]}`\n")
         else:
-            L.append(f"`ddptui.tui.app.measure_latency`: {u.get('ranks')} ranks × {u.get('lines_per_s_per_rank')} lines/s "
+            L.append(f"`ddptui.tui.latency.measure_latency`: {u.get('ranks')} ranks × {u.get('lines_per_s_per_rank')} lines/s "
                      f"streaming, {u.get('presses')} presses of `t`: p50 {u.get('p50_ms')} ms, p95 {u.get('p95_ms')} ms, "
                      f"max {u.get('max_ms')} ms; lines absorbed {u.get('lines_per_s_absorbed'):,}/s of "
                      f"{u.get('lines_per_s_offered'):,}/s offered; the dashboard process used "

@@ -33,7 +33,7 @@ def _run(code: str, timeout: float, argv: list[str] | None = None) -> dict:
 
 def latency_once(ranks: int, seconds: float, presses: int) -> dict:
     """measure_latency in a fresh process (its CPU share is that process's own)."""
-    return _run("import json\nfrom ddptui.tui.app import measure_latency\n"
+    return _run("import json\nfrom ddptui.tui.latency import measure_latency\n"
                 f"print(json.dumps(measure_latency(ranks={ranks}, rate={RATE}, seconds={seconds}, presses={presses}, "
                 f"size={SIZE}, period={PERIOD})))\n", 300 + seconds * 4)
 

@@ -20,7 +20,8 @@ SIZE = (160, 50)
 
 
 def replay_app(name: str, until: float | None = None):
-    from ddptui.tui.app import DdpApp, ReplaySource
+    from ddptui.tui.app import DdpApp
+    from ddptui.tui.replay import ReplaySource
     return DdpApp(source=ReplaySource(RECORDS / name, until=until))
 
 

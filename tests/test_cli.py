@@ -560,7 +560,8 @@ def test_replay_decisions_on_malformed_event_lines(tmp_path):
 def test_dashboard_replay_of_a_malformed_killed_record_opens_and_says_so(tmp_path):
     import asyncio
 
-    from ddptui.tui.app import DdpApp, ReplaySource
+    from ddptui.tui.app import DdpApp
+    from ddptui.tui.replay import ReplaySource
     run = copied_record(tmp_path)
     lines = (run / "events.jsonl").read_text().splitlines(keepends=True)
     lines = lines[:len(lines) * 3 // 4]  # cut before its end, as a killed ddptui leaves it

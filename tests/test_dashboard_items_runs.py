@@ -14,7 +14,8 @@ import pytest
 from textual.widgets import DataTable
 
 from ddptui.runners.launch.profile import load_profile
-from ddptui.tui.app import DdpApp, LiveSource, ReplaySource
+from ddptui.tui.app import DdpApp, LiveSource
+from ddptui.tui.replay import ReplaySource
 from ddptui.tui.widgets.banner import Banner
 from tests.test_tui_app import SIZE, aio, screen_text, settle, until
 

@@ -12,7 +12,8 @@ from textual.widgets import Static
 
 from ddptui.runners import events as ev
 from ddptui.runners.evidence import fr_analysis
-from ddptui.tui.app import DdpApp, ReplaySource
+from ddptui.tui.app import DdpApp
+from ddptui.tui.replay import ReplaySource
 from ddptui.tui.model import RunModel
 from ddptui.tui.widgets.banner import Banner, banner_text
 from ddptui.tui.widgets.hints_view import render_hints

@@ -11,7 +11,8 @@ from textual.widgets import DataTable, Input, TabbedContent
 from ddptui.runners import events as ev
 
 from tests.test_tui_model import crash_scenario, diverge_scenario, hang_scenario
-from ddptui.tui.app import DdpApp, SyntheticSource
+from ddptui.tui.app import DdpApp
+from ddptui.tui.synthetic import SyntheticSource
 from ddptui.tui.screens.run import RunScreen
 from ddptui.tui.widgets.banner import Banner
 from ddptui.tui.widgets.rank_pane import RankPane
@@ -359,7 +360,8 @@ def test_the_dashboard_process_never_imports_torch():
     root = Path(__file__).resolve().parent.parent
     code = (
         "import asyncio, sys\n"
-        "from ddptui.tui.app import DdpApp, ReplaySource\n"
+        "from ddptui.tui.app import DdpApp\n"
+        "from ddptui.tui.replay import ReplaySource\n"
         "import ddptui.tui.screens.picker, ddptui.tui.screens.zoom, ddptui.tui.screens.help, ddptui.tui.screens.confirm\n"
         "async def main():\n"
         "    app = DdpApp(source=ReplaySource('tests/fixtures/records/hang'))\n"

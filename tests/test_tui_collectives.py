@@ -10,7 +10,8 @@ from textual.widgets import TabbedContent
 
 from ddptui.runners.evidence import collectives as co
 from ddptui.runners import events as ev
-from ddptui.tui.app import DdpApp, EventsArrived, ReplaySource
+from ddptui.tui.app import DdpApp, EventsArrived
+from ddptui.tui.replay import ReplaySource
 from ddptui.tui.model import RunModel
 from ddptui.tui.screens.run import RunScreen
 from ddptui.tui.widgets.collectives_view import CollectivesView, CollRow

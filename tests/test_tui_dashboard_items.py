@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input, OptionList
 
-from ddptui.tui.app import DdpApp, ReplaySource
+from ddptui.tui.app import DdpApp
+from ddptui.tui.replay import ReplaySource
 from ddptui.tui.screens.help import HelpScreen
 from ddptui.tui.screens.picker import PickerScreen
 from ddptui.tui.screens.run import RunScreen

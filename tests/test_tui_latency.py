@@ -7,7 +7,9 @@ import pytest
 
 from textual.widgets import TabbedContent
 
-from ddptui.tui.app import DdpApp, SyntheticSource, measure_latency
+from ddptui.tui.app import DdpApp
+from ddptui.tui.latency import measure_latency
+from ddptui.tui.synthetic import SyntheticSource
 from ddptui.tui.model import TIMELINE_LINES
 from ddptui.tui.widgets.loss_chart import LossChart
 from ddptui.tui.widgets.pane_body import PaneBody

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 import ddptui.tui.screens.picker as picker
-from ddptui.tui.app import DdpApp, ReplaySource
+from ddptui.tui.app import DdpApp
+from ddptui.tui.replay import ReplaySource
 
 RECORDS = Path(__file__).resolve().parent / "fixtures" / "records"
 PROFILES = Path(__file__).resolve().parent.parent / "profiles"

@@ -193,17 +193,18 @@ def _subcommand(name: str, rest: list[str]) -> int:
 
 def _replay_headless(run_dir: Path) -> int:
     """Replay what the record holds; 1 (and one line on stderr saying what) when it is incomplete or malformed."""
-    from ..runners.edge.record import replay_events
     from .console import Console
+    from .replay import Replay
     console = Console()
-    problems: list[str] = []
-    for e in replay_events(run_dir, problems):
+    replay = Replay(run_dir, chunk=1)
+    for batch in replay.batches():
         try:
-            console.handle([e])
+            console.handle(batch)
         except Exception as exc:  # noqa: BLE001 - a value the record's check let through: say it, replay on
-            problems.append(f"a {e.kind} event could not be shown ({type(exc).__name__}: {exc})")
-    if problems:
-        print(f"ddptui: replay of {run_dir}: " + "; ".join(problems) + "; replayed what is there", file=sys.stderr)
+            replay.problems.append(f"a {batch[0].kind} event could not be shown ({type(exc).__name__}: {exc})")
+    if replay.problems:
+        print(f"ddptui: replay of {run_dir}: " + "; ".join(replay.problems) + "; replayed what is there",
+              file=sys.stderr)
         return 1
     return 0
 
