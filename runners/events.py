@@ -118,6 +118,11 @@ class Progress(Event):
     # samples in the rank's newest optimizer step: the leading dimension of its model's training inputs, summed
     # over the step's forwards (runners/inject/ddptui_report.py); None when unknown (no hooked model, older records)
     samples: int | None = None
+    # the rank's step time in seconds, by the engine's rule (runners/evidence/steptime.py StepClock.step_time: by the
+    # rank's own clock where it stamps its reports): the figure its slow-down verdict compares, and the one every
+    # front end shows; None while no step is timed. False in older records, which did not carry it (a front end
+    # times their Progress read times by the same rule)
+    step_time: float | None | bool = False
 
 
 @dataclass(frozen=True)

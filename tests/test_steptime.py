@@ -160,3 +160,47 @@ def test_median_step_across_ranks():
 
 def test_fmt_seconds():
     assert [fmt_seconds(x) for x in (25, 0.5, 0.05, 0.005, 0.00002)] == ["25 s", "0.50 s", "50 ms", "5.0 ms", "20 us"]
+
+
+# ---- one step time: the engine's, on every Progress event and in the summary ----------------------------------
+def test_progress_and_summary_carry_the_engines_step_time_that_the_slow_down_rule_reads():
+    """A rank stamping its reports is timed by its own clock: 20 ms a step, though its lines are read 0.5 s apart.
+    Every Progress says the figure the rank's StepClock holds; summary.json says its pace over the run."""
+    import json
+
+    from ddptui.runners import events as ev
+    from tests.test_judge import hello, make, of, say
+    j = make()
+    hello(j, 0)
+    got, t, step = [], 100.0, 0
+    for k in range(1, 9):  # every 0.5 s a line of 25 steps of 20 ms by the rank's clock
+        step += 25
+        t += 0.5
+        rep = {"k": "step", "r": 0, "step": step, "at": [step, t], "dt": [0.02] * 25}
+        got += of(say(j, 0, 1.0 + 0.5 * k, "@ddptui " + json.dumps(rep)), ev.Progress)
+        got += of(j.progress(), ev.Progress)
+    clock = j.state.tracks[0].clock
+    assert got and got[-1].step_time == pytest.approx(0.02) == clock.recent()
+    assert all(e.step_time is None or e.step_time == pytest.approx(0.02) for e in got)
+    ranks = j.summary("ok", 0, "runs/x", 4.0, 0.1, [], [])["ranks"]
+    assert ranks[0]["step_time_s"] == pytest.approx(0.02) and ranks[1]["step_time_s"] is None
+
+
+def test_a_record_without_the_engines_step_time_replays_as_false():
+    from ddptui.runners import events as ev
+    old = {"kind": "progress", "rank": 0, "step": 5, "loss": None, "wall": 1.0, "source": "hook", "losses": []}
+    assert ev.from_json(old).step_time is False
+    assert ev.from_json({**old, "step_time": None}).step_time is None
+    assert ev.from_json({**old, "step_time": 0.25}).step_time == 0.25
+
+
+def test_read_whole_times_each_read_against_the_one_before():
+    """A Progress event is one whole read: it is timed as it arrives, not once the next read comes."""
+    c = StepClock()
+    c.read_whole(10, 1.0)
+    assert c.step_time() is None and c.mean() is None
+    c.read_whole(20, 2.0)
+    assert c.step_time() == pytest.approx(0.1)
+    c.read_whole(25, 2.0)  # read with the previous one: it starts the next span, its own steps stay untimed
+    c.read_whole(35, 4.0)
+    assert c.samples[-1] == (pytest.approx(0.2), 10) and c.mean() == pytest.approx(3.0 / 20)

@@ -24,17 +24,31 @@ def batched(rank: int, last: int, wall: float, n: int = 10) -> ev.Progress:
     return ev.Progress(rank, last, pts[-1][1], wall, "report", pts)
 
 
-# ---- StepRate ---------------------------------------------------------------------------------------------
+# ---- a rank's step time from its Progress read times (a record from before Progress carried the engine's) -------
+class ReadTimesOfOne:
+    """One rank's Progress events folded by rate.ReadTimes: the engine's rule over their read times."""
+
+    def __init__(self) -> None:
+        self.times = rate.ReadTimes()
+
+    def add(self, wall: float, step: int | None) -> None:
+        self.times.add(0, wall, step)
+
+    def step_time(self) -> float | None:
+        clock = self.times.clocks.get(0)
+        return clock.step_time() if clock is not None else None
+
+
 def test_batched_reports_are_timed_between_reads_not_within_one():
     """10 steps per read, a read every second: 0.1 s a step, not 0 (the 10 steps of one read share its time)."""
-    r = rate.StepRate()
+    r = ReadTimesOfOne()
     for i in range(1, 6):
         r.add(T + i, 10 * i)
     assert r.step_time() == pytest.approx(0.1)
 
 
 def test_one_point_or_one_read_has_no_step_time():
-    r = rate.StepRate()
+    r = ReadTimesOfOne()
     assert r.step_time() is None
     r.add(T, 10)
     assert r.step_time() is None
@@ -46,7 +60,7 @@ def test_one_point_or_one_read_has_no_step_time():
 
 def test_step_time_follows_the_recent_window():
     """Fast for a minute, then 1 s a step: within WINDOW of the newest point the step time is the new pace."""
-    r = rate.StepRate()
+    r = ReadTimesOfOne()
     for i in range(60):
         r.add(T + i, 100 * i)  # 0.01 s a step
     base = 100 * 59
@@ -56,7 +70,7 @@ def test_step_time_follows_the_recent_window():
 
 
 def test_a_step_slower_than_the_window_uses_the_point_before():
-    r = rate.StepRate()
+    r = ReadTimesOfOne()
     r.add(T, 1)
     r.add(T + 60, 2)
     r.add(T + 120, 3)
@@ -64,7 +78,7 @@ def test_a_step_slower_than_the_window_uses_the_point_before():
 
 
 def test_a_restarted_count_starts_over():
-    r = rate.StepRate()
+    r = ReadTimesOfOne()
     r.add(T, 50)
     r.add(T + 1, 60)
     r.add(T + 2, 1)  # a restart: step 1 again
@@ -391,3 +405,26 @@ def test_console_summary_says_the_runs_samples_a_second_and_each_ranks_batch():
     t.progress(2, T + 10, 10)  # 1 step/s, its model told nothing
     assert t.line() == ("pace: 1.0 steps/s, 1.00 s/step (rank 2, the slowest, first step to last), "
                         "640 samples/s (2 of 3 ranks, 32 a step each)")
+
+
+# ---- one step time: the engine's, whatever the read times say ------------------------------------------------
+def test_panes_header_and_summary_show_the_engines_step_time_not_the_read_times():
+    """Reads 1 s apart with 10 steps each would say 0.1 s a step; the engine timed them by the rank's clock at 0.05 s
+    (the figure its slow-down verdict compares): the pane, the pace, the ETA and the console's summary say that."""
+    import io
+
+    from ddptui.tui.console import Console
+    from ddptui.tui.screens.run import head_text
+    from ddptui.tui.widgets.rank_pane import status_line
+    m = started(world=1, steps=500)
+    c = Console(out=io.StringIO(), color=False)
+    for i in range(1, 4):
+        e = batched(0, 10 * i, T + i)
+        e = ev.Progress(e.rank, e.step, e.loss, e.wall, e.source, e.losses, None, 0.05 if i > 1 else None)
+        m.apply([e])
+        c.handle([e])
+    assert m.rank(0).step_time == 0.05 and m.pace().step_time == 0.05
+    assert status_line(m.rank(0), m.steps).startswith("step 30/500 50 ms/step")
+    assert " · 20.0 steps/s · ETA 24s" in head_text(m, "live").plain  # 470 steps at 0.05 s
+    assert c.tally.line({"0": {"step_time_s": 0.05}}) == "pace: 20.0 steps/s, 50 ms/step (rank 0, first step to last)"
+    assert c.tally.line() == "pace: 10.0 steps/s, 0.10 s/step (rank 0, first step to last)"  # an older summary

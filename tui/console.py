@@ -142,7 +142,7 @@ class Console:
             lost = lost if isinstance(lost, dict) else {}
             rows.append(f"node lost: {node}" + (f" ({_ranks(lost['ranks'])})" if lost.get("ranks") else "")
                         + (f": {lost['why']}" if lost.get("why") else ""))
-        pace = self.tally.line()
+        pace = self.tally.line(s.get("ranks"))
         if pace:
             rows.append(pace)
         rep = s.get("replica")

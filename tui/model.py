@@ -61,7 +61,7 @@ class RankView:
     returncode: int | None = None
     signal: str | None = None
     last_progress: float | None = None
-    step_time: float | None = None  # seconds per step over the rank's recent steps; None until known
+    step_time: float | None = None  # seconds per step, the engine's (Progress.step_time); None until known
     step_wall: float | None = None  # wall time its newest step was read (the pace decays once it is late)
     samples: int | None = None  # samples in its newest optimizer step (Progress.samples); None when unknown
     phase: str = ""  # what a rank not yet training is doing, in words (spawning, importing torch, rendezvous...)
@@ -129,7 +129,7 @@ class RunModel:
         self.coll_mismatch: dict = {}  # the engine's latest word on ranks pending in different calls (its finding)
         self.load: float | None = None  # the engine host's 1-minute load average, and its CPUs (Resources)
         self.cpus: int | None = None
-        self._rates: dict[int, rate.StepRate] = {}  # rank -> its progress points (RankView.step_time)
+        self._read_times = rate.ReadTimes()  # step times of a record whose Progress carries none (RankView.step_time)
         self.changes = Changes()  # since take_changes(); every write below says what it touched
         self.loss_version = 0  # bumps with every new loss point: the chart redraws when it moves
         self.events_seen = 0
@@ -320,11 +320,11 @@ class RunModel:
                 if e.step != rv.step:
                     rv.step_wall = e.wall
                 rv.step = e.step
-            steps = self._rates.get(e.rank)
-            if steps is None:
-                steps = self._rates[e.rank] = rate.StepRate()
-            steps.add(e.wall, e.step)
-            rv.step_time = steps.step_time()
+            if e.step_time is not False:  # the engine's figure (runners/evidence/steptime.py)
+                rv.step_time = e.step_time
+            else:  # an older record: its read times, by the engine's rule
+                clock = self._read_times.add(e.rank, e.wall, e.step)
+                rv.step_time = clock.step_time() if clock is not None else None
             if e.samples:
                 rv.samples = e.samples
             self._phase(rv, "", None)
@@ -433,7 +433,7 @@ class RunModel:
         if rv is not None:
             rv.rank = rank
             self.ranks[rank] = rv
-        keyed_by_rank: tuple[dict[int, Any], ...] = (self._rates, self.collectives)
+        keyed_by_rank: tuple[dict[int, Any], ...] = (self._read_times.clocks, self.collectives)
         for held in keyed_by_rank:
             if was in held:
                 held[rank] = held.pop(was)

@@ -1,48 +1,31 @@
-"""Step time per rank, the run's pace and time left, and the machine's load, in words: pure, from event values."""
+"""The run's pace and time left from the ranks' step times (the engine's), and the machine's load, in words: pure."""
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-WINDOW = 10.0  # seconds of a rank's newest progress points its step time is taken over
-KEEP = 256  # (wall, step) points kept per rank at most: Progress comes once per engine turn (~10 a second)
+from ..runners.evidence.steptime import StepClock
+
 ENDED = ("exited", "failed", "killed")
 
 
-class StepRate:
-    """One rank's (wall, newest step) points, one per Progress event.
-
-    A Progress event carries every step since the rank's previous one (a report flushes ~10 steps at once), all
-    read at one wall time: only the newest step of each event is a point, and a step time is the span between two
-    points divided by the steps between them, never the time between two steps of one batch."""
+class ReadTimes:
+    """Step times of a record from before Progress carried the engine's (`Progress.step_time` False): the engine's
+    rule (runners/evidence/steptime.py StepClock) over each rank's Progress read times. One event per rank per engine
+    turn holds every step since the previous one, read at one time: each is one whole read, its newest step a point."""
 
     def __init__(self) -> None:
-        self.points: deque = deque(maxlen=KEEP)
+        self.clocks: dict[int, StepClock] = {}
 
-    def add(self, wall: float, step: int | None) -> None:
+    def add(self, rank: int, wall: float, step: int | None) -> StepClock | None:
+        """Fold one Progress event in; the rank's clock (None before it had a step)."""
+        clock = self.clocks.get(rank)
         if step is None:
-            return
-        pts = self.points
-        if pts and step < pts[-1][1]:  # the rank counts from 0 again (a restart): its old pace says nothing
-            pts.clear()
-        if pts and step == pts[-1][1]:
-            return
-        if pts and wall <= pts[-1][0]:  # read together with the previous point: the same read
-            pts[-1] = (pts[-1][0], step)
-            return
-        pts.append((wall, step))
-        while len(pts) > 2 and wall - pts[0][0] > WINDOW:  # out of the window for good: the newest only grows
-            pts.popleft()
-
-    def step_time(self) -> float | None:
-        """Seconds per step from the oldest point within WINDOW of the newest (at least the one before it): the
-        oldest point kept (O(1): a thousand ranks' events are folded on the UI thread)."""
-        pts = self.points
-        if len(pts) < 2:
-            return None
-        (w0, s0), (w1, s1) = pts[0], pts[-1]
-        return (w1 - w0) / (s1 - s0) if s1 > s0 and w1 > w0 else None
+            return clock
+        if clock is None or (clock.marks and step < clock.marks[-1][0]):  # counting from 0 again: a restart
+            clock = self.clocks[rank] = StepClock()
+        clock.read_whole(step, wall)
+        return clock
 
 
 @dataclass(frozen=True)
@@ -194,11 +177,12 @@ def phase_text(phase: str, since: float | None, now: float | None) -> str:
 
 
 class RunTally:
-    """What the headless console says of a run's pace at its end: each rank's first and newest step, its samples
-    per step, and the highest load the engine's host had."""
+    """What the headless console says of a run's pace at its end: each rank's pace over the run (the engine's, from
+    summary.json; for older records, its Progress read times by the engine's rule), its samples per step, and the
+    highest load the engine's host had."""
 
     def __init__(self) -> None:
-        self.span: dict[int, list] = {}  # rank -> [(wall, step) of its first progress, of its newest]
+        self.read = ReadTimes()  # rank -> its steps by read time, for records whose summary has no step times
         self.samples: dict[int, int] = {}  # rank -> samples in its newest step that told them
         self.load: float | None = None
         self.cpus: int | None = None
@@ -206,36 +190,40 @@ class RunTally:
     def progress(self, rank: int, wall: float, step: int | None, samples: int | None = None) -> None:
         if samples:
             self.samples[rank] = samples
-        if step is None:
-            return
-        sp = self.span.get(rank)
-        if sp is None or step < sp[1][1]:  # first, or counting again from the start (a restart)
-            self.span[rank] = [(wall, step), (wall, step)]
-        else:
-            sp[1] = (wall, step)
+        self.read.add(rank, wall, step)
 
     def resources(self, load: float | None, cpus: int | None) -> None:
         if load is not None and (self.load is None or load > self.load):
             self.load, self.cpus = load, cpus
 
-    def line(self) -> str | None:
+    def step_times(self, ranks: dict | None = None) -> dict[int, float]:
+        """rank -> seconds per step over the run: summary.json's `step_time_s` (the engine's StepClock.mean), where
+        the summary has them, else by read times."""
+        told = {int(r): info["step_time_s"] for r, info in (ranks or {}).items()
+                if isinstance(info, dict) and "step_time_s" in info}
+        if told:
+            return {r: st for r, st in told.items() if st}
+        return {r: st for r, c in self.read.clocks.items() if (st := c.mean())}
+
+    def line(self, ranks: dict | None = None) -> str | None:
         """'pace: 3.1 steps/s, 0.32 s/step (rank 1, the slowest, first step to last), 800 samples/s (all ranks, 128
-        a step each); machine load up to 29.7 on 2 cpus (overloaded)', or None when nothing was measured."""
-        rates = {r: (b[1] - a[1]) / (b[0] - a[0]) for r, (a, b) in self.span.items() if b[1] > a[1] and b[0] > a[0]}
+        a step each); machine load up to 29.7 on 2 cpus (overloaded)', or None when nothing was measured. `ranks`:
+        summary.json's."""
+        times = self.step_times(ranks)
         parts = []
-        if rates:
-            r = min(rates, key=lambda k: (rates[k], k))
-            who = f"rank {r}, the slowest" if len(rates) > 1 else f"rank {r}"
-            pace = f"pace: {fmt_rate(rates[r])}, {fmt_step_time(1 / rates[r])} ({who}, first step to last)"
-            told = {k: n for k, n in self.samples.items() if k in rates}
+        if times:
+            r = max(times, key=lambda k: (times[k], -k))
+            who = f"rank {r}, the slowest" if len(times) > 1 else f"rank {r}"
+            pace = f"pace: {fmt_rate(1 / times[r])}, {fmt_step_time(times[r])} ({who}, first step to last)"
+            told = {k: n for k, n in self.samples.items() if k in times}
             if told:
                 sizes = sorted(set(told.values()))
                 if len(sizes) > 1:
                     each = f"{sizes[0]}-{sizes[-1]} a step"
                 else:
                     each = f"{sizes[0]} a step" + (" each" if len(told) > 1 else "")
-                whose = "all ranks" if len(told) == len(self.span) else f"{len(told)} of {len(self.span)} ranks"
-                pace += f", {fmt_samples_rate(sum(rates[k] * n for k, n in told.items()))} ({whose}, {each})"
+                whose = "all ranks" if len(told) == len(self.read.clocks) else f"{len(told)} of {len(self.read.clocks)} ranks"
+                pace += f", {fmt_samples_rate(sum(n / times[k] for k, n in told.items()))} ({whose}, {each})"
             parts.append(pace)
         if self.load is not None:
             parts.append(f"machine {load_text(self.load, self.cpus).replace('load ', 'load up to ', 1)}")

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from ..runners import events as ev
 from ..runners.edge.record import replay_events

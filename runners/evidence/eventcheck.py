@@ -18,7 +18,8 @@ _SUMMARY = {"profile": (str, type(None)), "runner": (str, type(None)), "status":
             "own_exit": (dict, type(None)), "hints": (list, type(None))}
 _SUMMARY_RANK = {"status": (str, type(None)), "outcome": (str, type(None)), "returncode": (int, type(None)),
                  "signal": (str, type(None)), "steps": (int, type(None)), "first_loss": _NUM + (type(None),),
-                 "last_loss": _NUM + (type(None),), "workload_loss": (dict, type(None))}
+                 "last_loss": _NUM + (type(None),), "workload_loss": (dict, type(None)),
+                 "step_time_s": _NUM + (type(None),)}
 
 
 @functools.cache

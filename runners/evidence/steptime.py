@@ -39,6 +39,7 @@ class StepClock:
         self.early: list = []  # the first samples, until they cover BASE_STEPS steps
         self.timed_steps = 0  # steps the early samples cover
         self.timed_to: int | None = None  # the step the newest sample ends at: how far this clock has seen
+        self.all_seconds, self.all_steps = 0.0, 0  # every sample's seconds and steps, for the run's mean pace
         self._mark: tuple[int, float] | None = None  # (step, time) the next span starts from
         self._read: tuple[int, float] | None = None  # (newest step, read time) of the current read
         # when each newest step was counted: (step, the rank's monotonic time or the engine's read time, the rank's
@@ -49,6 +50,8 @@ class StepClock:
         if steps <= 0 or per_step < 0:
             return
         self.samples.append((per_step, steps))
+        self.all_seconds += per_step * steps
+        self.all_steps += steps
         if self.timed_steps < BASE_STEPS:
             self.early.append((per_step, steps))
             self.timed_steps += steps
@@ -71,6 +74,7 @@ class StepClock:
             self.samples.clear()
             self.early.clear()
             self.timed_steps = 0
+            self.all_seconds, self.all_steps = 0.0, 0
             self.marks.clear()
         self._marked(step, at, wall)
         mark, self._mark = self._mark, (step, at)
@@ -98,13 +102,26 @@ class StepClock:
             if step > cur[0]:
                 self._read = (step, mono)
             return
-        if cur is not None:  # a new read: the previous one is complete, time it against the one before
-            mark = self._mark
-            if mark is not None and cur[0] > mark[0] and cur[1] > mark[1]:
-                self._add((cur[1] - mark[1]) / (cur[0] - mark[0]), cur[0] - mark[0])
-                self.timed_to = cur[0]
-            self._mark = cur
+        self._close_read()  # a new read: the previous one is complete
         self._read = (step, mono)
+
+    def read_whole(self, step: int, mono: float) -> None:
+        """A read known complete as it arrives: the newest step of one Progress event, at its read time (a record
+        from before Progress carried the engine's step time, timed by the same rule)."""
+        self.read(step, mono)
+        if not self.own:
+            self._close_read()
+            self._read = None
+
+    def _close_read(self) -> None:
+        """The current read is complete: time it against the one before."""
+        cur, mark = self._read, self._mark
+        if cur is None:
+            return
+        if mark is not None and cur[0] > mark[0] and cur[1] > mark[1]:
+            self._add((cur[1] - mark[1]) / (cur[0] - mark[0]), cur[0] - mark[0])
+            self.timed_to = cur[0]
+        self._mark = cur
 
     def baseline(self) -> float | None:
         """Median duration of the rank's first BASE_STEPS timed steps (its first step, start-up, is never timed)."""
@@ -121,6 +138,16 @@ class StepClock:
         if steps < RECENT_STEPS or seconds < RECENT_SECONDS:
             return None
         return weighted_median(picked)
+
+    def step_time(self) -> float | None:
+        """The rank's step time as every front end shows it: `recent()`, the figure a slow-down verdict compares, or
+        while too few steps are timed for it, the median of those that are; None before any step is timed."""
+        now = self.recent()
+        return now if now is not None else weighted_median(self.samples)
+
+    def mean(self) -> float | None:
+        """Seconds per step over every step timed, first to last (a rank's pace over the run); None before any."""
+        return self.all_seconds / self.all_steps if self.all_steps else None
 
 
 def median_step(clocks) -> float | None:

@@ -160,6 +160,7 @@ class Conclusion:
             "duration_s": duration_s, "ddptui_cpu_s": cpu_s,
             "ranks": {r: {"status": t.status, "outcome": t.outcome, "returncode": t.returncode,
                           "signal": t.signal, "steps": t.step, "samples_per_step": t.samples,
+                          "step_time_s": t.clock.mean(),
                           "first_loss": t.first_loss,
                           "last_loss": t.loss, "workload_loss": t.summary_loss, "pid": t.pid,
                           "host": t.host, "node": t.node,

@@ -29,7 +29,8 @@ class Ingest:
         """The Progress events coalesced since the last call: one per rank that moved (the UI samples them)."""
         for rank, (wall, source) in sorted(self._pending_progress.items()):
             t = self.s.tracks[rank]
-            self.s.emit(ev.Progress(rank, t.step, t.loss, wall, source, t.take_new_losses(), t.samples))
+            self.s.emit(ev.Progress(rank, t.step, t.loss, wall, source, t.take_new_losses(), t.samples,
+                                    t.clock.step_time()))
         self._pending_progress.clear()
         if self._coll_changed:  # the ranks that changed (each with all its groups), the laggards and a mismatch of all
             tracks = self.s.tracks
