@@ -7,6 +7,7 @@ import sys
 import time
 
 from textual import events as tev
+from textual.widgets import TabbedContent
 
 from .app import DdpApp
 from .synthetic import SyntheticSource
@@ -22,15 +23,17 @@ async def _measure(ranks: int, rate: int, seconds: float, presses: int, size: tu
         await pilot.pause(1.0)  # let the load build up
         t_start = time.perf_counter()
         cpu0, gen0 = time.process_time(), source.thread_cpu
-        lines0 = app.model.lines_seen
+        model, driver = app.model, app._driver
+        assert model is not None and driver is not None  # the source started, the test driver runs
+        lines0 = model.lines_seen
         for _ in range(presses):
             screen = app.screen
-            tabs = screen.query_one("#tabs")
+            tabs = screen.query_one("#tabs", TabbedContent)
             want = other if tabs.active == "timeline" else "timeline"
             key = "o" if want == "collectives" else "t"  # t toggles the timeline and the grid, o shows collectives
             done = asyncio.Event()
             t0 = time.perf_counter()
-            app._driver.send_message(tev.Key(key, key))
+            driver.send_message(tev.Key(key, key))
             while tabs.active != want:
                 await asyncio.sleep(0.0005)
             screen.call_after_refresh(done.set)
@@ -39,7 +42,7 @@ async def _measure(ranks: int, rate: int, seconds: float, presses: int, size: tu
             await asyncio.sleep(max(0.0, seconds / presses - lat[-1]))
         elapsed = time.perf_counter() - t_start
         ui_cpu = (time.process_time() - cpu0) - (source.thread_cpu - gen0)
-        lines = app.model.lines_seen - lines0
+        lines = model.lines_seen - lines0
         view = "rows" if getattr(app.screen, "compact_on", False) else "panes"  # the compact view or the pane grid
         source.request_stop()
     app.shutdown(10)
@@ -66,4 +69,4 @@ def measure_latency(ranks: int = 16, rate: int = 1000, seconds: float = 6.0, pre
 
 if __name__ == "__main__":
     args = [int(a) for a in sys.argv[1:3]]
-    print(json.dumps(measure_latency(*args)))
+    print(json.dumps(measure_latency(*args)))  # type: ignore[arg-type]  # ranks and rate, the first two

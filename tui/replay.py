@@ -30,7 +30,7 @@ class Replay:
                 break
             if isinstance(e, ev.RunStarted):
                 start = e.wall
-            if self.until is not None and start is not None and e.wall - start > self.until:
+            if self.until is not None and start is not None and e.wall - start > self.until:  # type: ignore[attr-defined]
                 break
             if isinstance(e, ev.RunFinished):
                 self.finished = e
