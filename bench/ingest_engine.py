@@ -79,9 +79,9 @@ def main() -> int:
     files = prewrite(work, a.ranks, per_rank, a.mix)
 
     from ddptui.runners import events as ev
-    from ddptui.runners.launch.profile import load_profile
-    from ddptui.runners.session import Session
     from ddptui.runners.edge.tail import Tailer
+    from ddptui.runners.launch.profile.load import load_profile
+    from ddptui.runners.session import Session
     from ddptui.tui.console import Console
 
     profile = load_profile(ROOT / "profiles" / "cpu-ddp.yaml", [f"nproc={a.ranks}"])

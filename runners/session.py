@@ -31,6 +31,7 @@ from .judge.judge import (  # noqa: F401
     TearDown,
 )
 from .launch import fr_env
+from .launch.registry import runner_for, traits_of
 
 TEARDOWN_DEADLINE = 5.0
 # Seconds between loop turns unless there is a backlog to read. Every wake-up takes a core from a rank for
@@ -44,7 +45,7 @@ DISCOVER_EARLY, DISCOVER_FOUND = 0.2, 2.0  # how often to look for launcher-crea
 def rendezvous_port(profile) -> int:
     """The profile's master_port (or c10d endpoint's port), or with `auto` a port free on that address now.
     The slurm runner's port is chosen on the job's first node (runners/launch/slurm.py): 0 here."""
-    if profile.runner == "slurm":
+    if not runner_for(profile.runner).picks_port:
         return 0
     host, port = profile.rendezvous
     if port != "auto":
@@ -55,19 +56,7 @@ def rendezvous_port(profile) -> int:
 
 
 def make_plan(profile, run_dir: Path, port: int, dashboard_pid: int | None = None):
-    if profile.runner == "torchrun":
-        from .launch.torchrun import plan
-    elif profile.runner == "env":
-        from .launch.env_runner import plan
-    elif profile.runner == "xla":
-        from .launch.xla import plan
-    elif profile.runner == "mirage":
-        from .launch.mirage import plan
-    elif profile.runner == "slurm":
-        from .launch.slurm import plan
-    else:
-        raise ValueError(f"unknown runner {profile.runner!r}")
-    return plan(profile, run_dir, port, dashboard_pid)
+    return runner_for(profile.runner).plan(profile, run_dir, port, dashboard_pid)
 
 
 class Session:
@@ -84,7 +73,7 @@ class Session:
         self.record = RunRecord(self.run_dir)
         self.pyspy, self.stack_method = pyspy, stack_method
         self._started_mono = time.monotonic()
-        self.judge = Judge(profile, self._started_mono, time.time())
+        self.judge = Judge(profile, self._started_mono, time.time(), runner=traits_of(profile))
         self.procs: list[procs.Proc] = []
         self.batch: list = []
         self._stop = threading.Event()

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ddptui.runners import events as ev
-from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.session import Session
 
 ROOT = Path(__file__).resolve().parent.parent

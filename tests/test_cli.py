@@ -397,7 +397,7 @@ def test_dump_of_a_copied_record_signals_neither_the_original_run_nor_a_dashboar
 def test_a_stop_during_spawning_stops_spawning_at_once(runs_dir, monkeypatch, capsys):
     """SIGTERM arrives after the 2nd of 8 rank processes started: no 3rd, the 2 are torn down, summary, exit 1."""
     from ddptui.runners.edge import procs
-    from ddptui.runners.launch.profile import adhoc_profile
+    from ddptui.runners.launch.profile.load import adhoc_profile
     from ddptui.tui.cli import run_headless
     real_spawn, started = procs.spawn, []
 
@@ -597,7 +597,7 @@ def _session_until_progress(runs_dir, overrides=("nproc=2",)):
     import threading
 
     from ddptui.runners import events as ev
-    from ddptui.runners.launch.profile import adhoc_profile
+    from ddptui.runners.launch.profile.load import adhoc_profile
     from ddptui.runners.session import Session
     seen = threading.Event()
 
@@ -631,7 +631,7 @@ def test_an_engine_error_still_tears_down_and_writes_the_summary(runs_dir, monke
 @pytest.mark.timeout(120)
 def test_a_front_end_that_raises_does_not_cost_the_summary(runs_dir, capsys):
     from ddptui.runners import events as ev
-    from ddptui.runners.launch.profile import adhoc_profile
+    from ddptui.runners.launch.profile.load import adhoc_profile
     from ddptui.runners.session import Session
     got = []
 
@@ -653,7 +653,7 @@ def test_the_runs_end_is_its_last_event_even_after_steps_read_in_the_last_drain(
     """Steps the final drain read were coalesced into Progress at the next flush, which came after RunFinished: the
     end was not the last event (seen once in CI, in the test above)."""
     from ddptui.runners import events as ev
-    from ddptui.runners.launch.profile import adhoc_profile
+    from ddptui.runners.launch.profile.load import adhoc_profile
     from ddptui.runners.session import Session
     got = []
     session = Session(adhoc_profile([sys.executable, "-c", "pass"], ["nproc=1"]), runs_dir, emit=got.extend)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.session import Session
 
 from tests.engine_helpers import PROFILES, Recorder

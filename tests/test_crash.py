@@ -601,7 +601,7 @@ def test_a_rank_the_launcher_stopped_is_said_to_be_stopped_not_failed_after_it(r
 def _torchrun_with_rank_wrapper(tmp_path: Path, wrapper_body: str, script: str):
     """An ad-hoc torchrun command (as `ddptui -- torchrun ...`) whose ranks start through a shell wrapper
     (`--no-python`): what a site script that prepares each rank's environment looks like."""
-    from ddptui.runners.launch.profile import adhoc_profile
+    from ddptui.runners.launch.profile.load import adhoc_profile
     wrapper = tmp_path / "rank_wrapper"
     wrapper.write_text(f"#!/bin/sh\n{wrapper_body}\nexec {sys.executable} -u \"$@\"\n")
     wrapper.chmod(0o755)
@@ -636,7 +636,7 @@ def test_ddptui_stopping_torchrun_folds_its_signal_traceback_into_one_line(runs_
     import threading
 
     path = _profile(tmp_path, "die_without_exception.py", env={"DIE_STEP": "100000000"})
-    from ddptui.runners.launch.profile import load_profile
+    from ddptui.runners.launch.profile.load import load_profile
     from ddptui.runners.session import Session
     from tests.engine_helpers import Recorder
 

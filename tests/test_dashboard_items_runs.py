@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable
 
-from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.launch.profile.load import load_profile
 from ddptui.tui.app import DdpApp, LiveSource
 from ddptui.tui.replay import ReplaySource
 from ddptui.tui.widgets.banner import Banner

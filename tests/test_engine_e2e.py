@@ -176,7 +176,7 @@ def test_slow_rank_is_not_a_hang(runs_dir):
 
 @pytest.mark.timeout(60)
 def test_exit_time_abort_after_completed_work_is_called_what_it_is(runs_dir, tmp_path):
-    from ddptui.runners.launch.profile import adhoc_profile
+    from ddptui.runners.launch.profile.load import adhoc_profile
     from ddptui.runners.session import Session
     from tests.engine_helpers import Recorder
     script = tmp_path / "abort_at_exit.py"
@@ -200,7 +200,7 @@ def run_until_verdict(runs_dir, overrides):
 
     import psutil
 
-    from ddptui.runners.launch.profile import load_profile
+    from ddptui.runners.launch.profile.load import load_profile
     from ddptui.runners.session import Session
     from tests.engine_helpers import PROFILES, Recorder
     rec, codes = Recorder(), []
@@ -272,7 +272,7 @@ sys.stdout.write("\\n")
 
 @pytest.mark.timeout(60)
 def test_batched_progress_arrives_whole_and_on_time(runs_dir, tmp_path):
-    from ddptui.runners.launch.profile import adhoc_profile
+    from ddptui.runners.launch.profile.load import adhoc_profile
     from ddptui.runners.session import Session
     from tests.engine_helpers import Recorder
     import sys

@@ -12,7 +12,8 @@ import pytest
 
 from ddptui.runners.launch import fr_env
 from ddptui.runners.inject import ddptui_scope
-from ddptui.runners.launch.profile import ProfileError, load_profile
+from ddptui.runners.launch.profile.errors import ProfileError
+from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.session import make_plan
 
 pytestmark = pytest.mark.timeout(60)

@@ -17,7 +17,7 @@ from ddptui.runners.evidence import fr_analysis
 from ddptui.runners.evidence import fr_records
 from ddptui.runners.judge import run_verdicts
 from ddptui.runners.judge.conclusion import Conclusion
-from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.judge.rank_lifecycle import RankLifecycle
 from ddptui.runners.judge.run_state import CollectStacks, RunState
 from ddptui.runners.judge.stack_verdicts import StackVerdicts

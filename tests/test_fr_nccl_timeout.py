@@ -16,7 +16,7 @@ from ddptui.runners.evidence import fr_analysis
 from ddptui.runners.edge import nccl_dumps
 from ddptui.runners.evidence import nccl_finding
 from ddptui.runners.judge.conclusion import Conclusion, Launcher
-from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.judge.rank_lifecycle import RankLifecycle
 from ddptui.runners.judge.run_state import EXIT_FAILED, RunState
 from ddptui.runners.session import Session

@@ -121,7 +121,7 @@ def test_a_hang_up_without_sighup_is_seen_and_stops_the_run():
 @pytest.mark.timeout(150)
 def test_a_killed_ddptuis_socket_folder_is_swept_by_the_next_run_and_a_live_ones_kept(tmp_path):
     from ddptui.runners.launch import fr_env
-    from ddptui.runners.launch.profile import adhoc_profile
+    from ddptui.runners.launch.profile.load import adhoc_profile
 
     runs = tmp_path / "runs"
     cli = [sys.executable, "-m", "ddptui.tui.cli", "--runs-dir", str(runs), "--no-ui", "--"]

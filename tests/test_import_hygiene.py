@@ -16,7 +16,7 @@ for m in pkgutil.walk_packages(runners.__path__, 'ddptui.runners.'):
         importlib.import_module(m.name)
 import ddptui.tui.cli, ddptui.tui.console
 from ddptui.tui.cli import run_headless
-from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.launch.profile.load import load_profile
 code = run_headless(load_profile('profiles/cpu-smoke.yaml'), sys.argv[1])
 bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'torch'))
 print('BAD', bad)

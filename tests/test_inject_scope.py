@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.runners.launch.profile import adhoc_profile, load_profile
+from ddptui.runners.launch.profile.load import adhoc_profile, load_profile
 from ddptui.runners.launch.rankenv import INJECT_DIR, activation, base_env
+from ddptui.runners.launch.registry import runner_for
 from tests.engine_helpers import Recorder, strict_reports
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,7 +97,7 @@ def test_a_wrapped_command_gets_only_namespaced_variables(monkeypatch, cmd):
         monkeypatch.delenv(var, raising=False)
     p = adhoc_profile(cmd, ["backend=gloo", "steps=5", "env.MINE=1"])
     assert p.rank_env() == {"MINE": "1"}  # the built-in workloads' knobs are for the built-in workloads
-    added = set(base_env(p, 1)) - {"MINE"}
+    added = set(runner_for(p.runner).base_env(p, 1)) - {"MINE"}  # what its runner adds
     launcher = {"OMP_NUM_THREADS"} if p.runner == "env" else set()  # ddptui is the env:// launcher: as torchrun
     assert added == {"PYTHONPATH", "PYTHONUNBUFFERED", *launcher} | {"DDPTUI", "DDPTUI_PID", "DDPTUI_USER_ENV"}
 

@@ -9,7 +9,7 @@ import pytest
 from ddptui.runners import events as ev
 from ddptui.runners.judge.judge import (CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_STALLED, CollectStacks, Judge, Launcher,
                                   TearDown)
-from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.launch.profile.load import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORD = ROOT / "tests" / "fixtures" / "records" / "crash"  # a real torchrun run: rank 1 raised at step 8

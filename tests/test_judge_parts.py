@@ -9,7 +9,7 @@ from pathlib import Path
 from ddptui.runners import events as ev
 from ddptui.runners.judge.conclusion import Conclusion, Launcher
 from ddptui.runners.judge.ingest import Ingest
-from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.judge.rank_lifecycle import RankLifecycle
 from ddptui.runners.judge.run_state import EXIT_FAILED, EXIT_OK, CollectStacks, RunState, TearDown
 from ddptui.runners.judge.stack_verdicts import StackVerdicts

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners.launch import mirage
-from ddptui.runners.launch import profile as profile_mod
-from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.launch.profile import model as profile_mod
+from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.launch.rank_python import default_python
 
 ROOT = Path(__file__).resolve().parent.parent

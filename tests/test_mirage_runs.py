@@ -16,7 +16,7 @@ import pytest
 from ddptui.runners import events as ev
 from ddptui.runners.launch import mirage
 from ddptui.runners.evidence import parse
-from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.launch.profile.load import load_profile
 from tests.engine_helpers import reported_steps
 
 from .test_preflight import standin

@@ -42,7 +42,7 @@ def test_an_agent_killed_while_the_other_node_trains_is_a_node_lost(tmp_path, ru
 
     t = threading.Thread(target=kill_node1, daemon=True)
     t.start()
-    from ddptui.runners.launch.profile import load_profile
+    from ddptui.runners.launch.profile.load import load_profile
     from ddptui.runners.session import Session
     session = Session(load_profile(two_agents(tmp_path, "train_ddp_long.py")), runs_dir, emit=emit)
     code = session.run()
@@ -63,7 +63,7 @@ def test_a_pid_said_by_a_rank_on_another_host_is_never_watched_or_signalled(tmp_
     import subprocess
     import sys
 
-    from ddptui.runners.launch.profile import load_profile
+    from ddptui.runners.launch.profile.load import load_profile
     from ddptui.runners.session import Session
 
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -93,7 +93,7 @@ def test_an_agent_that_never_exits_after_a_failure_is_torn_down_by_the_watchdog(
     """Node1 freezes (its agent SIGSTOPped: it will never exit by itself, as an agent did after a partition in the
     lab) and its rank dies; node0's rank fails on the lost peer. The watchdog tears the frozen agent down."""
     from ddptui.runners.judge.job_follow import AGENT_EXIT_GRACE
-    from ddptui.runners.launch.profile import load_profile
+    from ddptui.runners.launch.profile.load import load_profile
     from ddptui.runners.session import Session
 
     seen: list = []

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners.edge import preflight
-from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.launch.rank_python import default_python
 
 ROOT = Path(__file__).resolve().parent.parent

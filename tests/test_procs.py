@@ -175,7 +175,7 @@ def test_a_rank_that_outlives_sigkill_is_named_in_the_launcher_log_and_summary(r
     import json
 
     from ddptui.runners import events as ev
-    from ddptui.runners.launch.profile import adhoc_profile
+    from ddptui.runners.launch.profile.load import adhoc_profile
     from ddptui.runners.session import Session
     profile = adhoc_profile([sys.executable, str(FIXTURES / "train_ddp_long.py")], ["nproc=2"])
     holder = {}
@@ -247,7 +247,7 @@ def test_a_real_frozen_rank_is_named_as_a_survivor_in_the_summary(runs_dir, free
     import json
 
     from ddptui.runners import events as ev
-    from ddptui.runners.launch.profile import adhoc_profile
+    from ddptui.runners.launch.profile.load import adhoc_profile
     from ddptui.runners.session import Session
     profile = adhoc_profile([sys.executable, str(FIXTURES / "train_ddp_long.py")], ["nproc=2"])
     holder = {}
@@ -331,7 +331,7 @@ def _is_subreaper() -> bool:
 @pytest.mark.timeout(120)
 def test_a_run_is_the_subreaper_only_while_it_runs(tmp_path):
     """A process left a subreaper adopts every later orphan below it for good (a test's Slurm daemons' forks)."""
-    from ddptui.runners.launch.profile import load_profile
+    from ddptui.runners.launch.profile.load import load_profile
     from ddptui.runners.session import Session
     from tests.engine_helpers import PROFILES
     procs._prctl(36, 0)

@@ -12,8 +12,16 @@ from pathlib import Path
 
 import pytest
 
-import ddptui.runners.launch.profile as prof
-from ddptui.runners.launch.profile import ProfileError, adhoc_profile, find_profile, list_profiles, load_profile
+from ddptui.runners.launch.profile import endpoint as pendpoint
+from ddptui.runners.launch.profile import find as pfind
+from ddptui.runners.launch.profile import model as pmodel
+from ddptui.runners.launch.profile import tree as ptree
+from ddptui.runners.launch.profile import workload as pworkload
+from ddptui.runners.launch.profile import world as pworld
+from ddptui.runners.launch import registry
+from ddptui.runners.launch.profile.errors import ProfileError
+from ddptui.runners.launch.profile.load import adhoc_profile, load_profile
+from ddptui.runners.launch.profile.find import find_profile, list_profiles
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -56,17 +64,17 @@ def test_the_loader_takes_every_default_from_the_dataclasses(tmp_path, monkeypat
     """One home for a default: the field's declaration. A field left out resolves to what its dataclass declares."""
     p = load_profile(write(tmp_path, BASE))
     computed = {"name", "workload", "source", "mirage", "xla"}  # the file's name and folder, the sections below
-    for f in dataclasses.fields(prof.Profile):
+    for f in dataclasses.fields(pmodel.Profile):
         if f.name not in computed:
-            assert getattr(p, f.name) == prof.default(f.name), f.name
+            assert getattr(p, f.name) == pmodel.default(f.name), f.name
     follow = {"workspace", "gpus_per_node", "num_nodes", "num_devices"}  # the profile's folder, nproc, nnodes
-    for section, cls in ((p.mirage, prof.MirageOptions), (p.xla, prof.XlaOptions)):
+    for section, cls in ((p.mirage, pmodel.MirageOptions), (p.xla, pmodel.XlaOptions)):
         for f in dataclasses.fields(cls):
             if f.name not in follow:
-                assert getattr(section, f.name) == prof.default(f.name, cls), f.name
+                assert getattr(section, f.name) == pmodel.default(f.name, cls), f.name
     # and the loader reads them from there: change a declaration, the loaded profile follows
-    monkeypatch.setattr(prof.Profile.__dataclass_fields__["seed"], "default", 7)
-    monkeypatch.setattr(prof.MirageOptions.__dataclass_fields__["profile"], "default", "mi300x")
+    monkeypatch.setattr(pmodel.Profile.__dataclass_fields__["seed"], "default", 7)
+    monkeypatch.setattr(pmodel.MirageOptions.__dataclass_fields__["profile"], "default", "mi300x")
     p = load_profile(write(tmp_path, BASE))
     assert p.seed == 7 and p.mirage.profile == "mi300x"
 
@@ -77,7 +85,7 @@ def test_fault_kinds_seconds_and_format_live_in_the_rank_side_file(tmp_path, kin
     format; the loader's values are its values, and what the loader exports is what the ranks read back."""
     from ddptui.runners.workloads import _faults
 
-    assert prof.FAULT_KINDS is _faults.KINDS and prof.FAULT_SECONDS is _faults.DEFAULT_SECONDS
+    assert pmodel.FAULT_KINDS is _faults.KINDS and pmodel.FAULT_SECONDS is _faults.DEFAULT_SECONDS
     builtin = "workload: {builtin: ddp_mlp}\n"
     p = load_profile(write(tmp_path, builtin + f"fault: {{kind: {kind}, rank: 1, step: 3}}\n"))
     assert _faults.parse(p.rank_env()["DDP_FAULT"]) == _faults.Fault(kind, 1, 3, _faults.DEFAULT_SECONDS[kind])
@@ -126,10 +134,10 @@ def test_full_profile_round_trips_through_json(tmp_path):
     assert p.workload.args == ("--lr", "0.10", "010", "true")  # as written, not as YAML numbers
     assert p.workload.python == str(exe)
     assert p.env == {"A": "1", "B": "x y", "C": "010"}
-    assert p.world_size == 6 and p.fault == prof.Fault("slow", 5, 3, 0.2) and p.max_world_size == 100
+    assert p.world_size == 6 and p.fault == pmodel.Fault("slow", 5, 3, 0.2) and p.max_world_size == 100
     assert p.mirage.gpus_per_node == 3 and p.mirage.num_nodes == 2
     assert p.mirage.workspace == str(tmp_path / "ws") and p.mirage.env == {"NCCL_P2P_DISABLE": "1"}
-    assert p.xla == prof.XlaOptions("TPU", 4, True, 8, str(tmp_path / "cache"))
+    assert p.xla == pmodel.XlaOptions("TPU", 4, True, 8, str(tmp_path / "cache"))
     d = p.to_json()
     assert json.loads(json.dumps(d)) == d
     assert d["world_size"] == 6 and d["mirage"]["command"] == ["cargo", "run", "--quiet", "--"]
@@ -150,7 +158,7 @@ def test_workload_kinds(tmp_path, monkeypatch):
     wl = tmp_path / "wl"
     wl.mkdir()
     (wl / "ddp_mlp.py").write_text("")
-    monkeypatch.setattr(prof, "WORKLOADS_DIR", wl)
+    monkeypatch.setattr(pworkload, "WORKLOADS_DIR", wl)
     b = load_profile(write(tmp_path, "workload: {builtin: ddp_mlp}\n")).workload
     assert b.builtin == "ddp_mlp" and b.script_path == str(wl / "ddp_mlp.py")
     m = load_profile(write(tmp_path, "workload: {module: pkg.train, args: --a 1}\n")).workload
@@ -293,7 +301,7 @@ def test_unknown_builtin_lists_available(tmp_path, monkeypatch):
     wl.mkdir()
     for name in ("ddp_mlp", "dist_smoke", "_faults"):
         (wl / f"{name}.py").write_text("")
-    monkeypatch.setattr(prof, "WORKLOADS_DIR", wl)
+    monkeypatch.setattr(pworkload, "WORKLOADS_DIR", wl)
     path = write(tmp_path, "workload: {builtin: ddp_mpl}\n")
     assert str(error(path)) == (f"{path}:1:21: field 'workload.builtin': expected a built-in workload"
                                 " (ddp_mlp, dist_smoke), got 'ddp_mpl' (did you mean 'ddp_mlp'?)")
@@ -302,7 +310,7 @@ def test_unknown_builtin_lists_available(tmp_path, monkeypatch):
 
 
 def test_builtins_folder_is_the_engines(tmp_path):
-    assert prof.WORKLOADS_DIR == Path(__file__).resolve().parent.parent / "runners" / "workloads"
+    assert pworkload.WORKLOADS_DIR == Path(__file__).resolve().parent.parent / "runners" / "workloads"
 
 
 def test_interpreter_paths(tmp_path):
@@ -334,7 +342,7 @@ def test_fault_rank_checked_against_world_size(tmp_path):
     path = write(tmp_path, BASE + "nproc: 2\nnnodes: 2\nfault: {kind: crash, rank: 4}\n")
     assert str(error(path)) == (f"{path}:5:28: field 'fault.rank': expected an integer in 0..3"
                                 " (world size 2*2), got 4")
-    assert load_profile(path, ["fault.rank=3"]).fault == prof.Fault("crash", 3, 0, 0.0)
+    assert load_profile(path, ["fault.rank=3"]).fault == pmodel.Fault("crash", 3, 0, 0.0)
 
 
 # ---------------------------------------------------------------- overrides
@@ -343,7 +351,7 @@ def test_overrides_apply_before_validation(tmp_path):
     path = write(tmp_path, BASE)
     p = load_profile(path, ["nproc=4", "fault.rank=1", "env.FOO=bar", "fault.kind=hang", "steps=null",
                             "stall_after=1.5", "master_port=29501", "env.N=007"])
-    assert p.nproc == 4 and p.fault == prof.Fault("hang", 1, 0, 3600.0) and p.steps is None
+    assert p.nproc == 4 and p.fault == pmodel.Fault("hang", 1, 0, 3600.0) and p.steps is None
     assert p.env == {"FOO": "bar", "N": "007"} and p.stall_after == 1.5 and p.master_port == 29501
     assert p.xla.num_devices == 4  # defaults derive from the overridden value
 
@@ -352,7 +360,7 @@ def test_override_replaces_workload_kind(tmp_path, monkeypatch):
     wl = tmp_path / "wl"
     wl.mkdir()
     (wl / "dist_smoke.py").write_text("")
-    monkeypatch.setattr(prof, "WORKLOADS_DIR", wl)
+    monkeypatch.setattr(pworkload, "WORKLOADS_DIR", wl)
     p = load_profile(write(tmp_path, BASE), ["workload.builtin=dist_smoke"])
     assert p.workload.builtin == "dist_smoke" and p.workload.script is None
     p = load_profile(write(tmp_path, BASE), ["workload.command=[echo, hi]"])
@@ -396,7 +404,7 @@ def folders(tmp_path, monkeypatch):
         (shipped / f"{name}.yaml").write_text(BASE)
     for name in ("hang", "mine"):
         (work / "profiles" / f"{name}.yaml").write_text(BASE)
-    monkeypatch.setattr(prof, "shipped_dir", lambda: shipped)
+    monkeypatch.setattr(pfind, "shipped_dir", lambda: shipped)
     monkeypatch.chdir(work)
     return shipped, work
 
@@ -429,7 +437,7 @@ def test_find_profile_not_found(folders):
 def test_shipped_dir_is_the_profiles_package():
     import ddptui.profiles as profiles
 
-    assert prof.shipped_dir() == Path(profiles.__file__).parent
+    assert pfind.shipped_dir() == Path(profiles.__file__).parent
 
 
 @pytest.mark.parametrize("path", sorted(Path(__file__).resolve().parent.parent.joinpath("profiles").glob("*.yaml")),
@@ -470,7 +478,7 @@ def test_adhoc_errors():
 
 
 def test_import_is_light():
-    code = "import sys, ddptui.runners.launch.profile; print(sorted(m for m in ('yaml', 'torch', 'textual') if m in sys.modules))"
+    code = "import sys, ddptui.runners.launch.profile.load; print(sorted(m for m in ('yaml', 'torch', 'textual') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20,
                          cwd=Path(__file__).resolve().parent.parent)
     assert out.returncode == 0, out.stderr
@@ -486,21 +494,21 @@ def two_cores(monkeypatch):
 
 
 def test_default_max_world_size_is_4_per_core_at_least_64(monkeypatch):
-    assert [prof.default_max_world_size(c) for c in (1, 2, 16, 17, 64)] == [64, 64, 64, 68, 256]
+    assert [pworld.default_max_world_size(c) for c in (1, 2, 16, 17, 64)] == [64, 64, 64, 68, 256]
     monkeypatch.setattr(os, "cpu_count", lambda: None)  # unknown: the floor
-    assert prof.default_max_world_size() == 64
+    assert pworld.default_max_world_size() == 64
 
 
 def test_world_problem_decisions():
-    assert prof.world_problem("", 64, 64, explicit=False) is None
-    assert prof.world_problem("nproc 8 x nnodes 2", 16, 8, explicit=True) == \
+    assert pworld.world_problem("", 64, 64, explicit=False) is None
+    assert pworld.world_problem("nproc 8 x nnodes 2", 16, 8, explicit=True) == \
         "nproc 8 x nnodes 2 = 16 ranks, more than max_world_size 8"
-    msg = prof.world_problem("", 120, 64, explicit=False)
+    msg = pworld.world_problem("", 120, 64, explicit=False)
     assert msg.startswith("120 ranks, more than the 64 allowed by default on this machine")
     assert msg.endswith("set max_world_size: 120 (or --set max_world_size=120)")
-    assert prof.world_problem("", 65537, 64, explicit=False).endswith("max_world_size can allow at most 65536")
-    assert "about 10^999 ranks" in prof.world_problem("", 10**999 + 1, 64, explicit=False)  # str() would raise
-    assert "10^" not in prof.world_problem("", 10**22, 64, explicit=False)
+    assert pworld.world_problem("", 65537, 64, explicit=False).endswith("max_world_size can allow at most 65536")
+    assert "about 10^999 ranks" in pworld.world_problem("", 10**999 + 1, 64, explicit=False)  # str() would raise
+    assert "10^" not in pworld.world_problem("", 10**22, 64, explicit=False)
 
 
 def test_world_size_bound_is_located_and_overridable(tmp_path, two_cores):
@@ -612,9 +620,9 @@ def test_file_over_the_size_bound_is_refused_unread(tmp_path, monkeypatch):
 
 def test_file_at_the_size_bound_loads(tmp_path):
     text = BASE + "# pad\n" * 1000
-    text += "#" * (prof.MAX_PROFILE_BYTES - len(text) - 1) + "\n"
+    text += "#" * (ptree.MAX_PROFILE_BYTES - len(text) - 1) + "\n"
     path = write(tmp_path, text)
-    assert path.stat().st_size == prof.MAX_PROFILE_BYTES and load_profile(path).workload.script == "train.py"
+    assert path.stat().st_size == ptree.MAX_PROFILE_BYTES and load_profile(path).workload.script == "train.py"
     path.write_text(text + "\n")
     assert "profile too large: 65537 bytes" in str(error(path))
 
@@ -632,7 +640,7 @@ def test_yaml_node_bound_stops_the_parse(tmp_path):
     e = error(path)
     assert time.process_time() - t0 < 5  # composing stops at the bound (all 30,000 took ~1 s more)
     assert (e.line, e.field) == (3, None) and e.message == "profile too large: more than 20000 YAML values"
-    assert e.col == 7 + 2 * (prof._MAX_NODES - 7)  # the node past the bound (7 came before the list's items)
+    assert e.col == 7 + 2 * (ptree._MAX_NODES - 7)  # the node past the bound (7 came before the list's items)
 
 
 @pytest.mark.parametrize("nested, where", [
@@ -661,7 +669,7 @@ def test_alias_expansion_is_bounded(tmp_path):
 
 def test_override_values_are_bounded(tmp_path):
     path = write(tmp_path, BASE)
-    e = error(path, ["env.A=" + "x" * (prof.MAX_PROFILE_BYTES + 1)])
+    e = error(path, ["env.A=" + "x" * (ptree.MAX_PROFILE_BYTES + 1)])
     assert str(e) == f"--set env.A={'x' * 34}...: override too large: 65543 characters, at most 65536"
     e = error(path, ["workload.args=[" + "a," * 20001 + "a]"])
     assert e.field == "workload.args" and e.message == "value too large: more than 20000 YAML values"
@@ -670,20 +678,20 @@ def test_override_values_are_bounded(tmp_path):
 # ---------------------------------------------------------------- master_addr / master_port mean what they say
 
 def test_rendezvous_problem_decisions():
-    assert prof.rendezvous_problem("master_port", "torchrun", wrapped_command=False) is None
-    assert prof.rendezvous_problem("master_addr", "env", wrapped_command=True) is None
-    assert prof.rendezvous_problem("master_port", "mirage", wrapped_command=False) == (
+    assert registry.runner_for("torchrun").rendezvous_problem("master_port", wrapped_command=False) is None
+    assert registry.runner_for("env").rendezvous_problem("master_addr", wrapped_command=True) is None
+    assert registry.runner_for("mirage").rendezvous_problem("master_port", wrapped_command=False) == (
         "mirage picks the rendezvous itself (it exports MASTER_ADDR/MASTER_PORT to the ranks); remove master_port")
-    assert prof.rendezvous_problem("master_addr", "xla", wrapped_command=False).endswith("; remove master_addr")
+    assert registry.runner_for("xla").rendezvous_problem("master_addr", wrapped_command=False).endswith("; remove master_addr")
     assert "--master-addr/--master-port or --rdzv-endpoint instead of master_port" in \
-        prof.rendezvous_problem("master_port", "torchrun", wrapped_command=True)
+        registry.runner_for("torchrun").rendezvous_problem("master_port", wrapped_command=True)
 
 
 def test_unbindable_addresses():
-    assert prof.unbindable("127.0.0.1") is None and prof.unbindable("localhost") is None
-    assert prof.unbindable("192.0.2.77").endswith("where every rank runs: Cannot assign requested address")
-    assert prof.unbindable("no-such-host.invalid").startswith("cannot listen on 'no-such-host.invalid'")
-    assert prof.unbindable("a" * 70 + ".example") is not None  # idna refuses a 70-character label
+    assert pendpoint.unbindable("127.0.0.1") is None and pendpoint.unbindable("localhost") is None
+    assert pendpoint.unbindable("192.0.2.77").endswith("where every rank runs: Cannot assign requested address")
+    assert pendpoint.unbindable("no-such-host.invalid").startswith("cannot listen on 'no-such-host.invalid'")
+    assert pendpoint.unbindable("a" * 70 + ".example") is not None  # idna refuses a 70-character label
 
 
 @pytest.mark.parametrize("text, where, words", [
@@ -701,7 +709,7 @@ def test_rendezvous_a_runner_would_ignore_or_cannot_use_is_an_error(tmp_path, te
 
 
 def test_default_rendezvous_is_fine_everywhere(tmp_path):
-    for runner in prof.RUNNERS:  # written out but unchanged: nothing is ignored
+    for runner in registry.NAMES:  # written out but unchanged: nothing is ignored
         p = load_profile(write(tmp_path, BASE + f"runner: {runner}\nmaster_port: auto\nmaster_addr: 127.0.0.1\n"))
         assert (p.master_addr, p.master_port) == ("127.0.0.1", "auto")
 

@@ -171,7 +171,7 @@ def test_a_name_too_long_for_a_run_folder_is_refused_by_dry_run_too(tmp_path, ru
 
 
 def test_the_longest_name_allowed_makes_its_run_folders(tmp_path):
-    from ddptui.runners.launch.profile import MAX_NAME_BYTES
+    from ddptui.runners.launch.profile.names import MAX_NAME_BYTES
     from ddptui.runners.edge.record import new_run_dir
     name = "n" * MAX_NAME_BYTES
     first, second = new_run_dir(tmp_path, name), new_run_dir(tmp_path, name)  # the second in the same second: -2

@@ -6,8 +6,10 @@ import textwrap
 
 import pytest
 
-import ddptui.runners.launch.profile as prof
-from ddptui.runners.launch.profile import ProfileError, adhoc_profile, load_profile
+from ddptui.runners.launch.profile import find as pfind
+from ddptui.runners.launch.profile import model as pmodel
+from ddptui.runners.launch.profile.errors import ProfileError
+from ddptui.runners.launch.profile.load import adhoc_profile, load_profile
 from tests.test_profile import BASE, error, write
 
 pytestmark = pytest.mark.timeout(30)
@@ -15,7 +17,7 @@ pytestmark = pytest.mark.timeout(30)
 def test_multinode_defaults(tmp_path):
     p = load_profile(write(tmp_path, BASE))
     assert (p.rdzv_backend, p.rdzv_endpoint, p.rdzv_id, p.local_addr) == ("static", None, None, None)
-    assert p.slurm == prof.SlurmOptions() and p.slurm.launch == "srun" and p.slurm.submit == "auto"
+    assert p.slurm == pmodel.SlurmOptions() and p.slurm.launch == "srun" and p.slurm.submit == "auto"
     assert p.rendezvous == ("127.0.0.1", "auto")
 
 
@@ -43,7 +45,7 @@ def test_slurm_block(tmp_path):
           sbatch_args: [--exclusive, --mem=1G]
           srun_args: --cpu-bind=none
         """)))
-    assert p.slurm == prof.SlurmOptions("torchrun", "sbatch", "debug", "10:00", "lab", 29444,
+    assert p.slurm == pmodel.SlurmOptions("torchrun", "sbatch", "debug", "10:00", "lab", 29444,
                                         ("--exclusive", "--mem=1G"), ("--cpu-bind=none",))
     assert p.world_size == 4
 
@@ -165,9 +167,9 @@ def test_adhoc_srun_picks_the_slurm_runner(argv, runner, nproc, nnodes):
 def test_shipped_multinode_profiles_load():
     for name, runner in (("multinode-torchrun", "torchrun"), ("slurm-ddp", "slurm"), ("slurm-torchrun", "slurm"),
                          ("slurm-hang", "slurm")):
-        p = load_profile(prof.find_profile(name))
+        p = load_profile(pfind.find_profile(name))
         assert p.runner == runner and p.nnodes == 2, name
-    assert load_profile(prof.find_profile("multinode-torchrun")).rdzv_backend == "c10d"
-    assert load_profile(prof.find_profile("slurm-torchrun")).slurm.launch == "torchrun"
-    hang = load_profile(prof.find_profile("slurm-hang"))
+    assert load_profile(pfind.find_profile("multinode-torchrun")).rdzv_backend == "c10d"
+    assert load_profile(pfind.find_profile("slurm-torchrun")).slurm.launch == "torchrun"
+    hang = load_profile(pfind.find_profile("slurm-hang"))
     assert hang.fault is not None and hang.fault.rank == hang.nproc  # the first rank of the second node

@@ -11,8 +11,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import ddptui.runners.launch.profile as prof
-from ddptui.runners.launch.profile import ProfileError, load_profile
+from ddptui.runners.launch.profile import model as pmodel
+from ddptui.runners.launch.profile import world as pworld
+from ddptui.runners.launch import registry
+from ddptui.runners.launch.profile.errors import ProfileError
+from ddptui.runners.launch.profile.load import load_profile
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -29,20 +32,20 @@ NONNEG = st.floats(min_value=0, max_value=1e9, allow_nan=False, allow_infinity=F
 def valid_profiles(draw):
     d = draw(st.fixed_dictionaries({"workload": st.fixed_dictionaries(
         {"command": WORDS}, optional={"args": st.lists(TEXT, max_size=3)})}, optional={
-        "name": NAME, "description": TEXT, "runner": st.sampled_from(prof.RUNNERS),
+        "name": NAME, "description": TEXT, "runner": st.sampled_from(registry.NAMES),
         "nproc": st.integers(1, 64), "nnodes": st.integers(1, 8), "env": ENV,
-        "backend": st.sampled_from(prof.BACKENDS), "device": st.sampled_from(prof.DEVICES),
+        "backend": st.sampled_from(pmodel.BACKENDS), "device": st.sampled_from(pmodel.DEVICES),
         "steps": st.none() | st.integers(1, 10**6), "seed": st.integers(0, 2**64),
         "stall_after": st.just("auto") | POS | st.integers(1, 10**6), "startup_grace": POS, "agent_exit_grace": POS, "timeout": NONNEG,
-        "on_stall": st.sampled_from(prof.ON_STALL),
+        "on_stall": st.sampled_from(pmodel.ON_STALL),
         "master_addr": st.sampled_from(["127.0.0.1", "localhost", "127.0.0.2", "0.0.0.0"]),  # this machine's
         "master_port": st.just("auto") | st.integers(1, 65535), "replica_check": st.booleans(),
         "flight_recorder": st.booleans(),
         "mirage": st.fixed_dictionaries({}, optional={
             "command": WORDS, "profile": TEXT, "gpus_per_node": st.integers(1, 16), "num_nodes": st.integers(1, 16),
-            "in_process": st.booleans(), "env": ENV, "inner": st.sampled_from(prof.MIRAGE_INNER)}),
+            "in_process": st.booleans(), "env": ENV, "inner": st.sampled_from(pmodel.MIRAGE_INNER)}),
         "xla": st.fixed_dictionaries({}, optional={
-            "pjrt_device": st.sampled_from(prof.PJRT_DEVICES), "num_devices": st.integers(1, 16),
+            "pjrt_device": st.sampled_from(pmodel.PJRT_DEVICES), "num_devices": st.integers(1, 16),
             "async_client": st.booleans(), "thread_pool_size": st.none() | st.integers(1, 64)}),
     }))
     world = d.get("nproc", 2) * d.get("nnodes", 1)
@@ -50,8 +53,8 @@ def valid_profiles(draw):
     nodes = m.get("num_nodes", d.get("nnodes", 1))
     counts = [world, m.get("gpus_per_node", d.get("nproc", 2)) * nodes, d.get("nproc", 2) * nodes,
               x.get("num_devices", d.get("nproc", 2))]
-    if max(counts) > prof.default_max_world_size() or draw(st.booleans()):
-        d["max_world_size"] = draw(st.integers(max(counts), prof.WORLD_CEILING))  # a big run asked for on purpose
+    if max(counts) > pworld.default_max_world_size() or draw(st.booleans()):
+        d["max_world_size"] = draw(st.integers(max(counts), pworld.WORLD_CEILING))  # a big run asked for on purpose
     if d.get("runner", "torchrun") == "torchrun":  # the torchrun runner wraps a torchrun command line, nothing else
         d["workload"]["command"] = ["torchrun", *d["workload"]["command"]]
     if d.get("runner") == "slurm":  # the command runs as each rank under srun; an srun/torchrun line would be wrapped
@@ -67,7 +70,7 @@ def valid_profiles(draw):
             if d.get(name, default) != default:
                 del d[name]
     if draw(st.booleans()):
-        d["fault"] = draw(st.fixed_dictionaries({"kind": st.sampled_from(prof.FAULT_KINDS)}, optional={
+        d["fault"] = draw(st.fixed_dictionaries({"kind": st.sampled_from(pmodel.FAULT_KINDS)}, optional={
             "rank": st.integers(0, world - 1), "step": st.integers(0, 10**6), "seconds": NONNEG}))
     return d
 
@@ -196,7 +199,7 @@ KEY = st.from_regex(r"[a-z_][a-z0-9_]{0,15}", fullmatch=True)
 
 @pytest.mark.timeout(120)
 @SETTINGS
-@given(key=KEY.filter(lambda k: k not in prof.TOP_KEYS), where=st.integers(0, len(TOP_LINES)))
+@given(key=KEY.filter(lambda k: k not in pmodel.TOP_KEYS), where=st.integers(0, len(TOP_LINES)))
 def test_unknown_top_level_key_reported_at_its_line(tmp_path, key, where):
     lines = TOP_LINES[:where] + [f"{key}: 1"] + TOP_LINES[where:] + WORKLOAD_BLOCK
     path = tmp_path / "u.yaml"
@@ -210,7 +213,7 @@ def test_unknown_top_level_key_reported_at_its_line(tmp_path, key, where):
 
 @pytest.mark.timeout(120)
 @SETTINGS
-@given(key=KEY.filter(lambda k: k not in prof.WORKLOAD_KEYS), where=st.integers(1, len(WORKLOAD_BLOCK)))
+@given(key=KEY.filter(lambda k: k not in pmodel.WORKLOAD_KEYS), where=st.integers(1, len(WORKLOAD_BLOCK)))
 def test_unknown_nested_key_reported_at_its_line(tmp_path, key, where):
     block = WORKLOAD_BLOCK[:where] + [f"  {key}: 1"] + WORKLOAD_BLOCK[where:]
     path = tmp_path / "n.yaml"
@@ -255,12 +258,12 @@ def test_override_values_validated_like_the_file(tmp_path, key, value):
 @pytest.mark.timeout(120)
 @SETTINGS
 @given(nproc=st.integers(1, 10**30), nnodes=st.integers(1, 10**6) | st.integers(1, 8),
-       max_world=st.none() | st.integers(1, prof.WORLD_CEILING))
+       max_world=st.none() | st.integers(1, pworld.WORLD_CEILING))
 def test_world_size_loads_exactly_when_within_the_bound(tmp_path, nproc, nnodes, max_world):
     path = tmp_path / "w.yaml"
     path.write_text(f"nproc: {nproc}\nnnodes: {nnodes}\nworkload: {{command: [x]}}\n"
                     + ("" if max_world is None else f"max_world_size: {max_world}\n"))
-    limit = prof.default_max_world_size() if max_world is None else max_world
+    limit = pworld.default_max_world_size() if max_world is None else max_world
     if nproc * nnodes <= limit:
         assert load_profile(path).world_size == nproc * nnodes
         return

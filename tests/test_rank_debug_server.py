@@ -13,7 +13,7 @@ import pytest
 
 from ddptui.runners import events as ev
 from ddptui.runners.launch import fr_env
-from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.session import Session
 from tests.engine_helpers import Recorder, strict_reports
 

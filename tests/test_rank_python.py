@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.runners.launch.profile import ProfileError, load_profile
+from ddptui.runners.launch.profile.errors import ProfileError
+
+from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.launch.rank_python import default_python
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.runners.launch.profile import adhoc_profile
+from ddptui.runners.launch.profile.load import adhoc_profile
 from ddptui.runners.session import Session
 
 from .engine_helpers import Recorder

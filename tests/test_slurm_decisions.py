@@ -406,7 +406,8 @@ def test_the_batch_script_runs_the_watcher_and_srun_stays_its_last_command(tmp_p
     import subprocess
 
     from ddptui.runners.launch.heartbeat import path
-    from ddptui.runners.launch.profile import find_profile, load_profile
+    from ddptui.runners.launch.profile.find import find_profile
+    from ddptui.runners.launch.profile.load import load_profile
     from ddptui.runners.session import make_plan
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     monkeypatch.setenv("DDPTUI_UNWATCHED_AFTER", "25")

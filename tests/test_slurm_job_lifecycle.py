@@ -20,7 +20,7 @@ import pytest
 from ddptui.runners import events as ev
 from ddptui.runners import session as session_mod
 from ddptui.runners.launch.plan import LaunchPlan, LogSource, ProcSpec, SlurmJob
-from ddptui.runners.launch.profile import adhoc_profile
+from ddptui.runners.launch.profile.load import adhoc_profile
 from ddptui.runners.launch.rankenv import base_env
 from ddptui.runners.session import Session
 from tests.slurm_cluster import free_ports, wait_until

@@ -14,7 +14,8 @@ import pytest
 from ddptui.runners.launch import slurm
 
 from ddptui.runners.launch import srun_argv
-from ddptui.runners.launch.profile import adhoc_profile, find_profile, load_profile
+from ddptui.runners.launch.profile.load import adhoc_profile, load_profile
+from ddptui.runners.launch.profile.find import find_profile
 from ddptui.runners.launch.rankenv import INJECT_DIR
 from ddptui.runners.session import make_plan, rendezvous_port
 from ddptui.runners.launch.torchrun import plan as torchrun_plan

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.session import EXIT_STALLED, Session
 from tests.engine_helpers import Recorder
 from ddptui.tui.console import Console

@@ -11,7 +11,7 @@ from pathlib import Path
 from ddptui.runners import events as ev
 from ddptui.runners.judge.judge import CollectStacks, Judge
 from ddptui.runners.evidence.lockstep import step_bound
-from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.judge.rank_track import RankTrack, find_slow
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from ddptui.runners.launch import torchrun
-from ddptui.runners.launch.profile import adhoc_profile
+from ddptui.runners.launch.profile.load import adhoc_profile
 from ddptui.runners.launch.torchrun_argv import launcher_end, nnodes, nproc_per_node
 
 pytestmark = pytest.mark.timeout(30)

@@ -325,7 +325,7 @@ async def test_a_flood_of_lines_reaches_the_screens_at_most_at_the_redraw_cap(mo
 @pytest.mark.timeout(30)
 @aio
 async def test_picker_lists_profiles_validates_overrides_and_escape_returns_to_it(tmp_path, monkeypatch):
-    from ddptui.runners.launch.profile import load_profile
+    from ddptui.runners.launch.profile.load import load_profile
     from ddptui.tui.screens.picker import PickerScreen
 
     prof = tmp_path / "tiny.yaml"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.runners.launch.profile import adhoc_profile
+from ddptui.runners.launch.profile.load import adhoc_profile
 from ddptui.tui.app import DdpApp, LiveSource
 from ddptui.tui.widgets.loss_chart import LossChart
 from tests.test_tui_app import aio, until

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Log
 
-from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.launch.profile.load import load_profile
 from ddptui.tui.app import DdpApp, LiveSource
 from ddptui.tui.screens.zoom import ZoomScreen
 from ddptui.tui.widgets.rank_table import RankTable

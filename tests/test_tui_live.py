@@ -8,7 +8,7 @@ import psutil
 import pytest
 from textual.widgets import DataTable, TabbedContent
 
-from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.launch.profile.load import load_profile
 from tests.test_tui_app import SIZE, aio, until
 from ddptui.tui.app import DdpApp, LiveSource
 from ddptui.tui.widgets.banner import Banner

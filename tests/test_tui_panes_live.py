@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import TabbedContent
 
-from ddptui.runners.launch.profile import load_profile
+from ddptui.runners.launch.profile.load import load_profile
 from tests.test_tui_app import aio, screen_text
 from tests.tmux_term import TMUX, Term
 from ddptui.tui.app import DdpApp, LiveSource

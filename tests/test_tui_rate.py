@@ -247,13 +247,15 @@ def test_an_xla_workers_own_start_up_is_every_replicas_phase_until_its_thread_be
     import sys
 
     from ddptui.runners.judge.judge import Judge
-    from ddptui.runners.launch.profile import load_profile
+    from ddptui.runners.launch.profile.load import load_profile
+    from ddptui.runners.launch.registry import traits_of
     from tests.test_judge import T0, W0, of, say
     path = tmp_path / "xla.yaml"
     path.write_text(f"name: x\nrunner: xla\nnproc: 2\nworkload:\n  script: train.py\n  python: {sys.executable}\n"
                     "backend: xla\ndevice: xla\nxla:\n  pjrt_device: CPU\n  num_devices: 2\n")
     (tmp_path / "train.py").write_text("")
-    j = Judge(load_profile(path, []), T0, W0)
+    p = load_profile(path, [])
+    j = Judge(p, T0, W0, runner=traits_of(p))
     j.begin(2, 1)
     phase = lambda r, p: "@ddptui " + json.dumps({"k": "phase", "r": r, "phase": p})
     outs = say(j, None, 1.0, phase(None, "importing torch"), phase(None, "setting up"))

@@ -14,7 +14,7 @@ from ddptui.runners.evidence import replica
 from ddptui.runners.launch import torchrun
 from ddptui.runners.evidence.crash import RankEvidence, decide
 from ddptui.runners.judge.judge import Judge, Launcher
-from ddptui.runners.launch.profile import adhoc_profile
+from ddptui.runners.launch.profile.load import adhoc_profile
 from ddptui.runners.evidence.rank_learn import RankLearner
 from ddptui.runners.launch.torchrun_argv import max_nodes, node_rank, rdzv_backend
 from ddptui.tui.console import Console

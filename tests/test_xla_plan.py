@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners.launch import xla
-from ddptui.runners.launch.profile import WORKLOADS_DIR, load_profile
+from ddptui.runners.launch.profile.workload import WORKLOADS_DIR
+from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.launch.rankenv import INJECT_DIR
 
 ROOT = Path(__file__).resolve().parent.parent

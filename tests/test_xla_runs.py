@@ -158,7 +158,7 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def _adhoc(script, runs_dir, *overrides):
-    from ddptui.runners.launch.profile import adhoc_profile
+    from ddptui.runners.launch.profile.load import adhoc_profile
     from ddptui.runners.session import Session
 
     from .engine_helpers import Recorder
@@ -269,7 +269,7 @@ def _raw_reports(path: Path, kind: str) -> dict[int, dict]:
 def test_xla_and_ddp_paths_digest_the_same_model_alike(runs_dir):
     import sys
 
-    from ddptui.runners.launch.profile import adhoc_profile
+    from ddptui.runners.launch.profile.load import adhoc_profile
     from ddptui.runners.session import Session
 
     from .engine_helpers import Recorder

@@ -427,7 +427,7 @@ def run_app(profile_path, overrides: Sequence[str] = (), runs_root: Path = Path(
     source = None
     extra = None
     if isinstance(profile_path, (str, Path)):
-        from ..runners.launch.profile import load_profile
+        from ..runners.launch.profile.load import load_profile
         source = LiveSource(load_profile(profile_path, overrides), runs_root)
         extra = Path(profile_path)
     elif profile_path is not None:  # an already loaded Profile (e.g. `ddptui -- CMD`)

@@ -89,7 +89,10 @@ def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.profile and command:
         return _fail("give either a PROFILE or a command after '--', not both")
-    from ..runners.launch.profile import Profile, ProfileError, adhoc_profile, find_profile, load_profile
+    from ..runners.launch.profile.errors import ProfileError
+    from ..runners.launch.profile.find import find_profile
+    from ..runners.launch.profile.load import adhoc_profile, load_profile
+    from ..runners.launch.profile.model import Profile
     profile: Profile | None
     path: Path | None
     try:
@@ -158,7 +161,9 @@ def run_headless(profile, runs_dir: str, summary_path: str | None = None, pyspy:
 
 def _subcommand(name: str, rest: list[str]) -> int:
     if name == "profiles":
-        from ..runners.launch.profile import ProfileError, list_profiles, load_profile
+        from ..runners.launch.profile.errors import ProfileError
+        from ..runners.launch.profile.find import list_profiles
+        from ..runners.launch.profile.load import load_profile
         for path in list_profiles():
             try:
                 p = load_profile(path)

@@ -18,7 +18,7 @@ from ..edge.deathwatch import DeathWatch
 from ..edge.tail import Tailer
 from ..evidence import slurm_state
 from ..judge.judge import EXIT_FAILED, EXIT_OK, EXIT_STALLED, TearDown
-from ..launch.profile import Profile, Workload
+from ..launch.profile.model import Profile, Workload
 from ..session import IDLE_POLL, Session, _hint_matcher
 from .find import AttachedJob
 from .liveness import STACK_EVERY, Liveness, Seen, decide, frame_key, liveness_words, motion_key, seen_words, waiting

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..launch import mirage
-from ..launch.profile import MirageOptions, Profile
+from ..launch.profile.model import MirageOptions, Profile
+from ..launch.registry import runner_for
 
 ROCM_INDEX = "https://rocm.nightlies.amd.com/v2/gfx950-dcgpu/"
 PROBE_TIMEOUT = 90.0
@@ -63,7 +64,7 @@ def _resolve(exe: str, cwd: str | None = None, path: str | None = None) -> str |
 
 def check(profile: Profile) -> list[Problem]:
     problems = _generic(profile)
-    if profile.runner == "mirage":
+    if runner_for(profile.runner).emulated:
         problems += _mirage(profile)
     return problems
 

@@ -86,7 +86,7 @@ class Conclusion:
     def _replica_kind(self) -> str:
         """Who could have made the initial weights equal: "xla" (nothing, unless the program broadcasts), "ddp"
         (DistributedDataParallel broadcast them when it wrapped the model) or "plain"."""
-        if self.s.profile.runner == "xla":
+        if self.s.runner.xla_replicas:
             return "xla"
         return "ddp" if any(src == "ddp" for _, src in self.s.first_digests.values()) else "plain"
 

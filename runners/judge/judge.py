@@ -23,6 +23,7 @@ from .run_state import (  # noqa: F401 - re-exported
     RunState,
     TearDown,
 )
+from .runner_traits import PLAIN, RunnerTraits
 from .stack_verdicts import StackVerdicts
 from .watch import CRASH_GRACE, SLOW_SAMPLES, Watch  # noqa: F401 - re-exported
 
@@ -36,8 +37,10 @@ class Judge:
     `TearDown`; runners/session.py emits and records the events and carries out the requests.
     """
 
-    def __init__(self, profile, mono: float, wall: float, matcher=None) -> None:
-        self.state = s = RunState(profile, mono, wall, matcher)
+    def __init__(self, profile, mono: float, wall: float, matcher=None, runner: RunnerTraits = PLAIN) -> None:
+        """runner: what the profile's runner declares of its ranks (launch/registry.traits_of); the plain default fits
+        ranks that are processes of their own."""
+        self.state = s = RunState(profile, mono, wall, matcher, runner)
         self.life = RankLifecycle(s)
         self.ingest = Ingest(s, self.life)
         self.stacks = StackVerdicts(s)

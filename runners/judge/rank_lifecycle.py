@@ -172,9 +172,8 @@ class RankLifecycle:
     def hint_exit(self, t: RankTrack) -> None:
         s = self.s
         if s.matcher is not None and t.returncode is not None:
-            p = s.profile
             hint = s.matcher.for_exit(t.rank, t.returncode, completed=t.completed,
-                                      in_process=p.runner == "mirage" and p.mirage.in_process, env=p.env)
+                                      in_process=s.runner.in_process, env=s.profile.env)
             if hint is not None:
                 s.hint(hint, t.rank, t.outcome, s.wall)
 

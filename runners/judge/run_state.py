@@ -9,6 +9,7 @@ from ..evidence import xla_evidence
 from ..evidence.launcher_log import TorchrunLog
 from ..evidence.own_exit import OwnExit
 from .rank_track import RankTrack
+from .runner_traits import PLAIN, RunnerTraits
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STALLED, EXIT_REPLICAS = 0, 1, 2, 3, 4
 
@@ -56,8 +57,9 @@ class RunState:
     """One run's shared state. The parts (ingest, rank_lifecycle, watch, stack_verdicts, conclusion) read and write
     it; what they decide goes to the outbox (`emit`, `say`) in order, and the facade hands it out with `take`."""
 
-    def __init__(self, profile, mono: float, wall: float, matcher=None) -> None:
+    def __init__(self, profile, mono: float, wall: float, matcher=None, runner: RunnerTraits = PLAIN) -> None:
         self.profile = profile
+        self.runner = runner  # what the profile's runner declares of its ranks
         self.world = profile.world_size
         self.tracks: dict[int, RankTrack] = {}
         self.matcher = matcher  # runners.evidence.hints.HintMatcher, or None: no hints
@@ -91,7 +93,7 @@ class RunState:
         # Slurm stopped the job, not ddptui (runners/judge/job_follow.py): {"at": wall, "words": a stopped rank's end}
         self.slurm_stop: dict | None = None
         # XLA's rendezvous warnings in the worker's log: collective evidence (runners/evidence/xla_evidence.py)
-        self.xla_rdv = xla_evidence.Rendezvous() if profile.runner == "xla" else None
+        self.xla_rdv = xla_evidence.Rendezvous() if runner.xla_replicas else None
         self._out: list = []
 
     def begin(self, world: int, processes: int, here: tuple[int, ...] | None = None) -> None:
@@ -130,8 +132,7 @@ class RunState:
             self.emit(ev.RankState(t.rank, status, detail, wall or self.wall))
 
     def hint(self, hint, rank, line: str, wall: float) -> None:
-        p = self.profile
-        if hint.code == "xla-rendezvous-deadlock" and p.runner == "xla" and not p.xla.async_client:
+        if hint.code in self.runner.quiet_hints:
             return  # the recipe is already applied: the warning comes from a real hang, which the verdict names
         self.hints.append({"code": hint.code, "title": hint.title, "explanation": hint.explanation,
                            "fix": hint.fix, "rank": rank, "line": line[:500]})

@@ -11,22 +11,22 @@ from ..evidence.crash import RankEvidence, ended_by, short_exit, victim_marker
 from ..evidence.crash import decide as decide_crash
 
 
-def thread_filter(profile, rank: int):
+def thread_filter(xla_replicas: bool, rank: int):
     """XLA thread replicas share one process: each rank's stack is its own thread's."""
-    return verdict.xla_thread_filter(rank) if profile.runner == "xla" else None
+    return verdict.xla_thread_filter(rank) if xla_replicas else None
 
 
-def wheres(profile, results: dict) -> dict:
+def wheres(xla_replicas: bool, results: dict) -> dict:
     """rank -> hang_verdict.Where, for every rank whose stacks were read."""
-    return {rank: verdict.classify(res.threads, thread_filter=thread_filter(profile, rank), workers=res.workers)
+    return {rank: verdict.classify(res.threads, thread_filter=thread_filter(xla_replicas, rank), workers=res.workers)
             for rank, res in results.items() if res.threads}
 
 
-def xla_calls(profile, results: dict) -> dict:
+def xla_calls(xla_replicas: bool, results: dict) -> dict:
     """rank -> the XLA library call its thread is in (xla_evidence.library_call), or None."""
     calls = {}
     for r, res in results.items():
-        th = verdict.pick_thread(res.threads, thread_filter(profile, r)) if res.threads else None
+        th = verdict.pick_thread(res.threads, thread_filter(xla_replicas, r)) if res.threads else None
         calls[r] = xla_evidence.library_call(th.frames) if th is not None else None
     return calls
 

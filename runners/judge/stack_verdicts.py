@@ -31,7 +31,7 @@ class StackVerdicts:
             s.say(f"ddptui: stacks of {ranks_text(sorted(results))} recorded in {folder} "
                   "(no rank is stalled: no verdict)")
             return None
-        where = run_verdicts.wheres(s.profile, results)
+        where = run_verdicts.wheres(s.runner.xla_replicas, results)
         finding = None if slow else self.finding(fr)
         stopped = {} if slow else {r: res.state for r, res in results.items() if res.state}
         if not where and not slow and not stopped:
@@ -42,10 +42,10 @@ class StackVerdicts:
         text, culprits, waiting = run_verdicts.stack_sentence(where, steps, req.stalled, since, req.slowed,
                                                               s.unseen())
         if not slow and s.xla_rdv is not None:
-            calls = run_verdicts.xla_calls(s.profile, results)
+            calls = run_verdicts.xla_calls(s.runner.xla_replicas, results)
             self.xla_fix_hint(calls, culprits)
             text, culprits, waiting = run_verdicts.with_xla(s.xla_rdv, text, culprits, waiting, where, calls, steps)
-        if not slow and s.profile.runner == "xla":
+        if not slow and s.runner.xla_replicas:
             text = run_verdicts.xla_without_fr(text, True, s.xla_rdv)
         text, culprits, waiting = run_verdicts.with_collective(finding, text, culprits, waiting, where, steps, since)
         nodes = {r: t.node for r, t in s.tracks.items()}
@@ -74,7 +74,7 @@ class StackVerdicts:
         if s.xla_rdv is not None:
             self.xla_fix_hint({}, ())
         s.hang = run_verdicts.hang_without_stacks(stalled, {r: s.tracks[r].step for r in stalled}, since,
-                                                  s.xla_rdv, s.wall, finding, s.profile.runner == "xla", s.attached)
+                                                  s.xla_rdv, s.wall, finding, s.runner.xla_replicas, s.attached)
         s.emit(s.hang)
         s.say(f"ddptui: {s.hang.text}")
 

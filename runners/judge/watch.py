@@ -149,8 +149,9 @@ class Watch:
                              + ("" if q.cpu is None else f", {q.cpu * 100:.0f} % of a core")
                              + (f", CPU not measured ({q.no_cpu})" if q.no_cpu else ""))
         s.emit(ev.StallDetected(tuple(stalled), tuple(progressing), since, limit.seconds, wall, found.reason))
-        if s.profile.runner == "mirage" and s.world > 1:
-            s.raise_hint("mirage-multigpu-hang", None, "stall under mirage with several GPUs")
+        if s.runner.stall_hint is not None and s.world > 1:
+            code, line = s.runner.stall_hint
+            s.raise_hint(code, None, line)
         if s.profile.on_stall == "wait":
             self.verdicts.without_stacks(stalled, since)
             return

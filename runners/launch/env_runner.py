@@ -5,8 +5,9 @@ import os
 from pathlib import Path
 
 from .plan import LaunchPlan, ProcSpec
-from .profile import Profile
+from .profile.model import Profile
 from .rankenv import base_env, workload_argv
+from .runner import Runner
 
 
 def rank_env(rank: int, profile: Profile, port: int) -> dict[str, str]:
@@ -38,3 +39,11 @@ def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None =
         notes = (f"{profile.nnodes} emulated nodes x {profile.nproc} ranks, one process per rank, "
                  f"rendezvous env:// at {profile.master_addr}:{port}",)
     return LaunchPlan("env", profile.world_size, tuple(procs), (), notes)
+
+
+class EnvRunner(Runner):
+    name = "env"
+    runs_any_command = True
+
+    def plan(self, profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
+        return plan(profile, run_dir, port, dashboard_pid)

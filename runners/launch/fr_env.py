@@ -11,7 +11,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from .profile import Profile
+from .profile.model import Profile
 
 BUFFER_SIZE = "2000"  # entries per rank: a full dump is ~1 MB and 55 ms to make (measured, torch 2.13 CPU)
 SOCKETS = "DDPTUI_SOCKETS"  # the rank side's name (runners/inject/ddptui_fr.py) and ddptui_scope.ACTIVATION's

@@ -6,9 +6,14 @@ import shlex
 import shutil
 from pathlib import Path
 
+from ..judge.runner_traits import RunnerTraits
 from .plan import LaunchPlan, ProcSpec
-from .profile import MirageOptions, Profile
+from .profile.errors import _Loc
+from .profile.model import MIRAGE_INNER, MIRAGE_KEYS, MirageOptions, Profile
+from .profile.readers import _argv, _bool, _enum, _env_map, _Fields, _int, _path_value, _str
+from .profile.tree import _Node
 from .rankenv import base_env, workload_target
+from .runner import Runner
 from .torchrun import launcher_prefix, rank_sources
 
 
@@ -124,3 +129,39 @@ def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None =
     proc = ProcSpec("mirage", tuple(argv), env, opts.workspace, tuple(range(world)),
                     str(raw / "mirage.out"), str(raw / "mirage.err"), stdout_rank=stdout_rank)
     return LaunchPlan("mirage", world, (proc,), tuple(sources), tuple(notes))
+
+
+def _mirage(node: _Node | None, where: _Loc, base: Path, nproc: int, nnodes: int) -> MirageOptions:
+    f = _Fields(node, "mirage", MIRAGE_KEYS, where, MirageOptions)
+    ws = f.node("workspace")
+    workspace = str(_path_value(ws, "mirage.workspace", base)) if ws is not None else str(base)
+    return MirageOptions(
+        command=f.typed("command", _argv(nonempty=True)),
+        workspace=workspace,
+        profile=f.typed("profile", _str()),
+        gpus_per_node=f.get("gpus_per_node", nproc, _int(1)),
+        num_nodes=f.get("num_nodes", nnodes, _int(1)),
+        in_process=f.typed("in_process", _bool),
+        env=f.typed("env", _env_map),
+        inner=f.typed("inner", _enum(MIRAGE_INNER)),
+        require_rocm=f.typed("require_rocm", _bool),
+    )
+
+
+class MirageRunner(Runner):
+    name = "mirage"
+    section = "mirage"
+    emulated = True
+
+    def read_section(self, node: _Node | None, where: _Loc, base: Path, nproc: int, nnodes: int) -> MirageOptions:
+        return _mirage(node, where, base, nproc, nnodes)
+
+    def rendezvous_problem(self, field: str, wrapped_command: bool) -> str | None:
+        return f"mirage picks the rendezvous itself (it exports MASTER_ADDR/MASTER_PORT to the ranks); remove {field}"
+
+    def traits(self, profile: Profile) -> RunnerTraits:
+        return RunnerTraits(in_process=profile.mirage.in_process,
+                            stall_hint=("mirage-multigpu-hang", "stall under mirage with several GPUs"))
+
+    def plan(self, profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
+        return plan(profile, run_dir, port, dashboard_pid)

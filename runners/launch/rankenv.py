@@ -10,7 +10,7 @@ from pathlib import Path
 # its program runs, so what the rank starts inherits the user's environment. The rank side's names are the only copy.
 from ..inject.ddptui_scope import PLUMBING, USER_ENV
 from . import fr_env
-from .profile import Profile
+from .profile.model import Profile
 
 INJECT_DIR = Path(__file__).resolve().parent.parent / "inject"
 
@@ -29,15 +29,16 @@ def activation(wanted: Mapping[str, str], dashboard_pid: int | None = None) -> d
 
 
 def base_env(profile: Profile, dashboard_pid: int | None = None, runner_env: Mapping[str, str] | None = None,
-             run_dir: Path | str | None = None) -> dict[str, str]:
+             run_dir: Path | str | None = None, launcher_sets_threads: bool = False) -> dict[str, str]:
     """What ddptui adds to the inherited environment of every process it starts for a profile.
 
-    runner_env: the runner's own variables; the profile's env wins over them. A wrapped torchrun command gets
-    no OMP_NUM_THREADS from us: torchrun sets it for its ranks itself, as it does without ddptui.
+    runner_env: the runner's own variables; the profile's env wins over them. launcher_sets_threads: the process is
+    the user's own launcher (a wrapped torchrun command), which sets OMP_NUM_THREADS for its ranks itself, as it does
+    without ddptui: none from us.
     run_dir: the run's record, for Flight Recorder's variables (fr_env.rank_env: none when the profile opts out).
     """
     env: dict[str, str] = {}
-    if not (profile.workload.command and profile.runner == "torchrun"):
+    if not launcher_sets_threads:
         # torchrun sets this to 1 itself for its ranks; direct spawns get the same so timings compare.
         env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
     env.update(runner_env or {})
@@ -55,7 +56,7 @@ def workload_argv(profile: Profile) -> list[str]:
         return list(w.command)
     if w.module:
         return [w.python, "-u", "-m", w.module, *w.args]
-    assert w.script_path is not None  # a workload is a command, a module or a script (profile.py)
+    assert w.script_path is not None  # a workload is a command, a module or a script (profile/workload.py)
     return [w.python, "-u", w.script_path, *w.args]
 
 
@@ -64,5 +65,5 @@ def workload_target(profile: Profile) -> list[str]:
     w = profile.workload
     if w.module:
         return ["-m", w.module, *w.args]
-    assert w.script_path is not None  # a workload is a command, a module or a script (profile.py)
+    assert w.script_path is not None  # a workload is a command, a module or a script (profile/workload.py)
     return [w.script_path, *w.args]

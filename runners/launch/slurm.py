@@ -1,15 +1,22 @@
-"""The slurm runner's plan: the ranks run on Slurm's nodes, as an srun step or in a job ddptui submits with sbatch."""
+"""The slurm runner: the ranks run on Slurm's nodes, as an srun step or in a job ddptui submits with sbatch; its
+`slurm:` block and the sbatch/srun flags ddptui sets itself."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from . import heartbeat, srun_argv
+from . import heartbeat, srun_argv, torchrun_argv
 from .plan import LaunchPlan, LogSource, ProcSpec, SlurmJob
-from .profile import Profile
+from .profile.errors import _Loc
+from .profile.model import SLURM_KEYS, SLURM_LAUNCH, SLURM_SUBMIT, Profile, SlurmOptions
+from .profile.readers import _argv, _enum, _fail, _Fields, _int, _scalar_text, _str
+from .profile.tree import _Node
 from .rankenv import base_env, workload_argv, workload_target
+from .runner import Runner
 from .torchrun import launcher_prefix, rank_sources
 
 PORT_WAIT_S = 60  # how long the other tasks wait for task 0's port file (the shared filesystem's delay included)
@@ -77,6 +84,19 @@ def agent_wrapper(profile: Profile, run_dir: Path) -> str:
             + f"exec {torchrun} --nnodes={profile.nnodes} --nproc-per-node={profile.nproc} --rdzv-backend=c10d"
             f' --rdzv-endpoint="${{addr:-$first}}:$port" --rdzv-id="$SLURM_JOB_ID"'
             f' --local-addr="${{own:-$SLURMD_NODENAME}}" --log-dir={log_dir}"$SLURM_NODEID" --redirects=3 "$@"')
+
+
+# What ddptui sets itself on the sbatch line (sbatch_line) and the srun line (srun_line, _adhoc_plan), and from which
+# field: slurm.sbatch_args / slurm.srun_args may not set them again.
+SBATCH_OWN = {("-N", "--nodes"): "nnodes", ("-n", "--ntasks"): "nproc x nnodes",
+              ("--ntasks-per-node",): "nproc", ("-o", "--output"): "the run record (slurm/batch.out)",
+              ("-e", "--error"): "the run record (slurm/batch.out)", ("-J", "--job-name"): "ddptui-<run dir name>",
+              ("-W", "--wait"): "ddptui, to follow the job", ("--parsable",): "ddptui, to read the job id",
+              ("-p", "--partition"): "slurm.partition", ("-t", "--time"): "slurm.time",
+              ("-A", "--account"): "slurm.account"}
+SRUN_OWN = {("-N", "--nodes"): "nnodes", ("-n", "--ntasks"): "nproc x nnodes", ("--ntasks-per-node",): "nproc",
+            ("-o", "--output"): "the run record (slurm/rank%t.out)", ("-e", "--error"): "the run record",
+            ("-l", "--label"): "ddptui (lines are read from per-rank files)", ("-J", "--job-name"): "ddptui"}
 
 
 def srun_line(profile: Profile, run_dir: Path, step_name: str | None) -> list[str]:
@@ -217,3 +237,129 @@ def prepare(plan: LaunchPlan, run_dir: Path) -> None:
         path = Path(plan.job.script)
         path.write_text(plan.job.script_text)
         path.chmod(0o755)
+
+
+# ---------------------------------------------------------------- the slurm: block
+
+# Slurm's --time formats; a bare number is minutes
+_SLURM_TIME = re.compile(r"(\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)\Z")
+# keys a Slurm user may reach for that are top-level fields here: one place says how many nodes and ranks
+_SLURM_COUNT_KEYS = {"nodes": "nnodes", "ntasks_per_node": "nproc", "ntasks": "nproc and nnodes",
+                     "nproc_per_node": "nproc", "nnodes": "nnodes", "nproc": "nproc"}
+
+
+def sbatch_srun_conflict(words: Sequence[str], own: dict[tuple[str, ...], str]) -> str | None:
+    """Why an extra sbatch/srun argument clashes with one ddptui sets itself, or None."""
+    for word in words:
+        for flags, source in own.items():
+            for flag in flags:
+                short_glued = len(flag) == 2 and word.startswith(flag) and len(word) > 2 and flag[1] != "-" \
+                    and flag not in ("-l", "-W")
+                if word == flag or word.startswith(flag + "=") or short_glued:
+                    return f"{word!r}: ddptui sets {'/'.join(flags)} itself (from {source})"
+    return None
+
+
+def _slurm_time(node: _Node, field: str) -> str | None:
+    if node.kind == "scalar" and node.value is None:
+        return None
+    text = _scalar_text(node, field, "a Slurm time limit")  # 10:00 is read as written, not as YAML's base 60
+    if not _SLURM_TIME.match(text):
+        raise _fail(node, field, "a Slurm time limit (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS"
+                                 " or UNLIMITED)")
+    return text
+
+
+def _slurm_args(own: dict[tuple[str, ...], str]):
+    words_of = _argv(nonempty=False)
+
+    def check(node: _Node, field: str) -> tuple[str, ...]:
+        words = words_of(node, field)
+        problem = sbatch_srun_conflict(words, own)
+        if problem is not None:
+            raise node.loc.error(field, problem)
+        return words
+    return check
+
+
+def _slurm(node: _Node | None, where: _Loc) -> SlurmOptions:
+    if node is not None and node.kind == "map":
+        for key, (kloc, _) in node.value.items():
+            if key in _SLURM_COUNT_KEYS:
+                top = _SLURM_COUNT_KEYS[key]
+                raise kloc.error(f"slurm.{key}", f"the counts are the top-level fields (nnodes: nodes, nproc: ranks"
+                                                 f" per node), as for every runner: write {top} instead")
+    f = _Fields(node, "slurm", SLURM_KEYS, where, SlurmOptions)
+    nullable = _str(nullable=True)
+    return SlurmOptions(
+        launch=f.typed("launch", _enum(SLURM_LAUNCH)),
+        submit=f.typed("submit", _enum(SLURM_SUBMIT)),
+        partition=f.typed("partition", nullable),
+        time=f.get("time", None, _slurm_time),
+        account=f.typed("account", nullable),
+        port=f.typed("port", _int(1, 65535, auto=True)),
+        sbatch_args=f.typed("sbatch_args", _slurm_args(SBATCH_OWN)),
+        srun_args=f.typed("srun_args", _slurm_args(SRUN_OWN)),
+    )
+
+
+class SlurmRunner(Runner):
+    name = "slurm"
+    section = "slurm"
+    section_is_own = True
+    ranks_elsewhere = True
+    picks_port = False
+
+    def read_section(self, node: _Node | None, where: _Loc, base: Path, nproc: int, nnodes: int) -> SlurmOptions:
+        return _slurm(node, where)
+
+    def wraps(self, command: Sequence[str]) -> tuple[int, int] | None:
+        """srun starts the ranks on the nodes: the slurm runner wraps it."""
+        return srun_argv.counts(command) if srun_argv.is_srun(command) else None
+
+    def rendezvous_problem(self, field: str, wrapped_command: bool) -> str | None:
+        return (f"the slurm runner's ranks meet at the first node of the job (its Slurm NodeAddr); slurm.port sets"
+                f" the port; remove {field}")
+
+    def rdzv_problem(self, field: str, wrapped_command: bool, backend: str) -> str | None:
+        return (f"the slurm runner's torchrun agents meet by c10d at the job's first node with the job id as"
+                f" rendezvous id (slurm.port sets the port); remove {field}")
+
+    def check(self, f: _Fields, profile: Profile, environ: Any = None) -> Profile:
+        """The slurm block's submit and launch must fit the workload and where ddptui runs."""
+        _check(f, profile, environ)
+        return profile
+
+    def plan(self, profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
+        return plan(profile, run_dir, port, dashboard_pid)
+
+
+def _check(f: _Fields, profile: Profile, environ: Any = None) -> None:
+    node = f.node("slurm")
+    block: dict = node.value if node is not None and node.kind == "map" else {}  # key -> (key_loc, value node)
+    s, cmd = profile.slurm, profile.workload.command
+    environ = os.environ if environ is None else environ
+
+    def at(key: str) -> _Loc:
+        entry = block.get(key)
+        return entry[1].loc if entry else (node.loc if node is not None else f.loc)
+    if cmd and srun_argv.is_srun(cmd):
+        if srun_argv.program_start(cmd) >= len(cmd):
+            raise f.loc.error("workload.command", "the srun command line names no program to run")
+        extra = [k for k in block if k != "port"]
+        if extra:
+            raise at(extra[0]).error(f"slurm.{extra[0]}", "workload.command is an srun command line, which chooses"
+                                                         " its own options; only slurm.port applies to it")
+        return
+    if cmd and torchrun_argv.launcher_end(cmd) is not None:
+        raise f.loc.error("workload.command", "a torchrun command under the slurm runner: give the program as"
+                                              " workload.script/module and set slurm.launch: torchrun (one agent"
+                                              " per node)")
+    if cmd and s.launch == "torchrun":
+        raise at("launch").error("slurm.launch", "launch: torchrun starts workload.script/module under one agent"
+                                                 " per node; a workload.command runs as each rank with launch: srun")
+    if s.submit == "step" and not environ.get("SLURM_JOB_ID"):
+        raise at("submit").error("slurm.submit", "step needs an allocation and SLURM_JOB_ID is not set: run ddptui"
+                                                 " inside salloc/sbatch, or use submit: auto or sbatch")
+    if s.sbatch_args and s.submit == "step":
+        raise at("sbatch_args").error("slurm.sbatch_args", "submit: step runs srun inside the allocation, no sbatch")

@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from .plan import LaunchPlan, LogSource, ProcSpec
-from .profile import Profile, default
+from .profile.model import Profile, default
+from .profile.readers import _Fields
 from .rankenv import base_env, workload_target
+from .runner import Runner
 from .torchrun_argv import launcher_end, max_nodes, node_rank, nproc_per_node, rdzv_backend
 
 _OUTPUT_FLAGS = ("-r", "--redirects", "-t", "--tee", "--log-dir", "--log_dir")
@@ -53,10 +57,15 @@ def rendezvous_args(profile: Profile, node: int, port: int, run_id: str = "ddptu
     return out
 
 
+def _base_env(profile: Profile, dashboard_pid: int | None, run_dir: Path | None) -> dict[str, str]:
+    """rankenv.base_env; a wrapped torchrun command sets its ranks' OMP_NUM_THREADS itself."""
+    return base_env(profile, dashboard_pid, run_dir=run_dir, launcher_sets_threads=bool(profile.workload.command))
+
+
 def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
     if profile.workload.command:
         return _adhoc_plan(profile, run_dir, dashboard_pid)
-    env = base_env(profile, dashboard_pid, run_dir=run_dir)
+    env = _base_env(profile, dashboard_pid, run_dir)
     python = profile.workload.python
     procs, sources, notes = [], [], []
     c10d = profile.rdzv_backend == "c10d"
@@ -115,8 +124,50 @@ def _adhoc_plan(profile: Profile, run_dir: Path, dashboard_pid: int | None) -> L
         notes.append(f"--nnodes {nodes}: this is one node's agent of a {nodes * nproc}-rank job; ddptui sees its "
                      f"{nproc} rank(s) here, numbered by what each rank's hello says, and names the others unseen "
                      "(each node's ddptui watches its own)")
-    env = base_env(profile, dashboard_pid, run_dir=run_dir)
+    env = _base_env(profile, dashboard_pid, run_dir)
     proc = ProcSpec("torchrun", tuple(argv), env, os.getcwd(), here,
                     str(run_dir / "raw" / "torchrun.out"), str(run_dir / "raw" / "torchrun.err"))
     return LaunchPlan("torchrun", nodes * nproc, (proc,), tuple(sources), tuple(notes),
                       ranks_here=here if nodes > 1 else None)
+
+
+class TorchrunRunner(Runner):
+    name = "torchrun"
+
+    def base_env(self, profile: Profile, dashboard_pid: int | None = None) -> dict[str, str]:
+        return _base_env(profile, dashboard_pid, None)
+
+    def wraps(self, command: Sequence[str]) -> tuple[int, int] | None:
+        if launcher_end(command) is None:
+            return None
+        return nproc_per_node(command) or 1, max_nodes(command) or 1
+
+    def rendezvous_problem(self, field: str, wrapped_command: bool) -> str | None:
+        if wrapped_command:
+            return (f"the wrapped torchrun command chooses its own rendezvous: give it --master-addr/--master-port or"
+                    f" --rdzv-endpoint instead of {field}")
+        return None
+
+    def rdzv_problem(self, field: str, wrapped_command: bool, backend: str) -> str | None:
+        if wrapped_command:
+            return f"the wrapped torchrun command chooses its own rendezvous: give it --{field.replace('_', '-')}"
+        if backend == "static" and field in ("rdzv_endpoint", "rdzv_id"):
+            return f"{field} is for rdzv_backend: c10d; the static rendezvous meets at master_addr:master_port"
+        return None
+
+    def check(self, f: _Fields, profile: Profile) -> Profile:
+        """A `command` workload runs as the runner that can run it: the torchrun runner only wraps a torchrun command
+        line. Without a `runner:` the command says which (as for `ddptui -- CMD`); a `runner: torchrun` it cannot wrap
+        is an error here, where the file and line are known, not a traceback when the run is planned."""
+        cmd = profile.workload.command
+        if not cmd or launcher_end(cmd) is not None:
+            return profile
+        node = f.node("runner")
+        if node is None:
+            return replace(profile, runner="env")
+        raise node.loc.error("runner", f"the torchrun runner wraps a torchrun command line and workload.command starts "
+                                       f"with {cmd[0]!r}; use runner: env to run the command as each rank, or "
+                                       "workload.script/module for torchrun to start")
+
+    def plan(self, profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
+        return plan(profile, run_dir, port, dashboard_pid)

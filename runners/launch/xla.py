@@ -5,9 +5,14 @@ import os
 import sys
 from pathlib import Path
 
+from ..judge.runner_traits import RunnerTraits
 from .plan import LaunchPlan, ProcSpec
-from .profile import Profile
+from .profile.errors import _Loc
+from .profile.model import PJRT_DEVICES, XLA_KEYS, Profile, XlaOptions
+from .profile.readers import _bool, _enum, _Fields, _int, _path_value, _str
+from .profile.tree import _Node
 from .rankenv import base_env, workload_argv
+from .runner import Runner
 
 # XLA's collectives abort the whole worker (SIGABRT) when a replica stays away: a warning after
 # 10 s, the abort 10 s later. A stall threshold above this sees the crash, never the hang.
@@ -86,3 +91,37 @@ def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None =
     proc = ProcSpec("xla", tuple(workload_argv(profile)), env, os.getcwd(), tuple(range(n)),
                     str(raw / "xla.out"), str(raw / "xla.err"), stdout_rank=None)
     return LaunchPlan("xla", n, (proc,), (), tuple(_notes(profile, env)))
+
+
+def _xla(node: _Node | None, where: _Loc, base: Path, nproc: int) -> XlaOptions:
+    f = _Fields(node, "xla", XLA_KEYS, where, XlaOptions)
+    cache = f.node("cache_dir")
+    cache_dir = None
+    if cache is not None and _str(nullable=True)(cache, "xla.cache_dir") is not None:
+        cache_dir = str(_path_value(cache, "xla.cache_dir", base))
+    return XlaOptions(
+        pjrt_device=f.typed("pjrt_device", _enum(PJRT_DEVICES)),
+        num_devices=f.get("num_devices", nproc, _int(1)),
+        async_client=f.typed("async_client", _bool),
+        thread_pool_size=f.typed("thread_pool_size", _int(1, nullable=True)),
+        cache_dir=cache_dir,
+    )
+
+
+class XlaRunner(Runner):
+    name = "xla"
+    section = "xla"
+
+    def read_section(self, node: _Node | None, where: _Loc, base: Path, nproc: int, nnodes: int) -> XlaOptions:
+        return _xla(node, where, base, nproc)
+
+    def rendezvous_problem(self, field: str, wrapped_command: bool) -> str | None:
+        return f"the xla runner uses no rendezvous (torch_xla.launch sets up its replicas); remove {field}"
+
+    def traits(self, profile: Profile) -> RunnerTraits:
+        # the turnstile and PJRT_CPU_ASYNC_CLIENT=0 (xla_env) are the deadlock hint's recipe, applied unless async_client
+        quiet = frozenset() if profile.xla.async_client else frozenset({"xla-rendezvous-deadlock"})
+        return RunnerTraits(xla_replicas=True, quiet_hints=quiet)
+
+    def plan(self, profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None = None) -> LaunchPlan:
+        return plan(profile, run_dir, port, dashboard_pid)

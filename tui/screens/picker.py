@@ -16,7 +16,7 @@ from textual.widgets.option_list import Option
 from ..widgets.keybar import KeyBar
 
 if TYPE_CHECKING:
-    from ...runners.launch.profile import Profile
+    from ...runners.launch.profile.model import Profile
 
 OVERRIDE_FIELDS = ("nproc", "steps", "stall_after")
 
@@ -24,7 +24,7 @@ OVERRIDE_FIELDS = ("nproc", "steps", "stall_after")
 def find_profiles(extra: Path | None = None) -> list[Path]:
     """The command line's path first, then what runners.launch.profile ships and finds in ./profiles."""
     try:
-        from ...runners.launch.profile import list_profiles
+        from ...runners.launch.profile.find import list_profiles
         found = list(list_profiles())
     except ImportError:  # older engine: look in the two folders ourselves
         import ddptui.profiles as shipped
@@ -138,7 +138,8 @@ class PickerScreen(Screen):
 
     def validate(self):
         """Load the highlighted profile with the overrides; show its settings or ProfileError's one line."""
-        from ...runners.launch.profile import ProfileError, load_profile
+        from ...runners.launch.profile.errors import ProfileError
+        from ...runners.launch.profile.load import load_profile
         path = self.selected_path()
         err = self.query_one("#profile-error", Static)
         self.current = None
