@@ -25,7 +25,7 @@ sys.exit(0 if code == 0 and not bad else 1)
 
 DASHBOARD = """
 import sys
-import ddptui.tui.app, ddptui.tui.cli, ddptui.runners.session, ddptui.runners.edge.record, ddptui.runners.launch.profile
+import ddptui.tui.app, ddptui.tui.cli, ddptui.runners.session, ddptui.runners.edge.record, ddptui.runners.launch.profile.load
 print('BAD', sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))
 """
 
