@@ -18,6 +18,7 @@ from ddptui.runners.evidence import fr_records
 from ddptui.runners.judge import run_verdicts
 from ddptui.runners.judge.conclusion import Conclusion
 from ddptui.runners.launch.profile.load import load_profile
+from ddptui.runners.launch.registry import traits_of
 from ddptui.runners.judge.rank_lifecycle import RankLifecycle
 from ddptui.runners.judge.run_state import CollectStacks, RunState
 from ddptui.runners.judge.stack_verdicts import StackVerdicts
@@ -247,7 +248,8 @@ def test_without_stacks_the_live_reports_lead_the_words():
 
 
 def test_an_xla_hang_verdict_says_it_has_no_flight_recorder():
-    s = RunState(load_profile(ROOT / "profiles" / "xla-cpu.yaml", []), 1000.0, 1_764_682_000.0)
+    p = load_profile(ROOT / "profiles" / "xla-cpu.yaml", [])
+    s = RunState(p, 1000.0, 1_764_682_000.0, runner=traits_of(p))
     s.begin(2, 1)
     StackVerdicts(s).without_stacks((0, 1), s.wall)
     assert s.hang.text.endswith("(PyTorch/XLA has no Flight Recorder)") and s.hang.collective == {}
