@@ -8,6 +8,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from textual import work
 from textual.app import App
@@ -22,17 +23,36 @@ from .pace import Pace
 from .replay import ReplaySource
 from .sizes import size_classes
 
+if TYPE_CHECKING:
+    from textual.timer import Timer
+
+    from ..runners.attach.session import AttachSession
+    from ..runners.session import Session
+
 JOIN_SECONDS = 60.0  # teardown is TERM → deadline → KILL per group; this only guards against a wedged engine
 
 
 # -- event sources: the one thing that runs outside the UI thread -----------------------------------
 
+class Source(Protocol):
+    """What the app runs in its engine worker: a live run, an attached job or a replayed record."""
+
+    kind: str
+
+    def prepare(self, emit: Callable[[list], None]) -> None: ...
+    def run(self) -> int: ...
+    def request_stop(self) -> None: ...
+    def request_dump(self) -> bool: ...
+    def again(self) -> Any: ...
+
+
 class _SessionSource:
     """What a launched and an attached run share: an engine session built in prepare(), run in the worker."""
 
-    session = None
+    session: Session | AttachSession | None = None
 
     def run(self) -> int:
+        assert self.session is not None, "prepare() builds the session before the worker runs it"
         return self.session.run()
 
     def request_stop(self) -> None:
@@ -53,7 +73,6 @@ class LiveSource(_SessionSource):
 
     def __init__(self, profile, runs_root: Path) -> None:
         self.profile, self.runs_root = profile, Path(runs_root)
-        self.session = None
 
     def prepare(self, emit: Callable[[list], None]) -> None:
         from ..runners.session import Session
@@ -72,7 +91,7 @@ class AttachSource(_SessionSource):
     def __init__(self, job, runs_root: Path, stall_after: float, stack_every: float, pyspy: str | None = None) -> None:
         self.job, self.runs_root = job, Path(runs_root)
         self.stall_after, self.stack_every, self.pyspy = stall_after, stack_every, pyspy
-        self.session = None
+        self.session: AttachSession | None = None
 
     def prepare(self, emit: Callable[[list], None]) -> None:
         from ..runners.attach.session import AttachSession
@@ -156,14 +175,14 @@ class DdpApp(App):
     BINDINGS = [Binding("ctrl+q", "quit_run", "quit", show=False, priority=True),
                 Binding("p", "screenshot", "screenshot", show=False)]
 
-    def __init__(self, source=None, picker_extra: Path | None = None, runs_root: Path = Path("runs"),
+    def __init__(self, source: Source | None = None, picker_extra: Path | None = None, runs_root: Path = Path("runs"),
                  show_picker: bool | None = None) -> None:
         super().__init__()
         self.runs_root = Path(runs_root)
         self.picker_extra = picker_extra
         self.first_source = source
         self.show_picker = source is None if show_picker is None else show_picker
-        self.source = None
+        self.source: Any = None  # the Source shown (live, attach or replay: each with its own extras), None before one
         self.model: RunModel | None = None
         self.worker: Worker | None = None  # the engine's thread worker of the current run
         self.engine_done = threading.Event()  # set when the current run's run() returned (its thread is done)
@@ -172,7 +191,7 @@ class DdpApp(App):
         self.run_error: str | None = None
         self.runs_started = 0
         self._pace = Pace()
-        self._pace_timer = None
+        self._pace_timer: Timer | None = None
         self._pace_at = 0.0  # when the pending timer fires
         self._quitting = False
 
@@ -195,7 +214,7 @@ class DdpApp(App):
     def start_run(self, profile) -> None:
         self.start_source(LiveSource(profile, self.runs_root))
 
-    def start_source(self, source) -> None:
+    def start_source(self, source: Source) -> None:
         from .screens.run import RunScreen
         if self.running:
             self.notify("a run is still live: stop it first (s)", severity="warning")
@@ -264,7 +283,7 @@ class DdpApp(App):
         if self._pace_timer is not None and (at is None or at < self._pace_at):
             self._pace_timer.stop()  # nothing held back any more, or what is held is due sooner (panes, not the chart)
             self._pace_timer = None
-        if at is not None and self._pace_timer is None:
+        if at is not None and wait is not None and self._pace_timer is None:
             self._pace_timer, self._pace_at = self.set_timer(wait, self._publish_due), at
 
     def chart_due(self) -> bool:
@@ -289,6 +308,7 @@ class DdpApp(App):
             self.run_code = w.result
         elif w.state == WorkerState.ERROR:
             err = w.error
+            assert err is not None, "a worker in ERROR state holds its exception"
             self.run_error = "".join(traceback.format_exception(type(err), err, err.__traceback__))
             self.notify(self.run_error.strip().splitlines()[-1], title="engine error", severity="error", timeout=30,
                         markup=False)

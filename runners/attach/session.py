@@ -6,20 +6,23 @@ user, and goes through the job's own launcher (SIGTERM to torchrun's agent, scan
 from __future__ import annotations
 
 import os
-import select
-import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 
 from .. import events as ev
 from ..edge import error_files
-from ..edge.deathwatch import DeathWatch
+from ..edge.clock import now
+from ..edge.locality import on_this_host, this_host
+from ..edge.slurm_job import SlurmJobWatch
 from ..edge.tail import Tailer
 from ..evidence import slurm_state
+from ..evidence.hints import HintMatcher
 from ..judge.judge import EXIT_FAILED, EXIT_OK, EXIT_STALLED, TearDown
+from ..launch.plan import SlurmJob
 from ..launch.profile.model import Profile, Workload
-from ..session import IDLE_POLL, Session, _hint_matcher
+from ..run_loop import Over, RunLoop, RunResult
 from .find import AttachedJob
 from .liveness import STACK_EVERY, Liveness, Seen, decide, frame_key, liveness_words, motion_key, seen_words, waiting
 from .output import last_lines
@@ -87,21 +90,7 @@ def stop_words(job: AttachedJob) -> tuple[str, list[str] | int | None]:
     return "nothing: the job has no launcher ddptui could find, and ddptui never signals ranks one by one", None
 
 
-class _NotingDeaths(DeathWatch):
-    """The death watch, remembering each death it saw: where a rank's exit status came from is said at the end."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: dict[int, object] = {}
-
-    def deaths(self):
-        out = super().deaths()
-        for d in out:
-            self.seen[d.pid] = d
-        return out
-
-
-class AttachSession(Session):
+class AttachSession(RunLoop):
     """Watches one AttachedJob. `run()` blocks (call it from a thread for a UI); `emit(list[Event])` once per turn.
 
     watch False (--no-ui): OBSERVE seconds of output and CPU, the stacks of every rank, the verdict, detach.
@@ -114,7 +103,6 @@ class AttachSession(Session):
         super().__init__(attach_profile(job, stall_after), runs_root, emit, pyspy=pyspy, stack_method="no-signal")
         self.job, self.watch, self.stack_every, self.observe = job, watch, stack_every, observe
         self.judge.state.attached = True
-        self._deaths = _NotingDeaths()
         self.liveness = Liveness()
         self.followed: dict[tuple[int | None, str], str] = {}  # (rank, stream) -> the file followed
         self._cpu: dict[int, float] = {}  # rank -> CPU % of its last sample
@@ -125,17 +113,20 @@ class AttachSession(Session):
         self._samples: dict[int, int] = {}  # rank -> stack samples read while watching
         self._watch_start = 0.0
         self._bound = 0.0  # --no-ui: when it stops watching without a verdict (monotonic)
+        self._deadline: float | None = None  # --no-ui: when the look ends (then extended while no rank moved)
+        self._next_sample = self._next_check = self._next_job = self._next_stack = self._next_report = 0.0
+        self._end_asked: TearDown | None = None  # the teardown the judge asked for (a rank failed): the job's end
+        self._ended_at: float | None = None  # when the judge asked for a teardown
+        self._gone_at: float | None = None  # when the judge asked for it; when every rank's process was gone
         self.undecided: list[Seen] = []  # --no-ui: the ranks that showed nothing either way by the bound
         self._written: dict[int, dict | None] = {}  # rank -> bytes its threads had written (attach_sched.written)
         self._wrote: dict[int, int] = {}  # rank -> bytes it wrote while watched
         self._moved: set[int] = set()  # ranks whose sampled frame moved while watched
-        self._servers = None  # the search for the ranks' debug servers (a Future of attach_debug.Servers)
+        self._servers: Future | None = None  # the search for the ranks' debug servers (attach_debug.Servers)
         self._fr_on: set[int] = set()  # ranks that keep Flight Recorder entries (TORCH_FR_BUFFER_SIZE set)
-        if job.slurm_job:  # remote ranks' stacks are taken on their node inside the job (Session._collect_stacks);
+        if job.slurm_job:  # remote ranks' stacks are taken on their node inside the job (RunLoop._collect_stacks);
             # its state followed, and who cancelled it if Slurm did (runners/judge/job_follow.py)
-            from ..edge.slurm_job import SlurmJobWatch
-            from ..launch.plan import SlurmJob
-            self.slurm = SlurmJobWatch(SlurmJob("step", "srun", "", job.slurm_job))
+            self._follow_job(SlurmJobWatch(SlurmJob("step", "srun", "", job.slurm_job)))
             self.judge.job.attached(job.slurm_job)
         self.stop_said, self.stop_how = stop_words(job)
         self.stopped_job: str | None = None  # what stop_job did
@@ -155,12 +146,11 @@ class AttachSession(Session):
         if how is None:
             return self.stop_said
         # the ranks' deaths from now on are this stop ("stopped by ddptui on request"), as in a launched run; dated by
-        # the engine's last turn (this runs on the UI thread), which is before the signal
+        # the engine's last turn (this runs on the UI thread), which is before the signal: no `now` of its own
         self.judge.teardown_began("stopped")
         ok = True
         if isinstance(how, list):
-            self._tick()
-            self.judge.job_cancelling()  # Slurm's cancel that follows is ddptui's, asked by the user
+            self.judge.job_cancelling(now=now())  # Slurm's cancel that follows is ddptui's, asked by the user
             r = subprocess.run(how, capture_output=True, text=True, timeout=30)
             ok = r.returncode == 0
             done = " ".join(how) + ("" if ok else f" failed: {(r.stderr or r.stdout).strip()}")
@@ -176,32 +166,16 @@ class AttachSession(Session):
         return done
 
     # ---- the run -----------------------------------------------------------------------------------
-    def run(self) -> int:
+    def _start(self) -> RunResult | None:
         tailer = self._tailer = Tailer()
-        try:
-            return self._attach(tailer)
-        except BaseException as e:
-            self._launcher_line(f"ddptui: internal error: {type(e).__name__}: {e}")
-            raise
-        finally:
-            try:
-                if self.status is None:
-                    self._finish("error", EXIT_FAILED)
-            finally:
-                tailer.close()
-                self._deaths.close()
-                self.record.close()
-
-    def _attach(self, tailer: Tailer) -> int:
         job, p = self.job, self.profile
         self.record.write_json("profile.json", p.to_json())
         self.record.write_json("attach.json", job_json(job))
-        self._tick()
-        local = all(_is_local(a.host) for a in job.ranks.values())
+        local = all(on_this_host(a.host) for a in job.ranks.values())
         processes = 1 if job.kind == "torchrun" and local else max(1, len(job.ranks))
-        self._carry_out(self.judge.begin(self.profile.world_size, processes))
+        self._carry_out(self.judge.begin(self.profile.world_size, processes, now=now()))
         self._emit(ev.RunStarted(str(self.run_dir), p.name, "attach", self.world, None, time.time()))
-        self.judge.matcher = _hint_matcher()
+        self.judge.matcher = HintMatcher()
         argv = " ".join(job.launcher_argv)
         self._launcher_line(f"ddptui: attached to {job.kind} job {job.asked}"
                             + (f" (launcher pid {job.launcher_pid}: {argv})" if job.launcher_pid else "")
@@ -215,20 +189,20 @@ class AttachSession(Session):
                 self._launcher_line(f"ddptui: rank {r} was not found among the job's processes")
         wall = time.time()
         for r, a in sorted(job.ranks.items()):
-            self._tick()
-            self._carry_out(self.judge.rank_found(r, a.pid, a.host, a.node, wall))
+            self._carry_out(self.judge.rank_found(r, a.pid, a.host, a.node, wall, now=now()))
         self._find_servers()
         self._follow(tailer)
         for r in sorted(job.ranks):
-            self._carry_out(self.judge.rank_running(r, self.blind.get(r, "")))
+            self._carry_out(self.judge.rank_running(r, self.blind.get(r, ""), now=now()))
         self._date_blind()
         self._flush()
-        end = self._loop_attached(tailer)
-        for rank, stream, lines in tailer.poll():
-            self._tick()
-            self.ingest(rank, stream, lines, time.time(), time.monotonic())
-        self._flush()
-        return self._end(end)
+        started = self._watch_start
+        self._deadline = None if self.watch else started + self.observe
+        self._bound = started + max(self.observe, float(self.profile.stall_after) + EXTEND_MARGIN)
+        self._next_sample, self._next_check, self._next_job = 0.0, started + FIRST_CHECK, 0.0
+        self._next_stack = started + (self.stack_every if self.watch else float("inf"))
+        self._next_report = started + REPORT_EVERY
+        return None
 
     def _follow(self, tailer: Tailer) -> None:
         """Every rank's output from its current end, its last lines first (at the time they were written, so that a
@@ -264,9 +238,8 @@ class AttachSession(Session):
                 self.blind[rank] = "output shared with other ranks" if shared else "output not readable"
         now_wall, now_mono = time.time(), time.monotonic()
         for rank, stream, lines, mtime in sorted(backlog, key=lambda b: b[3]):
-            self._tick()
             when = min(mtime, now_wall)
-            self.ingest(rank, stream, lines, when, now_mono - (now_wall - when))
+            self.ingest(rank, stream, lines, when, now_mono - (now_wall - when), now())
 
     def _rank_note(self, rank: int, text: str) -> None:
         """A line of ddptui's in the rank's own pane and log, past the judge: it is no output of the rank's."""
@@ -285,73 +258,63 @@ class AttachSession(Session):
         self.followed[(rank, stream)] = path
         return [(rank, stream, lines, mtime)] if lines else []
 
-    def _loop_attached(self, tailer: Tailer) -> TearDown | None:
-        started = self._watch_start
-        deadline = None if self.watch else started + self.observe
-        self._bound = started + max(self.observe, float(self.profile.stall_after) + EXTEND_MARGIN)
-        next_sample, next_check, next_job = 0.0, started + FIRST_CHECK, 0.0
-        next_stack = started + (self.stack_every if self.watch else float("inf"))
-        next_report = started + REPORT_EVERY
-        end: TearDown | None = None
-        ended_at = gone_at = None
-        while True:
-            mono = time.monotonic()
-            got = self._read_lines(tailer)
-            if self.job.slurm_job:
-                self._ask_canceller()
-                if mono >= next_job:  # the job's state; Slurm's own word when it cancels the job
-                    next_job = mono + slurm_state.poll_interval(self._job_poll())
-            self._check_rank_pids()
-            self._take_servers()
-            if mono >= next_sample:
-                self._sample_resources()
-                next_sample = mono + 1.0
-            if mono >= next_stack:
-                self._sample_stacks()
-                next_stack = time.monotonic() + self.stack_every
-            if mono >= next_check:
-                next_check = mono + 0.25
-                end = self._carry_out(self._check()) or end
-            if self._dump.is_set():
-                self._dump.clear()
-                self._tick()
-                self._carry_out(self.judge.dump_requested())
-            if self.watch and mono >= next_report:
-                next_report = mono + REPORT_EVERY
-                self._report_liveness()
-            if not any(t.alive for t in self.tracks.values()):
-                self._launcher_line("ddptui: every rank of the job has ended")
-                return end
-            # A rank reaped by its launcher before ddptui read its status from the zombie died with no code: it is
-            # not "alive" only once a code comes (torchrun's table), and a launcher stopped by SIGTERM prints none.
-            if self._every_rank_gone():
-                gone_at = gone_at or mono
-                if mono - gone_at > CODES_WAIT:
-                    self._launcher_line("ddptui: every rank of the job has ended (exit codes not known for "
-                                        + ", ".join(f"rank {r}" for r, t in sorted(self.tracks.items()) if t.alive)
-                                        + ": their launcher reaped them and printed none)")
-                    return end
-            if end is not None:  # a rank failed and the grace passed: wait (bounded) for the launcher to end the rest
-                ended_at = ended_at or mono
-                if mono - ended_at > ENDED_WAIT:
-                    return end
-            if self._stop.is_set():
-                self._launcher_line("ddptui: detaching; the job runs on")
-                return None
-            if not self.watch and self.judge.stall_info is not None:
-                return None  # stalled: the verdict came with the stacks
-            if deadline is not None and mono >= deadline:
-                self._sample_stacks()  # the newest sample: whether each rank's frame moved since the one before
-                self._tick()
-                end = self._carry_out(self._check()) or end
-                if self.judge.stall_info is not None or not self._watch_on(mono):
-                    return end
-                deadline = min(self._bound, time.monotonic() + EXTEND_EVERY)
-            self._flush()
-            if not got:
-                select.select([tailer.watch.fd], [], [], IDLE_POLL)
-            elif not tailer.backlog:
-                time.sleep(IDLE_POLL)
+    def _poll(self) -> Over | None:
+        """One turn of the watch; `Over(None)` when it detaches (or, --no-ui, stops watching) with no end of the job."""
+        mono = time.monotonic()
+        self._read_any = bool(self._read_lines(self.tailer))
+        if self.slurm is not None:
+            self.slurm.ask_canceller()
+            if mono >= self._next_job:  # the job's state; Slurm's own word when it cancels the job
+                self._next_job = mono + slurm_state.poll_interval(self.slurm.poll())
+        self._check_rank_pids()
+        self._take_servers()
+        if mono >= self._next_sample:
+            self._sample_resources()
+            self._next_sample = mono + 1.0
+        if mono >= self._next_stack:
+            self._sample_stacks()
+            self._next_stack = time.monotonic() + self.stack_every
+        if mono >= self._next_check:
+            self._next_check = mono + 0.25
+            self._end_asked = self._carry_out(self._check()) or self._end_asked
+        if self._dump.is_set():
+            self._dump.clear()
+            self._carry_out(self.judge.dump_requested(now=now()))
+        if self.watch and mono >= self._next_report:
+            self._next_report = mono + REPORT_EVERY
+            self._report_liveness()
+        end = self._end_asked
+        if not any(t.alive for t in self.tracks.values()):
+            self._launcher_line("ddptui: every rank of the job has ended")
+            return Over(end)
+        # A rank reaped by its launcher before ddptui read its status from the zombie died with no code: it is
+        # not "alive" only once a code comes (torchrun's table), and a launcher stopped by SIGTERM prints none.
+        if self._every_rank_gone():
+            self._gone_at = self._gone_at or mono
+            if mono - self._gone_at > CODES_WAIT:
+                self._launcher_line("ddptui: every rank of the job has ended (exit codes not known for "
+                                    + ", ".join(f"rank {r}" for r, t in sorted(self.tracks.items()) if t.alive)
+                                    + ": their launcher reaped them and printed none)")
+                return Over(end)
+        if end is not None:  # a rank failed and the grace passed: wait (bounded) for the launcher to end the rest
+            self._ended_at = self._ended_at or mono
+            if mono - self._ended_at > ENDED_WAIT:
+                return Over(end)
+        if self._stop.is_set():
+            self._launcher_line("ddptui: detaching; the job runs on")
+            return Over(None)
+        if not self.watch and self.judge.stall_info is not None:
+            return Over(None)  # stalled: the verdict came with the stacks
+        if self._deadline is not None and mono >= self._deadline:
+            self._sample_stacks()  # the newest sample: whether each rank's frame moved since the one before
+            end = self._end_asked = self._carry_out(self._check()) or end
+            if self.judge.stall_info is not None or not self._watch_on(mono):
+                return Over(end)
+            self._deadline = min(self._bound, time.monotonic() + EXTEND_EVERY)
+        return None
+
+    def _close(self) -> None:
+        """Nothing to tear down: ddptui started none of the job's processes."""
 
     def _stderr_path(self, rank: int) -> str | None:
         return self.followed.get((rank, "err"))
@@ -385,11 +348,11 @@ class AttachSession(Session):
         from . import sched as attach_sched
         mono, wall = time.monotonic(), time.time()
         for r, t in sorted(self.tracks.items()):
-            if not t.alive or not t.pid or not _is_local(t.host):
+            if not t.alive or not t.pid or not on_this_host(t.host):
                 continue
-            now = attach_sched.written(t.pid)
-            n = attach_sched.wrote_since(self._written.get(r), now)
-            self._written[r] = now
+            written = attach_sched.written(t.pid)
+            n = attach_sched.wrote_since(self._written.get(r), written)
+            self._written[r] = written
             if n > 0:
                 self._wrote[r] = self._wrote.get(r, 0) + n
                 self.judge.stack_moved(r, mono, wall)
@@ -399,7 +362,7 @@ class AttachSession(Session):
         user frame changed is alive to the stall rule, whatever its output and CPU say. Returns rank -> StackResult."""
         from ..edge import stacks
         targets = [stacks.Target(r, pid, None, None) for r, pid in self.judge.stack_targets()
-                   if _is_local(self.tracks[r].host)]
+                   if on_this_host(self.tracks[r].host)]
         if not targets:
             return {}
         results = stacks.collect(targets, method="py-spy", pyspy=self.pyspy, workers=False)
@@ -418,7 +381,7 @@ class AttachSession(Session):
         kernel's scheduler, read before that sample pauses it: when its Python threads last ran (their ids from the
         sample). A hang minutes old is then minutes old to the stall rule, as a file's last write would make it."""
         from . import sched as attach_sched
-        here = {r: t.pid for r, t in self.tracks.items() if r in self.blind and t.pid and _is_local(t.host)}
+        here = {r: t.pid for r, t in self.tracks.items() if r in self.blind and t.pid and on_this_host(t.host)}
         readings = {r: attach_sched.read(pid) for r, pid in here.items()}
         results = self._sample_stacks()
         self._watch_start = time.monotonic()
@@ -432,7 +395,6 @@ class AttachSession(Session):
             wall = now_wall - (now_mono - since)
             self._asleep[r] = wall
             said = time.strftime("%H:%M:%S", time.localtime(wall))
-            self._tick()
             self.judge.quiet_since(r, since, wall, f"{self.blind[r]}: its Python threads have not run since {said}, "
                                                    "the kernel's scheduler says")
             self._launcher_line(f"ddptui: rank {r} ({self.blind[r]}): its Python threads have not run since {said} "
@@ -444,12 +406,12 @@ class AttachSession(Session):
         import concurrent.futures
 
         from . import debug as attach_debug
-        local = {r: a.pid for r, a in self.job.ranks.items() if _is_local(a.host)}
+        local = {r: a.pid for r, a in self.job.ranks.items() if on_this_host(a.host)}
         if not local:
             return
         self._fr_on = {r for r, pid in local.items() if attach_debug.fr_on(attach_debug.environ(pid))}
         pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ddptui-debug-servers")
-        self._servers = pool.submit(attach_debug.find, local, self.world, {socket.gethostname(), "localhost"})
+        self._servers = pool.submit(attach_debug.find, local, self.world, {this_host(), "localhost"})
         pool.shutdown(wait=False)
 
     def _take_servers(self, wait: float = 0.0) -> None:
@@ -469,8 +431,7 @@ class AttachSession(Session):
         for line in found.said:
             self._launcher_line(f"ddptui: {line}")
         for r, addr in sorted(found.addresses.items()):
-            self._tick()
-            self._carry_out(self.judge.debug_server_found(r, addr, time.time()))
+            self._carry_out(self.judge.debug_server_found(r, addr, time.time(), now=now()))
 
     def _collect_stacks(self, req):
         from .debug import STORE_TIMEOUT
@@ -549,13 +510,16 @@ class AttachSession(Session):
         """Every rank's process ended, with or without a known exit code."""
         return all(not t.alive or t.exit_wall is not None for t in self.tracks.values())
 
-    def _end(self, end: TearDown | None) -> int:
+    def _end(self, end: TearDown | None) -> RunResult:
+        for rank, stream, lines in self.tailer.poll():  # what the ranks wrote since the last turn's read
+            self.ingest(rank, stream, lines, time.time(), time.monotonic(), now())
+        self._flush()
         gone = self._every_rank_gone()
         if gone and self.stopped_job is not None and end is None:  # the user's stop ended it: no crash of its own
             return self._conclude(TearDown("stopped", EXIT_FAILED))
         if gone or end is not None:  # the job ended (or failed) while attached: the crash verdict, as a launched run
-            if self.job.slurm_job:
-                self._job_end_state()  # how Slurm ended it (cancelled? by whom?), bounded
+            if self.slurm is not None:
+                self.slurm.end_state()  # how Slurm ended it (cancelled? by whom?), bounded
             return self._conclude(end)
         st = self.judge.stall_info
         if st is not None:
@@ -575,14 +539,13 @@ class AttachSession(Session):
             for s in seen:  # what each rank was doing, for the summary (no rank is "starting" after minutes)
                 doing = seen_words(s).split(": ", 1)[1]
                 self.tracks[s.rank].outcome = f"{self.blind[s.rank]}; {doing}" if s.blind else doing
-            self._tick()
-            self._carry_out(self.judge.dump_requested())  # the stacks of every rank now, no verdict: nothing is stuck
+            self._carry_out(self.judge.dump_requested(now=now()))  # the stacks of every rank now, no verdict: nothing is stuck
         return self._finish(status, EXIT_OK)
 
-    def _finish(self, status: str, exit_code: int) -> int:
+    def _finish(self, status: str, exit_code: int, preflight: Sequence = ()) -> RunResult:
         if self.judge.crash is not None:
             self._say_sources()
-        return super()._finish(status, exit_code)
+        return super()._finish(status, exit_code, preflight)
 
     def _say_sources(self) -> None:
         """Where a dead rank's exit status and root cause came from: a non-child's status cannot be waited on."""
@@ -612,9 +575,3 @@ class AttachSession(Session):
 
 def _size(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} KB" if n >= 1e3 else f"{n} bytes"
-
-
-def _is_local(host: str) -> bool:
-    from ..edge.srun_exec import is_local
-    return is_local(host, socket.gethostname())
-

@@ -56,6 +56,23 @@ class RunRecord:
         os.replace(tmp, path)
         return path
 
+    def stacks(self, n: int, why: str, rank_files: dict[int, str], fr: dict[int, dict], taken: dict) -> Path:
+        """The run's `n`th collection of stacks, taken for `why`: stacks/<NN>-<why>/ with rank<R>.txt (`rank_files`),
+        each rank's Flight Recorder dump (`write_fr`) and stacks.json (`taken`). Returns the folder."""
+        folder = self.dir / "stacks" / f"{n:02d}-{why.replace(' ', '-')}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for rank, text in rank_files.items():
+            (folder / f"rank{rank}.txt").write_text(text, encoding="utf-8")
+        rel = folder.relative_to(self.dir)
+        for rank, dump in fr.items():
+            self.write_fr(str(rel), rank, dump)
+        self.write_json(str(rel / "stacks.json"), taken)
+        return folder
+
+    def verdict(self, folder: str, text: str, fix: str | None) -> None:
+        """The hang verdict read from a collection of stacks, next to them."""
+        (Path(folder) / "verdict.txt").write_text(text + "\n" + (f"fix: {fix}\n" if fix else ""), encoding="utf-8")
+
     def _log(self, rank: int | None):
         f = self._logs.get(rank)
         if f is None:

@@ -19,6 +19,7 @@ from .run_state import (  # noqa: F401 - re-exported
     EXIT_STALLED,
     EXIT_USAGE,
     CollectStacks,
+    Now,
     ProbeNodes,
     RunState,
     TearDown,
@@ -31,10 +32,11 @@ from .watch import CRASH_GRACE, SLOW_SAMPLES, Watch  # noqa: F401 - re-exported
 class Judge:
     """The rank tracks of one run and every decision made from them.
 
-    What was read, exited, died, sampled and collected goes in, with the clock (`tick`, or the wall/mono of the
-    lines read): the judge never reads a clock, a file, a process or psutil. Each input method returns the outputs
-    it caused, in order: `events.Event`s (ddptui's own lines as `LogLines` of rank None), `CollectStacks` and
-    `TearDown`; runners/session.py emits and records the events and carries out the requests.
+    What was read, exited, died, sampled and collected goes in, each input with the moment it was taken (`now`, a
+    `Now`; left out, the clock stays as last told: a test's fake clock set with `tick`): the judge never reads a
+    clock, a file, a process or psutil. Each input method returns the outputs it caused, in order: `events.Event`s
+    (ddptui's own lines as `LogLines` of rank None), `CollectStacks` and `TearDown`; the run loop
+    (runners/run_loop.py) emits and records the events and carries out the requests.
     """
 
     def __init__(self, profile, mono: float, wall: float, matcher=None, runner: RunnerTraits = PLAIN) -> None:
@@ -71,30 +73,39 @@ class Judge:
 
     # ---- the clock and the start ---------------------------------------------------------------------
     def tick(self, mono: float, wall: float) -> None:
-        """The clock, now."""
+        """Set the clock (a test's fake clock; the run loops hand each input its own `now` instead)."""
         self.state.mono, self.state.wall = mono, wall
 
-    def say(self, text: str) -> list:
+    def _at(self, now: Now | None) -> None:
+        if now is not None:
+            self.state.mono, self.state.wall = now
+
+    def say(self, text: str, now: Now | None = None) -> list:
         """A launcher line (ddptui's own words), at the judge's clock."""
+        self._at(now)
         self.state.say(text)
         return self.state.take()
 
-    def begin(self, world: int, processes: int, here: tuple[int, ...] | None = None) -> list:
+    def begin(self, world: int, processes: int, here: tuple[int, ...] | None = None, now: Now | None = None) -> list:
         """Ranks 0..world-1 are tracked from now (only `here` when this ddptui sees part of the world:
         LaunchPlan.ranks_here); `processes`: how many processes the plan starts."""
+        self._at(now)
         self.state.begin(world, processes, here)
         return self.state.take()
 
-    def rank_learned(self, guess: int | None, rank: int) -> list:
+    def rank_learned(self, guess: int | None, rank: int, now: Now | None = None) -> list:
         """A rank's hello named `rank` where the plan guessed `guess` (tail.Tailer.take_renamed): feed it before the
         lines read with it. A ddptui that tracks only its node's ranks renumbers the track (runners/judge/world_view.py)."""
+        self._at(now)
         world_view.renumber(self.state, guess, rank)
         return self.state.take()
 
     # ---- lines read (ingest.py) ----------------------------------------------------------------------
-    def lines(self, rank: int | None, stream: str, lines: list[str], wall: float, mono: float) -> list:
+    def lines(self, rank: int | None, stream: str, lines: list[str], wall: float, mono: float,
+              now: Now | None = None) -> list:
         """Lines read from one source in one go (rank None: a launcher's own output). Returns their LogLines (with
         reports taken out) and whatever they caused: progress is coalesced until `progress()`."""
+        self._at(now)
         if self.job.under_slurm:  # slurmstepd's word of a cancel first: the ranks' ends that follow are Slurm's
             from ..evidence.slurm_state import CANCEL_NEEDLE, NODE_FAILURE_NEEDLE, TASK_END_NEEDLE
             blob = getattr(lines, "text", None) or "\n".join(lines)
@@ -111,15 +122,17 @@ class Judge:
         return self.state.take()
 
     # ---- ranks of a job ddptui did not launch (`ddptui attach`, runners/attach/session.py) ---------------
-    def rank_found(self, rank: int, pid: int, host: str, node: str, wall: float) -> list:
+    def rank_found(self, rank: int, pid: int, host: str, node: str, wall: float, now: Now | None = None) -> list:
         """A rank found by runners/attach/find.py: what its injected hello would have said (pid, host, node)."""
+        self._at(now)
         self.ingest._report({"k": "hello", "pid": pid, "host": host, "node": node, "world": self.world},
                             rank, wall, self.state.mono)
         return self.state.take()
 
-    def rank_running(self, rank: int, detail: str = "") -> list:
+    def rank_running(self, rank: int, detail: str = "", now: Now | None = None) -> list:
         """An attached rank found alive is running (not starting: ddptui cannot tell how far it is); `detail` says
         what is known of it ("output not readable")."""
+        self._at(now)
         t = self.state.tracks.get(rank)
         if t is not None and t.alive:
             t.output_note = detail
@@ -134,9 +147,10 @@ class Judge:
         if t is not None and t.alive and mono < t.last_progress:
             t.last_progress, t.last_progress_wall, t.quiet_by = mono, wall, why
 
-    def debug_server_found(self, rank: int, address: str, wall: float) -> list:
+    def debug_server_found(self, rank: int, address: str, wall: float, now: Now | None = None) -> list:
         """An attached rank serves torch's debug server at `address` (runners/attach/debug.py), as a launched rank's
         `debug_server` report says: its stacks (without ptrace) and Flight Recorder records are read there."""
+        self._at(now)
         self.ingest._report({"k": "debug_server", "path": address}, rank, wall, self.state.mono)
         return self.state.take()
 
@@ -158,19 +172,23 @@ class Judge:
     def rank_pids(self) -> set[int]:
         return self.life.rank_pids()
 
-    def deaths(self, seen: list[tuple[int, float, int | None]], own: set[int], gone: Set[int] = frozenset()) -> list:
+    def deaths(self, seen: list[tuple[int, float, int | None]], own: set[int], gone: Set[int] = frozenset(),
+               now: Now | None = None) -> list:
         """Rank processes that died (rank_lifecycle.RankLifecycle.deaths)."""
+        self._at(now)
         self.life.deaths(seen, own, gone)
         return self.state.take()
 
     def process_exited(self, name: str, ranks, pid: int, returncode: int, exited: float | None, launcher: bool,
-                       torn_down: bool = False) -> list:
+                       torn_down: bool = False, now: Now | None = None) -> list:
         """A process ddptui started exited (`launcher`: it starts ranks rather than being one); feed `deaths` first."""
+        self._at(now)
         self.life.process_exited(name, self.state.plan_ranks(ranks), pid, returncode, exited, launcher, torn_down)
         return self.state.take()
 
-    def teardown_began(self, why: str | None = None) -> None:
+    def teardown_began(self, why: str | None = None, now: Now | None = None) -> None:
         """ddptui begins signalling the run's processes now (`why`: the run's status, when it decided to)."""
+        self._at(now)
         self.life.teardown_began(why)
 
     def oom_suspects(self) -> list[int]:
@@ -183,19 +201,23 @@ class Judge:
         return self.watch.sample_targets()
 
     def resources(self, samples: dict[int, tuple[int, float, float, int]], emit: bool = True,
-                  no_cpu: dict[int, str] | None = None, host_load: tuple[float, int | None] | None = None) -> list:
+                  no_cpu: dict[int, str] | None = None, host_load: tuple[float, int | None] | None = None,
+                  now: Now | None = None) -> list:
         """samples: rank -> (pid sampled, mono, CPU seconds, RSS bytes); no_cpu: rank -> why it has none (on another
         node); host_load: (1-minute load average, CPUs) of the engine's host (watch.Watch.resources)."""
+        self._at(now)
         self.watch.resources(samples, emit, no_cpu, host_load)
         return self.state.take()
 
-    def busy_test_due(self) -> bool:
+    def busy_test_due(self, now: Now | None = None) -> bool:
         """A rank is past its quiet limit: `check` will want the machine's cores and load, and fresh CPU samples."""
+        self._at(now)
         return self.watch.busy_test_due()
 
-    def check(self, cores: int = 1, load: float = 0.0) -> list:
+    def check(self, cores: int = 1, load: float = 0.0, now: Now | None = None) -> list:
         """The periodic decisions at the judge's clock: timeout, crash grace, stall / held / cleared, slow-down.
         cores/load: the cores ddptui may use and the 1-minute load average (the busy test's floor)."""
+        self._at(now)
         self.watch.check(cores, load)
         return self.state.take()
 
@@ -204,17 +226,19 @@ class Judge:
         """(rank, pid) of every live rank whose pid is known: whose stacks can be taken."""
         return self.stacks.targets()
 
-    def dump_requested(self) -> list:
+    def dump_requested(self, now: Now | None = None) -> list:
         """`d`, `ddptui dump`, SIGUSR1: stacks now; a verdict only while the run is actually stalled."""
+        self._at(now)
         self.watch.dump_requested()
         return self.state.take()
 
     def stacks_collected(self, req: CollectStacks, results: dict | None, folder: str | None,
-                         fr: dict | None = None) -> list:
+                         fr: dict | None = None, now: Now | None = None) -> list:
         """The stacks `req` asked for, taken and recorded in `folder` (results: rank -> stacks.StackResult; None: no
         live rank to take them from; fr: rank -> its Flight Recorder dump taken with them, as torch's
         fr_trace_json gives it normalised by runners/evidence/fr_records.normalise_all: pg_config keyed by the groups' real
         names, pg_status numbers as ints). Returns the verdict read from them, and what the request was for."""
+        self._at(now)
         self.watch.stacks_collected(req, results, folder, fr)
         return self.state.take()
 
@@ -223,52 +247,62 @@ class Judge:
         """The ranks run under a batch job (`launch`: SlurmJob.launch): no stall clock until it runs."""
         self.job.submitted(launch)
 
-    def job_info(self, info, nodes: tuple[str, ...] = (), down: tuple[str, ...] = ()) -> list:
+    def job_info(self, info, nodes: tuple[str, ...] = (), down: tuple[str, ...] = (), now: Now | None = None) -> list:
         """Slurm's answer about the job (slurm_state.JobInfo; `nodes` its node list expanded; `down` those of them
         Slurm has down, asked only when the job ended NODE_FAIL)."""
+        self._at(now)
         self.job.job_info(info, nodes, down)
         return self.state.take()
 
-    def job_cancelling(self) -> None:
+    def job_cancelling(self, now: Now | None = None) -> None:
         """ddptui scancels the job now (teardown)."""
+        self._at(now)
         self.job.cancelling()
 
-    def job_canceller(self, requests: list, where: str) -> list:
+    def job_canceller(self, requests: list, where: str, now: Now | None = None) -> list:
         """Who asked Slurm to kill the job (slurm_job.SlurmJobWatch.kill_requests: (wall, uid, user) each, and where
         that was read or why it could not be), once `job.wants_canceller`."""
+        self._at(now)
         self.job.canceller_read(requests, where)
         return self.state.take()
 
-    def node_lost(self, node: str, ranks: tuple[int, ...], why: str) -> list:
+    def node_lost(self, node: str, ranks: tuple[int, ...], why: str, now: Now | None = None) -> list:
         """A node cannot be reached or stopped taking part (e.g. stacks could not be taken there)."""
+        self._at(now)
         self.job.node_lost(node, ranks, why)
         return self.state.take()
 
-    def nodes_probed(self, answers: dict) -> list:
+    def nodes_probed(self, answers: dict, now: Now | None = None) -> list:
         """The answers to a ProbeNodes request (node -> job_follow.NodeAnswer): a node srun cannot reach is lost."""
+        self._at(now)
         self.job.probed(answers)
         return self.state.take()
 
-    def agent_exited(self, name: str, ranks, returncode: int, signal: str | None, others_running: bool) -> list:
+    def agent_exited(self, name: str, ranks, returncode: int, signal: str | None, others_running: bool,
+                     now: Now | None = None) -> list:
         """A per-node agent ended (feed `process_exited` first): a node lost unless its ranks failed themselves."""
+        self._at(now)
         self.job.agent_exited(name, self.state.plan_ranks(ranks), returncode, signal, others_running)
         return self.state.take()
 
-    def watchdog(self, agents: list) -> list:
+    def watchdog(self, agents: list, now: Now | None = None) -> list:
         """Agents (job_follow.Agent) still running long after the run failed or lost a node: tear down."""
+        self._at(now)
         self.job.check(agents)
         return self.state.take()
 
     # ---- the conclusion (conclusion.py) --------------------------------------------------------------
-    def settle(self) -> list:
+    def settle(self, now: Now | None = None) -> list:
         """At the end: a launcher traceback still held back is shown; every rank not ended yet ends now."""
+        self._at(now)
         self.end.settle()
         return self.state.take()
 
     def conclude(self, status: str | None, exit_code: int | None, launchers: Sequence[Launcher] = (),
                  oom: dict | None = None, recorded: dict[int, dict] | None = None,
-                 nccl: tuple[dict, dict] | None = None) -> tuple[list, str, int]:
+                 nccl: tuple[dict, dict] | None = None, now: Now | None = None) -> tuple[list, str, int]:
         """The run's conclusion after `settle`: (events, status, exit code) (conclusion.Conclusion.conclude)."""
+        self._at(now)
         status, exit_code = self.end.conclude(status, exit_code, launchers, oom, recorded, nccl)
         out = self.state.take()
         if self.job.lost:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Set
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .. import events as ev
 from ..evidence import xla_evidence
@@ -12,6 +13,12 @@ from .rank_track import RankTrack
 from .runner_traits import PLAIN, RunnerTraits
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STALLED, EXIT_REPLICAS = 0, 1, 2, 3, 4
+
+
+class Now(NamedTuple):
+    """The moment an input to the judge was taken: the judge's clock while it decides from that input."""
+    mono: float
+    wall: float
 
 
 @dataclass(frozen=True)
