@@ -226,7 +226,9 @@ class DdpApp(App):
             self._pace_timer = None
         self._pace = Pace()
         try:
-            source.prepare(lambda batch, src=source: self.post_message(EventsArrived(src, batch)))
+            def emit(batch: list, src: Source = source) -> None:
+                self.post_message(EventsArrived(src, batch))
+            source.prepare(emit)
         except Exception as exc:  # noqa: BLE001 - shown to the user, the app stays usable
             self.notify(f"cannot start: {exc}", severity="error", timeout=15, markup=False)
             self.source = None
