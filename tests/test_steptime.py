@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from ddptui.runners.evidence.steptime import (BASE_STEPS, StepClock, fmt_seconds, median_step, pace_known, slowed_down,
+from ddptui.runners.evidence.steptime import (BASE_STEPS, StepClock, median_step, pace_known, slowed_down,
                                      slowed_together, take_report, weighted_median)
+from ddptui.runners.evidence.words import seconds_words
 
 
 def feed(clock: StepClock, durations, start_step=1, start=100.0, every=0.1):
@@ -158,8 +159,8 @@ def test_median_step_across_ranks():
     assert median_step([StepClock()]) is None
 
 
-def test_fmt_seconds():
-    assert [fmt_seconds(x) for x in (25, 0.5, 0.05, 0.005, 0.00002)] == ["25 s", "0.50 s", "50 ms", "5.0 ms", "20 us"]
+def test_seconds_words():
+    assert [seconds_words(x) for x in (25, 0.5, 0.05, 0.005, 0.00002)] == ["25 s", "0.50 s", "50 ms", "5.0 ms", "20 us"]
 
 
 # ---- one step time: the engine's, on every Progress event and in the summary ----------------------------------

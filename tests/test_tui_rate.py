@@ -6,6 +6,7 @@ import json
 import pytest
 
 from ddptui.runners import events as ev
+from ddptui.runners.evidence.words import clock_words
 from ddptui.tui import rate
 from ddptui.tui.model import RunModel
 
@@ -126,9 +127,9 @@ def test_formats():
     assert rate.fmt_step_time(0.31) == "0.31 s/step"
     assert rate.fmt_step_time(12.4) == "12 s/step"
     assert rate.fmt_step_time(0.0042) == "4.2 ms/step"
-    assert rate.fmt_duration(45) == "45s"
-    assert rate.fmt_duration(130) == "2m10s"
-    assert rate.fmt_duration(3725) == "1h02m"
+    assert clock_words(45) == "45s"
+    assert clock_words(130) == "2m10s"
+    assert clock_words(3725) == "1h02m"
 
 
 def test_load_in_words():

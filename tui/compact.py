@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..runners.evidence.words import cell_seconds
 from . import marks
 from .fit import fit
 
@@ -147,13 +148,7 @@ def progress_words(rv: RankView, steps: int | None) -> str:
 
 
 def step_time_words(t: float | None) -> str:
-    if t is None:
-        return "-"
-    if t >= 10:
-        return f"{t:.0f}s"
-    if t >= 1:
-        return f"{t:.2f}s"
-    return f"{t * 1000:.3g}ms"
+    return "-" if t is None else cell_seconds(t)
 
 
 def loss_words(x: float | None) -> str:

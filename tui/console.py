@@ -7,6 +7,7 @@ import time
 
 from ..runners import events as ev
 from ..runners.evidence import stack_types
+from ..runners.evidence.words import ranks_text
 from ..runners.judge.world_view import UNSEEN_WHY
 from . import hangup
 from .ranktag import untag_lines
@@ -72,9 +73,9 @@ class Console:
                 parts.append(self._note(e.wall, f"{e.title}{who}: {e.explanation} Fix: {e.fix}", "hint"))
             elif isinstance(e, ev.StallDetected):
                 said = e.reason or f"made no progress for {e.threshold:g} s"
-                parts.append(self._note(e.wall, f"stall: ranks {', '.join(map(str, e.stalled))}: {said}", "stall"))
+                parts.append(self._note(e.wall, f"stall: {ranks_text(e.stalled, sort=False, plural=True)}: {said}", "stall"))
             elif isinstance(e, ev.StallCleared):
-                parts.append(self._note(e.wall, f"stall over: {_ranks(e.ranks)} progressing again"))
+                parts.append(self._note(e.wall, f"stall over: {ranks_text(e.ranks, sort=False)} progressing again"))
             elif isinstance(e, ev.StacksCollected):
                 self.stacks = e
                 parts.append(self._note(e.wall, f"stacks of {len(e.threads)} ranks collected in {e.seconds:.2f} s "
@@ -93,7 +94,7 @@ class Console:
             elif isinstance(e, ev.JobState):
                 parts.append(self._note(e.wall, job_line(e)))
             elif isinstance(e, ev.NodeLost):
-                parts.append(self._note(e.wall, f"{e.node} ({_ranks(e.ranks) if e.ranks else 'no ranks'}): {e.why}",
+                parts.append(self._note(e.wall, f"{e.node} ({ranks_text(e.ranks, sort=False) if e.ranks else 'no ranks'}): {e.why}",
                                         "node lost"))
             elif isinstance(e, ev.RunFinished):
                 self.summary = e.summary
@@ -140,7 +141,7 @@ class Console:
                            else f" ({by})" if by and by != "ddptui" else ""))
         for node, lost in (s.get("nodes_lost") or {}).items():
             lost = lost if isinstance(lost, dict) else {}
-            rows.append(f"node lost: {node}" + (f" ({_ranks(lost['ranks'])})" if lost.get("ranks") else "")
+            rows.append(f"node lost: {node}" + (f" ({ranks_text(lost['ranks'], sort=False)})" if lost.get("ranks") else "")
                         + (f": {lost['why']}" if lost.get("why") else ""))
         pace = self.tally.line(s.get("ranks"))
         if pace:
@@ -175,10 +176,6 @@ def job_line(e: ev.JobState) -> str:
     """"slurm job 12 PENDING (Priority)", "slurm job 12 RUNNING on node0,node1": the job's state as Slurm says it."""
     return (f"slurm job {e.job_id} {e.state}" + (f" ({e.reason})" if e.reason else "")
             + (f" on {','.join(e.nodes)}" if e.nodes else ""))
-
-
-def _ranks(rs) -> str:
-    return f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ", ".join(map(str, rs))
 
 
 def culprit_stacks(hang: ev.HangVerdict, stacks: ev.StacksCollected | None, unseen=()) -> list[str]:

@@ -5,6 +5,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..runners.evidence.steptime import StepClock
+from ..runners.evidence.words import clock_words
 
 ENDED = ("exited", "failed", "killed")
 
@@ -142,16 +143,6 @@ def fmt_step_time(seconds: float) -> str:
     return f"{seconds * 1000:.2g} ms/step"
 
 
-def fmt_duration(seconds: float) -> str:
-    """'45s', '2m10s', '1h02m'."""
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
 def overloaded(load: float, cpus: int) -> bool:
     """More runnable processes than CPUs, on average over the last minute: every process runs slower than alone."""
     return cpus > 0 and load > cpus
@@ -173,7 +164,7 @@ def phase_text(phase: str, since: float | None, now: float | None) -> str:
         return ""
     if since is None or now is None:
         return phase
-    return f"{phase} {fmt_duration(max(0.0, now - since))}"
+    return f"{phase} {clock_words(max(0.0, now - since))}"
 
 
 class RunTally:

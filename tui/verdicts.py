@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..runners.evidence.words import ranks_text
 from .marks import FAILED, WARN
 from .model import RunModel
 
@@ -40,7 +41,7 @@ def slow_text(model: RunModel) -> str:
 def said(model: RunModel) -> list[Said]:
     """The run's verdicts so far, the cause first: nodes lost, the crash, the stall (now, or one that ended), the
     slow-down. The replica verdict and a preflight refusal have their own lines."""
-    out = [Said("node lost", f"{n.node} ({_ranks(n.ranks)}): {n.why}") for n in model.lost]
+    out = [Said("node lost", f"{n.node} ({ranks_text(n.ranks, empty='no ranks')}): {n.why}") for n in model.lost]
     if model.crash is not None:
         out.append(Said("crash", f"{model.crash.exit}: {model.crash.text}"))
     if model.stall is not None:
@@ -49,17 +50,10 @@ def said(model: RunModel) -> list[Said]:
             out.append(Said("stall", hv.text, hv.fix))
         else:
             s = model.stall
-            out.append(Said("stall", f"{_ranks(s.stalled)}: {s.reason or f'made no progress for {s.threshold:g}s'}"))
+            out.append(Said("stall", f"{ranks_text(s.stalled, empty='no ranks')}: {s.reason or f'made no progress for {s.threshold:g}s'}"))
     elif model.hang is not None:
         out.append(Said("stall over", model.hang.text, model.hang.fix))
     slow = slow_text(model)
     if slow:
         out.append(Said("slow", slow, model.slow.fix if model.slow is not None else ""))
     return out
-
-
-def _ranks(rs) -> str:
-    rs = sorted(rs)
-    if not rs:
-        return "no ranks"
-    return f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ", ".join(map(str, rs))

@@ -19,6 +19,7 @@ from ..edge.slurm_job import SlurmJobWatch
 from ..edge.tail import Tailer
 from ..evidence import slurm_state
 from ..evidence.hints import HintMatcher
+from ..evidence.words import ranks_text
 from ..judge.judge import EXIT_FAILED, EXIT_OK, EXIT_STALLED, TearDown
 from ..launch.plan import SlurmJob
 from ..launch.profile.model import Profile, Workload
@@ -226,7 +227,7 @@ class AttachSession(RunLoop):
             owner = rank if len(readers[o.path]) == 1 else None
             backlog += self._open(tailer, o.path, owner, stream)
             if owner is None:
-                self._launcher_line(f"ddptui: ranks {', '.join(map(str, sorted(readers[o.path])))} write into "
+                self._launcher_line(f"ddptui: {ranks_text(readers[o.path])} write into "
                                     f"{o.path}: its lines show as the launcher's, a rank's only where they name it")
         for path in launcher_outputs(self.job.launcher_pid):
             if path not in taken:

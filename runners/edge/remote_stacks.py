@@ -6,6 +6,7 @@ import shutil
 from dataclasses import dataclass
 
 from ..evidence import stack_types
+from ..evidence.words import ranks_text
 from . import stacks
 from .srun_exec import REMOTE_TIMEOUT, Outcome, is_local, outcome, run_all, srun_argv, srun_env
 
@@ -206,8 +207,7 @@ def unreachable_nodes(results: dict[int, stack_types.StackResult]) -> dict[str, 
         if r.unreachable:
             ranks, why = out.get(r.node, ((), r.error or r.method.removeprefix("unavailable: ")))
             out[r.node] = (ranks + (rank,), why)
-    return {node: (ranks, f"{why} (taking stacks of rank{'s' if len(ranks) > 1 else ''} "
-                          f"{', '.join(map(str, ranks))})") for node, (ranks, why) in out.items()}
+    return {node: (ranks, f"{why} (taking stacks of {ranks_text(ranks, sort=False)})") for node, (ranks, why) in out.items()}
 
 
 def collect_everywhere(targets: list[stacks.Target], hosts: dict[int, tuple[str, str]], here: str,

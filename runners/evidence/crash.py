@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from .kill_reading import Reading
 from .signals import signal_name as signal_of
 from .stack_types import Frame, is_user_frame
-from .words import unseen_words
+from .words import delay_words, ranks_text, unseen_words
 
 # A peer went away: the rank printing this is a consequence, not a cause. The first three are what gloo says when
 # the remote process is gone (the `peer-closed` hint matches them too); the rest are the other shapes of it.
@@ -295,15 +295,11 @@ def _fatal_where(lines: list[str]) -> str:
     return ""
 
 
-def _ranks(rs: list[int]) -> str:
-    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
-
-
 def _delta(a: float, b: float) -> str:
     if math.isinf(a) or math.isinf(b):
         return "after it"
     d = max(0.0, a - b)
-    return f"{d:.2f} s after it" if d < 10 else f"{d:.0f} s after it"
+    return f"{delay_words(d)} after it"
 
 
 def decide(ranks: list[RankEvidence], launcher_root: int | None = None, unseen: tuple[int, ...] = ()) -> Verdict | None:
@@ -353,7 +349,7 @@ def decide(ranks: list[RankEvidence], launcher_root: int | None = None, unseen: 
     outcomes = {root.rank: ("failed", f"failed first ({what})")}
     parts = []
     if together:
-        parts.append(f"{_ranks(together)} failed at the same moment on {'its' if len(together) == 1 else 'their'} own")
+        parts.append(f"{ranks_text(together)} failed at the same moment on {'its' if len(together) == 1 else 'their'} own")
         for r in together:
             e = next(x for x in bad if x.rank == r)
             outcomes[r] = ("failed", f"failed at the same moment as rank {root.rank} ({short_exit(e)})")
@@ -366,13 +362,13 @@ def decide(ranks: list[RankEvidence], launcher_root: int | None = None, unseen: 
         grp = [e for e in stopped if (e.stopped_by or "launcher") == who]
         sigs = sorted({sig for e in grp if (sig := signal_of(e.returncode)) is not None})
         by = _BY[who]
-        parts.append(f"{_ranks(sorted(e.rank for e in grp))} {by}" + (f" ({', '.join(sigs)})" if sigs else "")
+        parts.append(f"{ranks_text(sorted(e.rank for e in grp))} {by}" + (f" ({', '.join(sigs)})" if sigs else "")
                      + (" when the job was cancelled" if who == "slurm"
                         else f" when rank {root.rank} {'had failed' if who == 'ddptui' else 'died'}"))
         for e in grp:
             outcomes[e.rank] = ("killed", e.stopped_how or ended_by(who, root.rank))
     if never:
-        parts.append(f"{_ranks(never)} never started (stopped before {'its' if len(never) == 1 else 'their'} "
+        parts.append(f"{ranks_text(never)} never started (stopped before {'its' if len(never) == 1 else 'their'} "
                      f"program ran)")
         for r in never:
             outcomes[r] = ("killed", "never started")
@@ -392,7 +388,7 @@ def _peer_unseen(bad: list[RankEvidence], kinds: dict[int, str], unseen: tuple[i
     victims = sorted((e for e in bad if kinds[e.rank] == "victim"), key=_when)
     first = victims[0]
     cause = f"{first.exc.get('type')}: {first.exc.get('msg')}"[:200] if first.exc else victim_marker(first)
-    text = (f"{_ranks([e.rank for e in victims])} failed because a peer went away ({victim_marker(first)}); "
+    text = (f"{ranks_text([e.rank for e in victims], sort=False)} failed because a peer went away ({victim_marker(first)}); "
             f"{unseen_words(unseen)}: the cause is there (that node's ddptui or logs say what happened); "
             f"rank {first.rank}: {cause}")
     outcomes = {e.rank: ("failed", f"failed after an unseen peer went away ({short_exit(e)}: {victim_marker(e)})")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .fr_analysis import Finding, _dtype, _ranks
+from .fr_analysis import Finding, _dtype
 from .hang_verdict import WAITING, Where, where_phrase
+from .words import ranks_text
 
 ORDER = "every rank must call the same collectives in the same order"
 
@@ -46,7 +47,7 @@ def for_finding(f: Finding, wheres: Mapping[int, Where] | None = None) -> str:
             by.setdefault(say(c), []).append(r)
         op = f.call.op if f.call else "the collective"
         at = _at_of(f.entered, wheres)
-        sides = ", ".join(f"{w} on {_ranks(rs)}" for w, rs in sorted(by.items(), key=lambda kv: kv[1][0]))
+        sides = ", ".join(f"{w} on {ranks_text(rs)}" for w, rs in sorted(by.items(), key=lambda kv: kv[1][0]))
         return (f"every rank must pass the same {what} to each collective: {op} #{f.seq}{at} gets {sides}; "
                 f"give it the same {what[:-1]} on every rank")
     if f.kind == "missing":
@@ -66,8 +67,8 @@ def _mismatch(f: Finding, wheres: Mapping[int, Where]) -> str:
         by.setdefault(c.text(), []).append(r)
     odd = _odd_side(by, f, wheres)
     rest = [(call, rs) for call, rs in by.items() if call != odd]
-    head = f"the {odd.split()[0]}{_at_of(by[odd], wheres)} runs on {_ranks(by[odd])} only"
-    others = "; ".join(f"{_ranks(rs)} {'is' if len(rs) == 1 else 'are'} {_in_call(call, rs, wheres)}"
+    head = f"the {odd.split()[0]}{_at_of(by[odd], wheres)} runs on {ranks_text(by[odd])} only"
+    others = "; ".join(f"{ranks_text(rs)} {'is' if len(rs) == 1 else 'are'} {_in_call(call, rs, wheres)}"
                        for call, rs in rest)
     return f"{head} (collective #{f.seq} {_in_group(f)}), while {others}; call it on every rank, or on none"
 

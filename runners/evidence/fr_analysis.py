@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import fr_records
-from .words import unseen_words
+from .words import ranks_text, unseen_words
 
 KINDS = ("op mismatch", "size mismatch", "dtype mismatch", "missing", "stuck", "none")
 _DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Int": "int32",
@@ -48,7 +48,7 @@ class Group:
         if self.desc == "default_pg" or self.name == "0":
             return "default group"
         desc = f" '{self.desc}'" if self.desc and self.desc not in ("undefined", "default_pg") else ""
-        return f"group {self.name}{desc} ({_ranks(self.members)})"
+        return f"group {self.name}{desc} ({ranks_text(self.members)})"
 
 
 @dataclass(frozen=True)
@@ -118,19 +118,19 @@ class Finding:
                     + _sides_text(self.sides, lambda k: "/".join(_dtype(t) for t in k.dtypes) or "no tensor", on=True))
         elif self.kind == "missing":
             text = f"collective #{self.seq} ({_describe(c)}, {self.group}): "
-            text += f"{_ranks(self.entered)} entered it" if self.entered else "no rank entered it"
+            text += f"{ranks_text(self.entered)} entered it" if self.entered else "no rank entered it"
             places = {ats.get(r) for r in self.entered}
             if self.entered and len(places) == 1 and None not in places:
                 text += f" at {places.pop()}"
             if self.missing:
                 text += ", " + "; ".join(
-                    f"{_ranks(rs)} never did ({_last_text(self.last, rs)})" for rs in _by_last(self.missing, self.last))
+                    f"{ranks_text(rs)} never did ({_last_text(self.last, rs)})" for rs in _by_last(self.missing, self.last))
             away = [r for r in self.absent if r in self.unseen]
             if away:
                 text += (f"; {unseen_words(away)} (no Flight Recorder dump from {'it' if len(away) == 1 else 'them'}"
                          "): the rank holding it up may be there")
             if len(away) < len(self.absent):
-                text += f"; no Flight Recorder dump from {_ranks([r for r in self.absent if r not in away])}"
+                text += f"; no Flight Recorder dump from {ranks_text([r for r in self.absent if r not in away])}"
         else:  # stuck
             text = (f"collective #{self.seq} ({_describe(c)}, {self.group}): every member entered it and none "
                     f"completed it (a peer lost inside it, or its transport stuck)")
@@ -139,7 +139,7 @@ class Finding:
         for r in sorted(self.elsewhere):
             text += f"; rank {r} waits in {self.elsewhere[r]} instead"
         if self.outside and self.kind != "none":
-            text += f"; {_ranks(self.outside)} {'is' if len(self.outside) == 1 else 'are'} not in this group"
+            text += f"; {ranks_text(self.outside)} {'is' if len(self.outside) == 1 else 'are'} not in this group"
         for r in self.culprits or self.entered:
             if wheres.get(r):
                 text += f"; rank {r} {wheres[r]}"
@@ -345,11 +345,6 @@ def _dtype(t: str) -> str:
 
 
 # ---- words -----------------------------------------------------------------------------------------------------
-def _ranks(rs) -> str:
-    rs = sorted(rs)
-    return f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ", ".join(str(r) for r in rs)
-
-
 def _describe(c: Call | None) -> str:
     """"all_reduce, 1 tensor [1024] float32" / "barrier"."""
     if c is None:
@@ -381,8 +376,8 @@ def _sides_text(sides: Mapping[int, Call], say: Callable[[Call], str], on: bool 
         by.setdefault(say(c), []).append(r)
     parts = sorted(by.items(), key=lambda kv: kv[1][0])
     if on:
-        return ", ".join(f"{what} on {_ranks(rs)}" for what, rs in parts)
-    return ", ".join(f"{_ranks(rs)}{' ' + first_verb if i == 0 and first_verb else ''} {what}"
+        return ", ".join(f"{what} on {ranks_text(rs)}" for what, rs in parts)
+    return ", ".join(f"{ranks_text(rs)}{' ' + first_verb if i == 0 and first_verb else ''} {what}"
                      for i, (what, rs) in enumerate(parts))
 
 

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .stack_types import Frame, StackResult, ThreadStack, is_helper, is_user_frame, qualified, worker_label
-from .words import unseen_words
+from .words import ranks_text, unseen_words
 
 CATEGORIES = ("collective", "compute", "sleep", "io", "dataloader", "xla", "turn", "unknown")
 # categories in which a rank waits for its peers; "turn": in ddptui's own ordinal turnstile (XLA thread replicas),
@@ -225,14 +225,6 @@ def classify(threads: list[ThreadStack], thread_filter: Callable[[ThreadStack], 
         return _where("unknown", f"idle in {_base(top.func)}", fr, top, t)
     detail = f"compute in {_base(top.func)}" + (" (activity unknown: faulthandler)" if t.idle is None else "")
     return _where("compute", detail, fr, top, t)
-
-
-def ranks_text(rs: Iterable[int]) -> str:
-    """"rank 1" or "ranks 0, 2"."""
-    rs = sorted(rs)
-    if len(rs) == 1:
-        return f"rank {rs[0]}"
-    return "ranks " + ", ".join(str(r) for r in rs)
 
 
 def _step(steps: dict[int, int | None], r: int) -> str:

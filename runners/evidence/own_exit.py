@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from .crash import RankEvidence, ended_by, last_output, own_exit_kinds
+from .words import ranks_text
 
 
 @dataclass(frozen=True)
@@ -18,10 +19,6 @@ class OwnExit:
     def to_dict(self) -> dict:
         return {"text": self.text, "ranks": list(self.ranks), "codes": dict(self.codes),
                 "outcomes": {r: words for r, (_, words) in sorted(self.outcomes.items())}}
-
-
-def _ranks(rs: list[int]) -> str:
-    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
 
 
 def _at(steps: set) -> str:
@@ -43,7 +40,7 @@ def decide(ranks: list[RankEvidence], said: dict[int, str] | None = None) -> Own
     parts, outcomes = [], {}
     for code in dict.fromkeys(e.returncode for e in own):  # in rank order
         group = [e for e in own if e.returncode == code]
-        part = (f"{_ranks([e.rank for e in group])} exited with status {code}, the program's own (no exception, no "
+        part = (f"{ranks_text([e.rank for e in group])} exited with status {code}, the program's own (no exception, no "
                 f"signal: sys.exit or os._exit) {_at({e.step for e in group})}")
         words = next(((e.rank, said.get(e.rank) or last_output(e)) for e in group
                       if said.get(e.rank) or last_output(e)), None)
@@ -57,11 +54,11 @@ def decide(ranks: list[RankEvidence], said: dict[int, str] | None = None) -> Own
         grp = sorted(e.rank for e in ranks if kinds.get(e.rank) == "stopped" and (e.stopped_by or "launcher") == who)
         if grp:
             how = ended_by(who, first.rank, f"exited {first.returncode}")
-            parts.append(f"{_ranks(grp)} {how}")
+            parts.append(f"{ranks_text(grp)} {how}")
             outcomes.update({r: ("killed", how) for r in grp})
     never = sorted(r for r, k in kinds.items() if k == "never_started")
     if never:
-        parts.append(f"{_ranks(never)} never started")
+        parts.append(f"{ranks_text(never)} never started")
         outcomes.update({r: ("killed", "never started") for r in never})
     codes = {e.rank: e.returncode for e in own if e.returncode is not None}  # every one (chose_exit needs a status)
     return OwnExit("; ".join(parts), tuple(e.rank for e in own), codes, outcomes)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from .words import unseen_words
+from .words import rank_list, ranks_text, unseen_words
 
 
 @dataclass(frozen=True)
@@ -36,11 +36,6 @@ _FROM_START = {
               "(dist.broadcast(p.data, src=0) for each parameter, or wrap the model in DistributedDataParallel)",
               "replicas-differ-from-start"),
 }
-
-
-def _ranks(rs) -> str:
-    rs = sorted(rs)
-    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
 
 
 def _names(digests: dict[int, list]) -> list[str]:
@@ -83,7 +78,7 @@ def origin(first: dict[int, list] | None, ranks: set[int], kind: str) -> tuple[s
     if diff is not None:
         name, odd, agree, _ = diff
         why, fix, hint = _FROM_START.get(kind, _FROM_START["plain"])
-        where = f"'{name}' already differed at the first optimizer step ({_ranks(odd)} vs {_ranks(agree)})"
+        where = f"'{name}' already differed at the first optimizer step ({ranks_text(odd)} vs {ranks_text(agree)})"
         return "first_step", f"replicas differed from the first step ({why}; {where}) - {fix}", hint
     if not ranks <= set(first):
         return None
@@ -114,23 +109,23 @@ def compare(digests: dict[int, list], world_size: int, first: dict[int, list] | 
     diff = _first_difference(digests)
     if diff is not None:
         name, odd, agree, tie = diff
-        text = (f"replicas differ: first differing parameter '{name}': {_ranks(odd)} "
-                f"differ{'s' if len(odd) == 1 else ''} from {_ranks(agree)}"
+        text = (f"replicas differ: first differing parameter '{name}': {ranks_text(odd)} "
+                f"differ{'s' if len(odd) == 1 else ''} from {ranks_text(agree)}"
                 + (" (no majority: the lowest rank is the reference)" if tie else "") + away)
         since = origin(first, set(digests), kind)
         if since is None:
             return ReplicaResult("differ", text, name, odd, tuple(names), table)
         return ReplicaResult("differ", f"{text}; {since[1]}", name, odd, tuple(names), table, since[0], since[2])
     if missing:
-        return ReplicaResult("incomplete", f"{len(names)} parameters identical on {_ranks(table)}; "
-                             f"no digests from {_ranks(missing)}{away}", None, tuple(missing), tuple(names), table)
+        return ReplicaResult("incomplete", f"{len(names)} parameters identical on {ranks_text(table)}; "
+                             f"no digests from {ranks_text(missing)}{away}", None, tuple(missing), tuple(names), table)
     if unseen and len(table) == 1:
-        return ReplicaResult("incomplete", f"{_ranks(table)} is the only rank seen here: its weights "
+        return ReplicaResult("incomplete", f"{ranks_text(table)} is the only rank seen here: its weights "
                              f"({len(names)} parameters) were compared with no other ({unseen_words(unseen)})", None,
                              tuple(unseen), tuple(names), table)
     if unseen:
         return ReplicaResult("incomplete", f"{len(table)} of {len(table) + len(unseen)} ranks seen here "
-                             f"({', '.join(map(str, sorted(table)))}) hold byte-identical weights ({len(names)} "
+                             f"({rank_list(sorted(table))}) hold byte-identical weights ({len(names)} "
                              f"parameters){away}", None, tuple(unseen), tuple(names), table)
     return ReplicaResult("identical", f"all {len(table)} ranks hold byte-identical weights "
                          f"({len(names)} parameters)", None, (), tuple(names), table)

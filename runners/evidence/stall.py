@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .steptime import fmt_seconds, median_step
+from .steptime import median_step
+from .words import ranks_text, seconds_words
 
 QUIET = 1.0  # seconds without progress that make a rank part of a stall another rank triggered
 AUTO_FACTOR, AUTO_MIN, AUTO_UNKNOWN = 20.0, 10.0, 30.0  # stall_after auto: 20 x median step, >= 10 s; 30 s before
@@ -71,7 +72,7 @@ def base_limit(profile, median: float | None) -> Limit:
     if median is None:
         return Limit(AUTO_UNKNOWN, f"stall_after auto: {AUTO_UNKNOWN:g} s until step times are known")
     return Limit(max(AUTO_MIN, AUTO_FACTOR * median),
-                 f"stall_after auto = {AUTO_FACTOR:g} x median step {fmt_seconds(median)}, min {AUTO_MIN:g} s")
+                 f"stall_after auto = {AUTO_FACTOR:g} x median step {seconds_words(median)}, min {AUTO_MIN:g} s")
 
 
 def limit_for(profile, started: bool, median: float | None) -> Limit:
@@ -179,18 +180,12 @@ def _cpu_words(busy: dict[int, float]) -> str:
     ranks = sorted(busy)
     lo, hi = min(busy.values()) * 100, max(busy.values()) * 100
     pct = f"{lo:.0f} %" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f} %"
-    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_span(ranks)}"
+    who = ranks_text(ranks, spans=True)
     return f"{who} still {'uses' if len(ranks) == 1 else 'use'} {pct} of a core{'' if len(ranks) == 1 else ' each'}"
 
 
 def _no_cpu_words(blind: list[Quiet]) -> str:
     whys = list(dict.fromkeys(q.no_cpu for q in blind))
     ranks = [q.rank for q in blind]
-    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_span(ranks)}"
+    who = ranks_text(ranks, sort=False, spans=True)
     return f"no CPU evidence for {who} ({', '.join(whys)}): judged by quiet time alone"
-
-
-def _span(ranks: list[int]) -> str:
-    if len(ranks) > 3 and ranks == list(range(ranks[0], ranks[-1] + 1)):
-        return f"{ranks[0]}-{ranks[-1]}"
-    return ", ".join(map(str, ranks))

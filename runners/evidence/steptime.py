@@ -4,6 +4,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from .words import seconds_words
+
 BASE_STEPS = 20  # the early steps a rank's baseline step time is the median of
 SLOWER = 4.0  # recent steps this many times the baseline: the rank slowed down
 RECENT_STEPS, RECENT_SECONDS = 3, 1.0  # "recent" spans at least 3 steps and 1 s: one hiccup of a loaded machine is not a slow-down
@@ -169,8 +171,8 @@ class SlowDown:
         return self.recent / self.baseline if self.baseline > 0 else float("inf")
 
     def detail(self) -> str:
-        return (f"steps take {fmt_seconds(self.recent)}, {self.ratio:.0f}x its first {self.base_steps} steps' "
-                f"{fmt_seconds(self.baseline)}")
+        return (f"steps take {seconds_words(self.recent)}, {self.ratio:.0f}x its first {self.base_steps} steps' "
+                f"{seconds_words(self.baseline)}")
 
     def text(self) -> str:
         return f"rank {self.rank}'s {self.detail()}"
@@ -206,16 +208,6 @@ def slowed_together(downs: list[SlowDown], clocks: dict) -> bool:
     stacks can tell whose own work grew. False when some ranks kept their pace: the slowed ones are named as is."""
     timed = {r for r, c in clocks.items() if c.baseline() is not None and c.recent() is not None}
     return len(timed) > 1 and {d.rank for d in downs} == timed
-
-
-def fmt_seconds(s: float) -> str:
-    if s >= 10:
-        return f"{s:.0f} s"
-    if s >= 0.1:
-        return f"{s:.2f} s"
-    if s >= 0.001:
-        return f"{s * 1000:.0f} ms" if s >= 0.01 else f"{s * 1000:.1f} ms"
-    return f"{s * 1e6:.0f} us"
 
 
 def take_report(clock: StepClock, rep: dict, steps: list, mono: float) -> None:

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .hang_verdict import in_ddp  # which frames are DDP's own collectives: the frame classifier's knowledge
+from .words import ranks_text
 
 # XLA (xla/service/rendezvous.cc) on a collective that not every participant joined, e.g.
 #   2026-12-03 07:49:21.190496: E external/xla/xla/service/rendezvous.cc:100] [id=0] This thread has been waiting for
@@ -210,11 +211,6 @@ def _hms(wall: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(wall)) if wall else "?"
 
 
-def _ranks(rs: Iterable[int]) -> str:
-    rs = sorted(rs)
-    return (f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ", ".join(map(str, rs))) if rs else "no rank"
-
-
 def library_call(frames) -> tuple[str, str] | None:
     """(function, file) of the innermost torch / torch_xla frame of a replica's stack: where it waits."""
     for f in frames:
@@ -250,7 +246,7 @@ def stall_sentence(rdv: Rendezvous, base: str, culprits: tuple[int, ...], waitin
         return f"{base}; {head}{tail}", culprits, waiting
     everyone = sorted(wheres)
     if rdv.split_keys():
-        text = (f"{head}: {_ranks(everyone)} are all in the collective but each waits on its own rendezvous key, "
+        text = (f"{head}: {ranks_text(everyone, empty='no rank')} are all in the collective but each waits on its own rendezvous key, "
                 f"so none fills: " + "; ".join(at(r) for r in everyone)
                 + f"{tail}")
         return text, (), tuple(everyone)

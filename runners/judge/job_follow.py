@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from .. import events as ev
 from ..evidence import slurm_state
 from ..evidence.crash import RankEvidence, victim_marker
-from ..evidence.hang_verdict import ranks_text
+from ..evidence.words import ranks_text
 from .run_state import EXIT_FAILED, ProbeNodes, RunState, TearDown
 
 # Seconds an agent (a torchrun per node, sbatch/srun) gets to exit by itself once the run failed or lost a node

@@ -9,6 +9,7 @@ from ..evidence import fix_lines, fr_analysis, xla_evidence
 from ..evidence import hang_verdict as verdict
 from ..evidence.crash import RankEvidence, ended_by, short_exit, victim_marker
 from ..evidence.crash import decide as decide_crash
+from ..evidence.words import ranks_text
 
 
 def thread_filter(xla_replicas: bool, rank: int):
@@ -38,7 +39,7 @@ def hang_without_stacks(stalled, steps: dict, since: float, rdv, wall: float, fi
     launch, which it never sends SIGUSR1."""
     at = ", ".join(f"rank {r} at step {steps.get(r)}" for r in stalled)
     how = "press d for stacks (py-spy)" if attached else "press d / send SIGUSR1 for stacks"
-    text = (f"{verdict.ranks_text(stalled)} made no progress since "
+    text = (f"{ranks_text(stalled)} made no progress since "
             f"{time.strftime('%H:%M:%S', time.localtime(since))} ({at}); {how}")
     text = with_xla(rdv, text, (), tuple(stalled), {}, {}, {})[0]
     if xla:
@@ -199,10 +200,10 @@ def node_lost_crash(crash, lost: dict, tracks: dict, wall: float):
         parts.append(f"rank {r} failed after it ({what}" + (f": {m})" if m else ")"))
         outcomes[r] = ("failed", f"failed after node {nodes} was lost ({what}" + (f": {m})" if m else ")"))
     if stopped:
-        parts.append(f"{verdict.ranks_text(stopped)} torn down by ddptui after it")
+        parts.append(f"{ranks_text(stopped)} torn down by ddptui after it")
         outcomes.update({r: ("killed", f"torn down by ddptui after node {nodes} was lost") for r in stopped})
     if gone:
-        parts.append(f"{verdict.ranks_text(gone)} lost with {'it' if len(lost) == 1 else 'them'}")
+        parts.append(f"{ranks_text(gone)} lost with {'it' if len(lost) == 1 else 'them'}")
         outcomes.update(went)
     text = "; ".join(parts)
     return (dataclasses.replace(crash, text=text, root_rank=None, victims=tuple(failed), exit="node lost", excerpt=(),

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..evidence import fix_lines, xla_evidence
-from ..evidence.hang_verdict import ranks_text
+from ..evidence.words import ranks_text
 from . import run_verdicts
 from .run_state import CollectStacks, RunState
 

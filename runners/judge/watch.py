@@ -6,7 +6,8 @@ import time
 from .. import events as ev
 from ..evidence import lockstep
 from ..evidence import stall as stall_rule
-from ..evidence.steptime import SLOWER, SlowDown, fmt_seconds, pace_known, slowed_down, slowed_together
+from ..evidence.steptime import SLOWER, SlowDown, pace_known, slowed_down, slowed_together
+from ..evidence.words import rank_list, ranks_text, seconds_words
 from .rank_track import Behind, aligned_steps, behind_by, find_slow
 from .run_state import EXIT_FAILED, EXIT_STALLED, CollectStacks, RunState, TearDown
 from .stack_verdicts import StackVerdicts
@@ -90,13 +91,13 @@ class Watch:
         if s.first_failure is not None and mono - s.first_failure > CRASH_GRACE:
             live = [t.rank for t in s.tracks.values() if t.alive]
             if live and s.attached:  # not ddptui's job: its own launcher ends the survivors, or they run on
-                s.say(f"ddptui: a rank failed {CRASH_GRACE:g} s ago; ranks " + ", ".join(map(str, live))
+                s.say(f"ddptui: a rank failed {CRASH_GRACE:g} s ago; {ranks_text(live, sort=False, plural=True)}"
                       + " still run; attached, ddptui stops nothing: it concludes and detaches")
                 s.emit(TearDown("failed", EXIT_FAILED))
                 return
             if live:
                 s.say(f"ddptui: a rank failed {CRASH_GRACE:g} s ago; tearing down survivors "
-                      + ", ".join(map(str, live)))
+                      + rank_list(live))
                 s.emit(TearDown("failed", EXIT_FAILED))
                 return
         if s.first_failure is None:
@@ -309,8 +310,8 @@ class Watch:
             if base is None or now is None:
                 continue
             if t.status == "slow" and now < SLOWER / 2 * base:
-                self._back(t, f"back at pace: steps take {fmt_seconds(now)}, its first {t.clock.timed_steps} "
-                              f"steps' {fmt_seconds(base)}")
+                self._back(t, f"back at pace: steps take {seconds_words(now)}, its first {t.clock.timed_steps} "
+                              f"steps' {seconds_words(base)}")
             elif t.status == "running" and now >= SLOWER * base:
                 s.set_status(t, "slow", SlowDown(t.rank, now, base, t.clock.timed_steps, t.clock.timed_to).detail())
 
@@ -337,4 +338,4 @@ def _rebase(hist, mono: float, used: float) -> None:
 
 
 def _ranks_word(ranks) -> str:
-    return f"rank {ranks[0]} is" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))} are"
+    return f"{ranks_text(ranks, sort=False)} {'is' if len(ranks) == 1 else 'are'}"

@@ -5,6 +5,8 @@ import json
 import shlex
 from dataclasses import asdict, dataclass, field
 
+from ..evidence.words import rank_list
+
 
 @dataclass(frozen=True)
 class LogSource:
@@ -67,7 +69,7 @@ class LaunchPlan:
         if self.ranks_here is not None:
             out[0] += f"   ranks here: {len(self.ranks_here)} of {self.world_size}"
         for p in self.procs:
-            ranks = ",".join(map(str, p.ranks)) or "-"
+            ranks = rank_list(p.ranks, ",") or "-"
             out.append(f"\n[{p.name}] ranks {ranks}")
             out.append(f"  cwd:  {p.cwd}")
             out.append(f"  argv: {shlex.join(p.argv)}")

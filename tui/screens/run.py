@@ -14,12 +14,13 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
+from ...runners.evidence.words import clock_words
 from .. import compact as compact_rules
 from ..fit import chart_rows, fit
 from ..gc_policy import freeze_long_lived, no_collection
 from ..marks import marked
 from ..model import Changes, RunModel
-from ..rate import fmt_duration, fmt_rate, fmt_samples_rate, load_text, overloaded
+from ..rate import fmt_rate, fmt_samples_rate, load_text, overloaded
 from ..sizes import SHORT_BELOW, wide_columns
 from ..verdicts import said
 from ..widgets.banner import Banner, banner_text
@@ -74,9 +75,9 @@ def head_text(model: RunModel, source_kind: str) -> Text:
         t.append(f" · {fmt_rate(pace.steps_per_s)}")
         late = model.no_step_for()
         if late is not None:  # no time left can be told while no step comes; the pace decays meanwhile
-            t.append(f" · no step for {fmt_duration(late)}", style="bold yellow")
+            t.append(f" · no step for {clock_words(late)}", style="bold yellow")
         elif pace.eta is not None:
-            t.append(f" · ETA {fmt_duration(pace.eta)}")
+            t.append(f" · ETA {clock_words(pace.eta)}")
     busy = model.load is not None and model.cpus is not None and bool(model.cpus) and overloaded(model.load, model.cpus)
     if busy:  # a loaded machine slows every rank: not the model's fault, and said before the figures
         assert model.load is not None  # busy says so

@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from ...runners.evidence.words import rank_list, ranks_text
 from ..marks import mark
 from ..model import RunModel
 from ..verdicts import slow_text
@@ -27,7 +28,7 @@ def banner_text(model: RunModel) -> tuple[str, str]:
     f = model.finished
     cls, parts = "", []
     if model.lost:  # the cause of what follows (its ranks' deaths, the crash verdict): said first
-        cls, parts = "-crash", [" · ".join(f"NODE LOST {n.node} ({_ranks(n.ranks)}): {n.why}" for n in model.lost)]
+        cls, parts = "-crash", [" · ".join(f"NODE LOST {n.node} ({ranks_text(n.ranks, sort=False, empty='no ranks', sep=',')}): {n.why}" for n in model.lost)]
     elif model.crash is not None:
         c = model.crash
         cls, parts = "-crash", [f"CRASH {c.exit}: {c.text}"]
@@ -78,13 +79,13 @@ def _stall(model: RunModel) -> str:
         s = model.stall
         assert s is not None  # the banner's stall line is asked for only while a stall stands
         said = s.reason or f"made no progress for {s.threshold:g}s"
-        return f"STALL: rank {','.join(map(str, s.stalled))}: {said}; collecting stacks…"
+        return f"STALL: rank {rank_list(s.stalled, ',')}: {said}; collecting stacks…"
     text = hv.text
     if hv.fix:
         lead, sep, rest = text.partition("; ")
         text = f"{lead} · fix: {hv.fix}" + (f" · {rest}" if sep else "")
     if hv.culprits and not _NAMES_RANKS.match(hv.text):  # a Flight Recorder finding leads with the collective:
-        return f"STALL: {_ranks(hv.culprits)} · {text}"  # who, before a long sentence is cut
+        return f"STALL: {ranks_text(hv.culprits, sort=False, empty='no ranks', sep=',')} · {text}"  # who, before a long sentence is cut
     return f"STALL: {text}"
 
 
@@ -109,12 +110,6 @@ def fit(text: str, width: int, rows: int) -> str:
 def _rows(text: str, width: int) -> int:
     from rich.console import Console
     return len(Text(text).wrap(Console(width=width, legacy_windows=False, color_system=None), width))
-
-
-def _ranks(rs: tuple[int, ...]) -> str:
-    if not rs:
-        return "no ranks"
-    return f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ",".join(map(str, rs))
 
 
 class Banner(Static):

@@ -7,6 +7,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ...runners.events import CrashVerdict
+from ...runners.evidence.words import ranks_text
 from ..marks import FAILED
 
 
@@ -25,7 +26,7 @@ def render_crash(c: CrashVerdict | None) -> Text:
         for ranks, words in ((c.together, "failed at the same moment"), (c.victims, "failed after it"),
                              (c.stopped, "stopped by the launcher"), (c.never_started, "never started")):
             if ranks:
-                t.append(f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))}: {words}\n")
+                t.append(f"{ranks_text(ranks, sort=False)}: {words}\n")
     if c.excerpt:
         t.append("\n")
         for line in c.excerpt:

@@ -13,6 +13,7 @@ from textual.widgets import Static
 from ...runners.events import HangVerdict, StacksCollected
 from ...runners.evidence.hang_verdict import collective_frame
 from ...runners.evidence.stack_types import HELPER_THREADS
+from ...runners.evidence.words import ranks_text
 
 
 def _verdict_of(stacks: StacksCollected, hang: HangVerdict | None) -> HangVerdict | None:
@@ -78,11 +79,6 @@ def _threads(t: Text, threads: list, where: dict, indent: str = "  ") -> None:
                  "them)\n", style="dim")
 
 
-def _said(ranks) -> str:
-    rs = sorted(ranks)
-    return "none" if not rs else f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ", ".join(map(str, rs))
-
-
 def in_collective(hang: HangVerdict) -> list[int]:
     """Ranks whose frame the verdict places in a collective: its waiting ranks, and a culprit that waits in one too
     (a side of a mismatch); from the verdict's per-rank ``where`` (keys are strings in a replayed record)."""
@@ -93,7 +89,7 @@ def in_collective(hang: HangVerdict) -> list[int]:
 def roles_line(hang: HangVerdict) -> str:
     """Who the verdict blames and who waits, as rank numbers said as ranks ("rank 0"), never a bare "0" that reads
     as a count."""
-    return f"culprits: {_said(hang.culprits)}   waiting in a collective: {_said(in_collective(hang))}"
+    return f"culprits: {ranks_text(hang.culprits, empty='none')}   waiting in a collective: {ranks_text(in_collective(hang), empty='none')}"
 
 
 def rank_sections(plain: str) -> list[tuple[int, int, int]]:
