@@ -8,7 +8,34 @@ Every event serialises with ``to_json()`` into the run record's ``events.jsonl``
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from enum import Enum
 from typing import Any, ClassVar
+
+
+class RankStatus(str, Enum):
+    """A rank's status badge (RankState.status, summary.json's per-rank status). A str: JSON, the record and every
+    text read the word itself ("exited"), and a status read back from a record compares equal to its member."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    SLOW = "slow"
+    STALLED = "stalled"
+    EXITED = "exited"
+    FAILED = "failed"
+    KILLED = "killed"
+    UNSEEN = "unseen"  # a rank of the world this ddptui does not watch (on another node)
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+    __hash__ = str.__hash__  # Enum hashes the member's name: "exited" would not be found in a set of members
+
+
+ENDED = frozenset({RankStatus.EXITED, RankStatus.FAILED, RankStatus.KILLED})
+
+
+def rank_ended(status: str) -> bool:
+    """The rank's process is gone (exited, failed or killed): no more steps, no stall clock, no step time."""
+    return status in ENDED
 
 
 @dataclass(frozen=True)
@@ -20,6 +47,14 @@ class Event:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["kind"] = self.kind
         return d
+
+    def fields_json(self, *names: str) -> dict[str, Any]:
+        """The named fields, as summary.json keeps a verdict: tuples as lists, mappings copied."""
+        return {n: _plain(getattr(self, n)) for n in names}
+
+
+def _plain(v: Any) -> Any:
+    return list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, dict) else v
 
 
 @dataclass(frozen=True)
@@ -127,11 +162,11 @@ class Progress(Event):
 
 @dataclass(frozen=True)
 class RankState(Event):
-    """A rank's status badge changed: starting, running, slow, stalled, exited, failed, killed."""
+    """A rank's status badge changed: starting, running, slow, stalled, exited, failed, killed, unseen."""
 
     kind: ClassVar[str] = "rank_state"
     rank: int
-    status: str
+    status: str  # a RankStatus
     detail: str
     wall: float
 

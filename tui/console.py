@@ -64,7 +64,7 @@ class Console:
                 self.world, self.steps_total = e.world_size, e.steps
                 here = "" if e.here is None else f", {e.here} of them on this node's agent, watched here"
                 parts.append(self._note(e.wall, f"run {e.profile} ({e.runner}, {e.world_size} ranks{here}) -> {e.run_dir}"))
-            elif isinstance(e, ev.RankState) and e.status == "unseen":
+            elif isinstance(e, ev.RankState) and e.status == ev.RankStatus.UNSEEN:
                 self.unseen.add(e.rank)
             elif isinstance(e, ev.RankState) and e.status in ("failed", "stalled", "slow", "killed"):
                 parts.append(self._note(e.wall, f"rank {e.rank} {e.status}" + (f": {e.detail}" if e.detail else "")))
@@ -114,7 +114,7 @@ class Console:
         rows = [f"\n== ddptui: {s.get('profile')} ({s.get('runner')}, {seen or str(s.get('world_size')) + ' ranks'}) "
                 f"finished in {s.get('duration_s', 0):.1f} s =="]
         ranks = sorted([*(s.get("ranks") or {}).items(),
-                        *((str(r), {"status": "unseen", "outcome": UNSEEN_WHY}) for r in unseen)],
+                        *((str(r), {"status": ev.RankStatus.UNSEEN, "outcome": UNSEEN_WHY}) for r in unseen)],
                        key=lambda kv: int(kv[0]))
         # where each rank ran (records older than nodes: the host, or nothing)
         where = {r: str(info.get("node") or info.get("host") or "-") for r, info in ranks}

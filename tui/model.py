@@ -312,7 +312,7 @@ class RunModel:
                 self.changes.run = True
         elif isinstance(e, ev.RankPhase):
             rv = self.rank(e.rank)
-            if rv.step is None and rv.status not in rate.ENDED:
+            if rv.step is None and not ev.rank_ended(rv.status):
                 self._phase(rv, e.phase, e.wall)
         elif isinstance(e, ev.Progress):
             rv = self.rank(e.rank)
@@ -350,7 +350,7 @@ class RunModel:
             elif e.status == "stalled":
                 rv.stalled = e.detail
             self.changes.ranks.add(rv.rank)
-            if e.status in rate.ENDED:
+            if ev.rank_ended(e.status):
                 self._phase(rv, "", None)
             self.changes.run = True
         elif isinstance(e, ev.ProcessExited):

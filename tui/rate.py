@@ -4,10 +4,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..runners.events import rank_ended
 from ..runners.evidence.steptime import StepClock
 from ..runners.evidence.words import clock_words
-
-ENDED = ("exited", "failed", "killed")
 
 
 class ReadTimes:
@@ -71,7 +70,7 @@ def run_pace(ranks: Iterable, steps: int | None, now: float | None = None) -> Pa
     best: tuple | None = None
     for rv in ranks:
         st = step_time_now(rv, now)
-        if st is None or rv.status in ENDED:
+        if st is None or rank_ended(rv.status):
             continue
         if steps:
             done = rv.step or 0
@@ -96,14 +95,14 @@ def samples_rate(rv, now: float | None = None) -> float | None:
 def run_samples_rate(ranks: Iterable, now: float | None = None) -> float | None:
     """The samples a second the live ranks train together (data parallel: each rank its own share of the global
     batch); None while no live rank's is known."""
-    rates = [r for rv in ranks if rv.status not in ENDED and (r := samples_rate(rv, now)) is not None]
+    rates = [r for rv in ranks if not rank_ended(rv.status) and (r := samples_rate(rv, now)) is not None]
     return sum(rates) if rates else None
 
 
 def no_step_for(ranks: Iterable, steps: int | None, now: float | None) -> float | None:
     """Seconds since the run's newest step, once it is late by the run's own pace (`late_after` of the step time of
     the rank that finishes last, as its steps came); None while a step is not late, or before the pace is known."""
-    ranks = [rv for rv in ranks if rv.status not in ENDED and getattr(rv, "step_wall", None) is not None
+    ranks = [rv for rv in ranks if not rank_ended(rv.status) and getattr(rv, "step_wall", None) is not None
              and not (steps and (rv.step or 0) >= steps)]
     pace = run_pace(ranks, steps)
     if now is None or pace is None:

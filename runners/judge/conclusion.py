@@ -49,7 +49,8 @@ class Conclusion:
         oom, recorded = oom or {}, recorded or {}
         rep = None
         if s.profile.replica_check:
-            cut_short = status is not None or any(t.status == "failed" and not t.completed for t in s.tracks.values())
+            cut_short = status is not None or any(t.status == ev.RankStatus.FAILED and not t.completed
+                                                  for t in s.tracks.values())
             res = replica.compare({r: t.digests for r, t in s.tracks.items() if t.digests is not None},
                                   s.world, {r: d for r, (d, _) in s.first_digests.items()}, self._replica_kind(),
                                   cut_short, s.unseen())
@@ -77,7 +78,7 @@ class Conclusion:
         for pr in dead:
             s.say(f"ddptui: launcher {pr.name} exited with {signal_of(pr.returncode) or pr.returncode}")
         if status is None:
-            bad = [t for t in s.tracks.values() if t.status == "failed"] + dead
+            bad = [t for t in s.tracks.values() if t.status == ev.RankStatus.FAILED] + dead
             status, exit_code = ("failed", EXIT_FAILED) if bad else ("ok", EXIT_OK)
         if rep is not None and rep.status == "differ" and status in ("ok", "failed"):
             status, exit_code = "replicas differ", EXIT_REPLICAS
@@ -119,7 +120,7 @@ class Conclusion:
             outcomes = s.own_exit.outcomes
         for r, (status, words) in outcomes.items():
             t = s.tracks[r]
-            if t.node in s.nodes_lost and t.status == "killed":
+            if t.node in s.nodes_lost and t.status == ev.RankStatus.KILLED:
                 continue  # it went with its node (rank_lifecycle): the node lost is its end, not the crash's words
             was, t.outcome = (t.status, t.outcome), words
             if status == "failed" and was[0] != "failed":  # taken for stopped until its exit code arrived
@@ -166,19 +167,14 @@ class Conclusion:
                           "host": t.host, "node": t.node,
                           "workload_verdict": t.verdict}
                       for r, t in s.tracks.items()},
-            "replica": None if rep is None else {"status": rep.status, "text": rep.text, "param": rep.param,
-                                                 "ranks": list(rep.ranks)},
+            "replica": None if rep is None else rep.fields_json("status", "text", "param", "ranks"),
             "stall": s.stall_info,
             "slow": s.slow_info,
-            "hang": None if hang is None else {"text": hang.text, "culprits": list(hang.culprits),
-                                               "waiting": list(hang.waiting), "where": hang.where,
-                                               "collective": hang.collective, "fix": hang.fix},
-            "crash": None if crash is None else {"text": crash.text, "root_rank": crash.root_rank,
-                                                 "victims": list(crash.victims), "exit": crash.exit,
-                                                 "excerpt": list(crash.excerpt), "together": list(crash.together),
-                                                 "stopped": list(crash.stopped),
-                                                 "never_started": list(crash.never_started),
-                                                 "outcomes": dict(crash.outcomes),
+            "hang": None if hang is None else hang.fields_json("text", "culprits", "waiting", "where", "collective",
+                                                               "fix"),
+            "crash": None if crash is None else {**crash.fields_json("text", "root_rank", "victims", "exit", "excerpt",
+                                                                     "together", "stopped", "never_started",
+                                                                     "outcomes"),
                                                  "collective": crash.collective or None},
             "own_exit": s.own_exit.to_dict() if s.own_exit is not None else None,
             "hints": s.hints,

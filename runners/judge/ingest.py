@@ -105,8 +105,8 @@ class Ingest:
             t.tail.extend(shown[-40:])
             if stream == "err":
                 t.err_tail.extend(shown[-80:])
-            if t.status == "starting":
-                self.s.set_status(t, "running", "", wall)
+            if t.status == ev.RankStatus.STARTING:
+                self.s.set_status(t, ev.RankStatus.RUNNING, "", wall)
             if parse.may_have_step_or_loss(blob):
                 news = False
                 for ln in shown:

@@ -220,7 +220,7 @@ class JobFollow:
                   + ": its ranks are stopped by Slurm, not failed")
         if self.life is not None:
             self.life.slurm_stopped_again(words)
-        if not any(t.status == "failed" for t in s.tracks.values()):
+        if not any(t.status == ev.RankStatus.FAILED for t in s.tracks.values()):
             s.first_failure = None  # the ranks "failed" of Slurm's signals only: nothing to tear down for
             if not self.lost:
                 self._failed_at = None
@@ -263,7 +263,7 @@ class JobFollow:
             return
         on_node = self._ranks_on(node, ranks)
         # its ranks failed or died first (the death watch saw it, even with no exit code yet): a crash, not a lost node
-        failed = any(s.tracks[r].status == "failed" or s.tracks[r].exc is not None
+        failed = any(s.tracks[r].status == ev.RankStatus.FAILED or s.tracks[r].exc is not None
                      or (s.tracks[r].pid and s.tracks[r].pid in s.died_at) for r in on_node)
         if agent_lost_node(returncode, signal, failed, others_running):
             self.node_lost(node, on_node, f"its agent {name} ended ({signal or f'exit {returncode}'}) while the other "
@@ -322,7 +322,7 @@ class JobFollow:
         whole node gone (its ranks' own deaths are not seen from here). The other nodes with ranks not known to have
         ended, to ask before the teardown whether they still answer (node, pids of those ranks there)."""
         s = self.s
-        failed = [t for t in s.tracks.values() if t.status == "failed" or t.exc is not None]
+        failed = [t for t in s.tracks.values() if t.status == ev.RankStatus.FAILED or t.exc is not None]
         said = [(t.rank, victim_marker(RankEvidence(t.rank, exc=t.exc, err_lines=tuple(t.err_tail)))) for t in failed]
         if not failed or not all(m for _, m in said):
             return ()  # a rank failed on its own: that is the cause, nothing to ask

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence, Set
 
+from ..events import RankStatus
 from . import world_view
 from .conclusion import Conclusion, Launcher
 from .ingest import Ingest
@@ -136,7 +137,7 @@ class Judge:
         t = self.state.tracks.get(rank)
         if t is not None and t.alive:
             t.output_note = detail
-            self.state.set_status(t, "running", detail)
+            self.state.set_status(t, RankStatus.RUNNING, detail)
         return self.state.take()
 
     def quiet_since(self, rank: int, mono: float, wall: float, why: str) -> None:

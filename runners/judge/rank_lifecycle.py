@@ -3,12 +3,10 @@ from __future__ import annotations
 
 from collections.abc import Set
 
-from ..events import ProcessExited
+from ..events import ProcessExited, RankStatus, rank_ended
 from ..evidence.crash import RankEvidence, ended_by, ended_by_our_stop, exit_words, signal_of, stopped_words
 from .rank_track import RankTrack
 from .run_state import RunState
-
-ENDED = ("exited", "failed", "killed")
 
 
 class RankLifecycle:
@@ -83,31 +81,31 @@ class RankLifecycle:
     def rank_ended(self, t: RankTrack, stopped: bool) -> None:
         """Its status when it ended, from what is known now; the crash verdict settles it at the end."""
         s = self.s
-        if t.status in ENDED:
+        if rank_ended(t.status):
             return
         rc = t.returncode
         own_error = t.first_failure_wall is not None or t.exc is not None
         by_launcher = s.launcher_log.pid_stopped(t.pid)
         stop_signal = t.signal in ("SIGTERM", "SIGINT") and s.first_failure is not None
-        failed = [x for x in s.tracks.values() if x.status == "failed"]
+        failed = [x for x in s.tracks.values() if x.status == RankStatus.FAILED]
         first = min(failed, key=lambda x: x.first_failure_wall or s.wall) if failed else None
         if rc == 0:
             t.outcome = "exited 0"
-            s.set_status(t, "exited", "exit 0")
+            s.set_status(t, RankStatus.EXITED, "exit 0")
         elif t.node in s.nodes_lost and rc is None and not own_error:  # no word of it since: it went with its node
             t.outcome = f"lost with node {t.node}"
-            s.set_status(t, "killed", t.outcome)
+            s.set_status(t, RankStatus.KILLED, t.outcome)
         elif self.slurm_stopped(t):  # Slurm's cancel ended it (scancel from outside, its time limit): not a failure
             assert s.slurm_stop is not None  # slurm_stopped() says it is set
             t.outcome = s.slurm_stop["words"]
-            s.set_status(t, "killed", t.outcome)
+            s.set_status(t, RankStatus.KILLED, t.outcome)
         elif self.ended_by_our_stop(t, stopped):  # ddptui's own signal (or a launcher passing it on): not a failure
             words = stopped_words(s.stop_why, first.rank if first else None)
             t.outcome = words if t.ran else f"never started ({words})"
-            s.set_status(t, "killed", t.outcome)
+            s.set_status(t, RankStatus.KILLED, t.outcome)
         elif rc is not None and rc < 0 and t.completed and not stopped:
             t.outcome = f"completed, then died at exit ({t.signal})"
-            s.set_status(t, "exited", t.outcome)
+            s.set_status(t, RankStatus.EXITED, t.outcome)
             self.hint_exit(t)
         elif not own_error and (stopped or by_launcher or stop_signal):
             if not t.ran:  # not a line, not a report (the hello either): its program never ran
@@ -115,14 +113,14 @@ class RankLifecycle:
             else:
                 t.outcome = ended_by("ddptui" if s.tearing_down and stopped else "launcher",
                                      first.rank if first else None)
-            s.set_status(t, "killed", t.outcome)
+            s.set_status(t, RankStatus.KILLED, t.outcome)
         else:
             what = exit_words(rc, t.exc) if rc is not None else (t.signal or "exit ?")
             t.outcome = f"failed ({what})"
             t.first_failure_wall = min(t.first_failure_wall or t.exit_wall or s.wall, t.exit_wall or s.wall)
             if s.first_failure is None:
                 s.first_failure = s.mono
-            s.set_status(t, "failed", what)
+            s.set_status(t, RankStatus.FAILED, what)
             self.hint_exit(t)
 
     def ended_by_our_stop(self, t: RankTrack, stopped: bool) -> bool:
@@ -146,13 +144,13 @@ class RankLifecycle:
     def slurm_stopped_again(self, words: str) -> None:
         """Slurm's cancel was learned (or who asked for it): the ranks it stopped, already ended, say so now."""
         for t in self.s.tracks.values():
-            if t.returncode == 0 or t.status == "exited" or not self.slurm_stopped(t):
+            if t.returncode == 0 or t.status == RankStatus.EXITED or not self.slurm_stopped(t):
                 continue
-            if t.status not in ENDED:  # died with no exit code known yet (srun ended before it said one)
+            if not rank_ended(t.status):  # died with no exit code known yet (srun ended before it said one)
                 self.rank_ended(t, False)
             elif t.outcome != words:
                 t.outcome = words
-                self.s.set_status(t, "killed", words)
+                self.s.set_status(t, RankStatus.KILLED, words)
 
     def stopped_by(self, t: RankTrack) -> str | None:
         """Who sent the signal it ended with: "slurm" (its cancel), "ddptui", "launcher", or None (nobody we know of)."""
@@ -199,5 +197,5 @@ class RankLifecycle:
         for t in self.s.tracks.values():
             if t.alive and t.exit_wall is None:
                 t.exit_wall = self.s.wall
-            if t.status not in ENDED:
+            if not rank_ended(t.status):
                 self.rank_ended(t, stopped=True)

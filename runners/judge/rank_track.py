@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from ..events import RankStatus, rank_ended
 from ..evidence.steptime import StepClock
 
 MAX_POINTS = 2000  # loss points kept per rank (older ones thinned, first and last always kept)
@@ -14,7 +15,7 @@ POINTS_PER_EVENT = 500  # loss points one Progress event carries at most
 class RankTrack:
     rank: int
     started: float  # monotonic
-    status: str = "starting"
+    status: str = RankStatus.STARTING
     step: int | None = None
     loss: float | None = None
     first_loss: float | None = None
@@ -130,7 +131,7 @@ class RankTrack:
 
     @property
     def alive(self) -> bool:
-        return self.returncode is None and self.status not in ("exited", "failed", "killed")
+        return self.returncode is None and not rank_ended(self.status)
 
     @property
     def completed(self) -> bool:

@@ -180,11 +180,11 @@ def node_lost_crash(crash, lost: dict, tracks: dict, wall: float):
     nodes = ", ".join(lost)
     if crash is None:  # no rank failed: the ranks ddptui stopped, it stopped because the node was lost
         outcomes = {r: ("killed", f"torn down by ddptui after node {nodes} was lost") for r, t in tracks.items()
-                     if r not in gone and t.status == "killed" and t.outcome == ended_by("ddptui")}
+                     if r not in gone and t.status == ev.RankStatus.KILLED and t.outcome == ended_by("ddptui")}
         return ev.CrashVerdict(said, None, tuple(gone), "node lost", (), wall,
                                outcomes={r: w for r, (_, w) in outcomes.items()}), outcomes
     went = {r: ("killed", f"lost with node {n}") for n, v in lost.items() for r in v["ranks"]
-            if r in tracks and tracks[r].status == "killed"}  # no end of their own seen: they went with the node
+            if r in tracks and tracks[r].status == ev.RankStatus.KILLED}  # no end of their own seen: went with the node
     root = tracks.get(crash.root_rank)
     peer = root is not None and victim_marker(RankEvidence(root.rank, exc=root.exc, err_lines=tuple(root.err_tail)))
     if root is None or not peer or root.rank in gone:

@@ -117,7 +117,7 @@ class Watch:
                     for t in s.tracks.values():
                         if t.stalled:
                             t.stalled = False
-                            s.set_status(t, "running", "progressing again")
+                            s.set_status(t, ev.RankStatus.RUNNING, "progressing again")
             self._check_slow()
 
     # ---- stall ---------------------------------------------------------------------------------------
@@ -146,7 +146,7 @@ class Watch:
             if q.rank in stalled:
                 t = s.tracks[q.rank]
                 t.stalled = True
-                s.set_status(t, "stalled", f"{q.words()} ({q.limit.rule})"
+                s.set_status(t, ev.RankStatus.STALLED, f"{q.words()} ({q.limit.rule})"
                              + ("" if q.cpu is None else f", {q.cpu * 100:.0f} % of a core")
                              + (f", CPU not measured ({q.no_cpu})" if q.no_cpu else ""))
         s.emit(ev.StallDetected(tuple(stalled), tuple(progressing), since, limit.seconds, wall, found.reason))
@@ -211,7 +211,7 @@ class Watch:
         lag = self._behind()
         if lag:
             for b in lag:
-                s.set_status(s.tracks[b.rank], "slow", b.detail())
+                s.set_status(s.tracks[b.rank], ev.RankStatus.SLOW, b.detail())
             lead = lag[0].lead
             self._slow_named([b.rank for b in lag], f"{_ranks_word([b.rank for b in lag])} far behind the other "
                                                     f"ranks (lead at step {lead})", "behind")
@@ -253,13 +253,12 @@ class Watch:
             self._slow_ranks(downs, f" (every rank slowed in lock-step; {SLOW_SAMPLES} stack samples did not single "
                                     "one out)")
         if self.s.slow_info is not None and hv is not None:
-            self.s.slow_info["verdict"] = {"text": hv.text, "culprits": list(hv.culprits),
-                                           "waiting": list(hv.waiting), "where": hv.where, "stacks": hv.path,
-                                           "fix": hv.fix}
+            self.s.slow_info["verdict"] = {**hv.fields_json("text", "culprits", "waiting", "where"),
+                                           "stacks": hv.path, "fix": hv.fix}  # its stacks folder, by that name
 
     def _slow_ranks(self, downs, why: str) -> None:
         for d in downs:
-            self.s.set_status(self.s.tracks[d.rank], "slow", d.detail())
+            self.s.set_status(self.s.tracks[d.rank], ev.RankStatus.SLOW, d.detail())
         self._slow_named([d.rank for d in downs], "; ".join(d.text() for d in downs) + why, "slower")
 
     def _slow_named(self, ranks, text: str, kind: str) -> None:
@@ -300,23 +299,24 @@ class Watch:
                 step = steps.get(t.rank)
                 if step is None:
                     continue
-                if t.status == "slow" and lead - step <= behind_by(lead) / 2:
+                if t.status == ev.RankStatus.SLOW and lead - step <= behind_by(lead) / 2:
                     self._back(t, f"caught up: at step {step}, the lead at {lead}")
-                elif t.status == "running" and lead - step > behind_by(lead):
-                    s.set_status(t, "slow", Behind(t.rank, step, lead).detail())
+                elif t.status == ev.RankStatus.RUNNING and lead - step > behind_by(lead):
+                    s.set_status(t, ev.RankStatus.SLOW, Behind(t.rank, step, lead).detail())
             return
         for t in named:
             base, now = t.clock.baseline(), t.clock.recent()
             if base is None or now is None:
                 continue
-            if t.status == "slow" and now < SLOWER / 2 * base:
+            if t.status == ev.RankStatus.SLOW and now < SLOWER / 2 * base:
                 self._back(t, f"back at pace: steps take {seconds_words(now)}, its first {t.clock.timed_steps} "
                               f"steps' {seconds_words(base)}")
-            elif t.status == "running" and now >= SLOWER * base:
-                s.set_status(t, "slow", SlowDown(t.rank, now, base, t.clock.timed_steps, t.clock.timed_to).detail())
+            elif t.status == ev.RankStatus.RUNNING and now >= SLOWER * base:
+                s.set_status(t, ev.RankStatus.SLOW,
+                             SlowDown(t.rank, now, base, t.clock.timed_steps, t.clock.timed_to).detail())
 
     def _back(self, t, words: str) -> None:
-        self.s.set_status(t, "running", words)
+        self.s.set_status(t, ev.RankStatus.RUNNING, words)
         self.s.say(f"ddptui: rank {t.rank} {words}")
 
 

@@ -9,7 +9,6 @@ from ..evidence.words import ranks_text, unseen_words
 if TYPE_CHECKING:
     from .run_state import RunState
 
-UNSEEN = "unseen"  # the status of a rank this ddptui does not watch (RankState; the console's and summary's word)
 UNSEEN_WHY = "runs on another node, not watched by this ddptui: that node's own ddptui watches it"
 
 
@@ -49,4 +48,4 @@ def announce(s: RunState) -> None:
     s.say(f"ddptui: this ddptui watches {ranks_text(s.tracks)} of a {s.world}-rank job (its own node's torchrun "
           f"agent); {unseen_words(unseen)}: each node's ddptui watches its own ranks")
     for r in unseen:
-        s.emit(ev.RankState(r, UNSEEN, UNSEEN_WHY, s.wall))
+        s.emit(ev.RankState(r, ev.RankStatus.UNSEEN, UNSEEN_WHY, s.wall))
