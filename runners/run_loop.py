@@ -66,7 +66,7 @@ class RunLoop(abc.ABC):
         self.pyspy, self.stack_method = pyspy, stack_method
         self._started_mono = time.monotonic()
         self.judge = Judge(profile, self._started_mono, time.time(), runner=runner)
-        self.procs: list[procs.Proc] = []  # the processes this run started (none when attached)
+        self.procs: list[procs.Spawned] = []  # the processes this run started (none when attached)
         self.batch: list = []
         self._stop = threading.Event()
         self._stop_why = ""

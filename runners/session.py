@@ -158,7 +158,7 @@ class Session(RunLoop):
             return Over(end)
         return None
 
-    def _proc_exited(self, proc: procs.Proc, torn_down: bool = False) -> TearDown | None:
+    def _proc_exited(self, proc: procs.Spawned, torn_down: bool = False) -> TearDown | None:
         assert proc.returncode is not None, "called once it exited"
         self._check_rank_pids()  # the deaths the watcher saw first, with their times (and a launcher's ranks' codes)
         self._catch_up()

@@ -268,11 +268,11 @@ class FakeRank:
         self.named = dict(GROUPS)
         self.full_dumps = 0
 
-    def watch(self) -> ddptui_fr.Watch:
+    def watch(self) -> ddptui_fr.GroupChanges:
         def full():
             self.full_dumps += 1
             return {"entries": ENTRIES}
-        return ddptui_fr.Watch(lambda: self.named, lambda: summary(**self.status), full)
+        return ddptui_fr.GroupChanges(lambda: self.named, lambda: summary(**self.status), full)
 
 
 def test_a_report_only_when_numbers_change_and_one_dump_for_a_collective_left_pending():
@@ -308,7 +308,7 @@ def test_a_full_dump_that_fails_is_no_report_and_is_not_retried_every_look():
     def broken():
         calls.append(1)
         raise RuntimeError("no dump")
-    w = ddptui_fr.Watch(lambda: r.named, lambda: summary(**r.status), broken)
+    w = ddptui_fr.GroupChanges(lambda: r.named, lambda: summary(**r.status), broken)
     w.look()
     with pytest.raises(RuntimeError):
         w.look()  # the thread's loop catches it

@@ -17,7 +17,7 @@ from ddptui.runners.edge import procs
 from ddptui.runners.launch.plan import ProcSpec
 
 
-def spawn_sleeper(tmp_path, seconds: float) -> procs.Proc:
+def spawn_sleeper(tmp_path, seconds: float) -> procs.Spawned:
     spec = ProcSpec("sleeper", (sys.executable, "-c", f"import time; time.sleep({seconds})"), {}, str(tmp_path), (),
                     str(tmp_path / "out"), str(tmp_path / "err"))
     return procs.spawn(spec)
@@ -138,7 +138,7 @@ def test_a_survivor_is_described_by_pid_owner_and_state():
     assert procs.describe_survivor(7, "stopped", None) == "pid 7 did not exit after SIGKILL (state T: stopped); left running"
 
 
-def _spawn_term_ignorer(tmp_path) -> procs.Proc:
+def _spawn_term_ignorer(tmp_path) -> procs.Spawned:
     code = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
             "print('ready', flush=True); time.sleep(120)")
     spec = ProcSpec("stubborn", (sys.executable, "-c", code), {}, str(tmp_path), (), str(tmp_path / "out"),

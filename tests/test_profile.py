@@ -88,9 +88,9 @@ def test_fault_kinds_seconds_and_format_live_in_the_rank_side_file(tmp_path, kin
     assert pmodel.FAULT_KINDS is _faults.KINDS and pmodel.FAULT_SECONDS is _faults.DEFAULT_SECONDS
     builtin = "workload: {builtin: ddp_mlp}\n"
     p = load_profile(write(tmp_path, builtin + f"fault: {{kind: {kind}, rank: 1, step: 3}}\n"))
-    assert _faults.parse(p.rank_env()["DDP_FAULT"]) == _faults.Fault(kind, 1, 3, _faults.DEFAULT_SECONDS[kind])
+    assert _faults.parse(p.rank_env()["DDP_FAULT"]) == _faults.DdpFault(kind, 1, 3, _faults.DEFAULT_SECONDS[kind])
     p = load_profile(write(tmp_path, builtin + f"fault: {{kind: {kind}, seconds: 1.25}}\n"))
-    assert _faults.parse(p.fault.spec()) == _faults.Fault(kind, 0, 0, 1.25)
+    assert _faults.parse(p.fault.spec()) == _faults.DdpFault(kind, 0, 0, 1.25)
 
 
 def test_full_profile_round_trips_through_json(tmp_path):

@@ -17,7 +17,7 @@ from ddptui.tui.screens.run import RunScreen
 from ddptui.tui.widgets.banner import Banner
 from ddptui.tui.widgets.rank_pane import RankPane
 from ddptui.tui.widgets.stacks_view import render_stacks
-from ddptui.tui.widgets.tail import TailView
+from ddptui.tui.widgets.tail_view import TailView
 
 SIZE = (160, 50)
 
@@ -303,7 +303,7 @@ async def test_sixteen_ranks_flood_stays_bounded_and_responsive():
 @aio
 async def test_a_flood_of_lines_reaches_the_screens_at_most_at_the_redraw_cap(monkeypatch):
     import ddptui.tui.app as app_module
-    from ddptui.tui.pace import VIEW_PERIOD
+    from ddptui.tui.redraw import VIEW_PERIOD
 
     posted: list[float] = []
     original = app_module.ModelChanged.__init__
@@ -553,7 +553,7 @@ async def test_too_many_ranks_for_the_rows_scroll_and_each_pane_still_shows_its_
 
 
 def test_narrow_tails_drop_the_timestamp_so_the_text_shows():
-    from ddptui.tui.widgets.tail import stamped
+    from ddptui.tui.widgets.tail_view import stamped
 
     assert stamped(76) and stamped(33)  # 2 ranks at 160 or 80 columns; 16 ranks at 160 columns (36)
     assert not stamped(32) and not stamped(16)  # 16 ranks at 80 columns: 16 columns, 7 of text behind a stamp

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from ddptui.tui.model import Changes
-from ddptui.tui.pace import CHART_PERIOD, VIEW_PERIOD, Pace
+from ddptui.tui.redraw import CHART_PERIOD, VIEW_PERIOD, RedrawCap
 
 
 def lines(*ranks) -> Changes:
@@ -12,13 +12,13 @@ def lines(*ranks) -> Changes:
 
 
 def test_the_first_change_after_a_quiet_spell_goes_out_at_once():
-    p, held = Pace(), lines(0)
+    p, held = RedrawCap(), lines(0)
     out, wait = p.due(held, 100.0)
     assert out.ranks == {0} and out.lines and wait is None and not held
 
 
 def test_a_flood_is_told_at_most_once_per_view_period_and_nothing_is_lost():
-    p, held = Pace(), Changes()
+    p, held = RedrawCap(), Changes()
     told = []
     t = 100.0
     while t < 102.0:  # a batch every 20 ms for 2 s, each for another rank
@@ -33,7 +33,7 @@ def test_a_flood_is_told_at_most_once_per_view_period_and_nothing_is_lost():
 
 
 def test_held_back_changes_say_when_they_are_due():
-    p = Pace()
+    p = RedrawCap()
     p.due(lines(0), 10.0)
     held = lines(1)
     out, wait = p.due(held, 10.1)
@@ -43,7 +43,7 @@ def test_held_back_changes_say_when_they_are_due():
 
 
 def test_the_chart_has_its_own_slower_cap_and_its_change_waits_for_it():
-    p = Pace()
+    p = RedrawCap()
     out, _ = p.due(Changes({0}, False, True, False), 0.0)
     assert out.loss
     held = Changes({0}, False, True, False)
@@ -54,7 +54,7 @@ def test_the_chart_has_its_own_slower_cap_and_its_change_waits_for_it():
 
 
 def test_the_end_of_a_run_goes_out_whatever_the_caps_say():
-    p = Pace()
+    p = RedrawCap()
     p.due(Changes({0}, True, True, False), 0.0)
     held = Changes({1}, True, True, True)
     out, wait = p.due(held, 0.01, final=True)
@@ -63,7 +63,7 @@ def test_the_end_of_a_run_goes_out_whatever_the_caps_say():
 
 
 def test_a_chart_shown_again_is_drawn_out_of_turn_only_within_its_cap():
-    p = Pace()
+    p = RedrawCap()
     assert p.chart_now(5.0)  # never drawn: at once
     assert not p.chart_now(5.0 + CHART_PERIOD / 2)
     out, wait = p.due(Changes(set(), False, True, False), 5.0 + CHART_PERIOD / 2)

@@ -7,7 +7,7 @@ import pytest
 from ddptui.runners import events as ev
 from ddptui.tui.app import DdpApp
 from ddptui.tui.widgets.rank_pane import RankPane
-from ddptui.tui.widgets.tail import TailView
+from ddptui.tui.widgets.tail_view import TailView
 from tests.test_tui_app import GatedSource, aio, on_screen, screen_text
 
 

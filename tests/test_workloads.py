@@ -260,10 +260,10 @@ def test_missing_env_exits_4(workload, missing):
 
 @pytest.mark.timeout(10)
 def test_fault_parsing():
-    assert _faults.parse("hang:1:2") == _faults.Fault("hang", 1, 2, 3600.0)
-    assert _faults.parse("hang:1:2:") == _faults.Fault("hang", 1, 2, 3600.0)
-    assert _faults.parse("slow:0:3") == _faults.Fault("slow", 0, 3, 0.2)
-    assert _faults.parse("slow:0:3:1.5") == _faults.Fault("slow", 0, 3, 1.5)
+    assert _faults.parse("hang:1:2") == _faults.DdpFault("hang", 1, 2, 3600.0)
+    assert _faults.parse("hang:1:2:") == _faults.DdpFault("hang", 1, 2, 3600.0)
+    assert _faults.parse("slow:0:3") == _faults.DdpFault("slow", 0, 3, 0.2)
+    assert _faults.parse("slow:0:3:1.5") == _faults.DdpFault("slow", 0, 3, 1.5)
     assert _faults.parse("crash:1:0").kind == "crash"
     assert _faults.parse("diverge:0:0").seconds == 0.0  # a kind that takes no seconds
     for bad in ("hang", "hang:1", "boom:1:2", "hang:x:2", "hang:1:-1", "hang:1:2:3:4", "slow:1:2:-1", "slow:1:2:nan"):

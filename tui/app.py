@@ -19,7 +19,7 @@ from textual.worker import Worker, WorkerState
 from ..runners import events as ev
 from .model import Changes, RunModel
 from .nocolor import readable_filters
-from .pace import Pace
+from .redraw import RedrawCap
 from .replay import ReplaySource
 from .sizes import size_classes
 
@@ -190,7 +190,7 @@ class DdpApp(App):
         self.run_code: int | None = None
         self.run_error: str | None = None
         self.runs_started = 0
-        self._pace = Pace()
+        self._pace = RedrawCap()
         self._pace_timer: Timer | None = None
         self._pace_at = 0.0  # when the pending timer fires
         self._quitting = False
@@ -224,7 +224,7 @@ class DdpApp(App):
         if self._pace_timer is not None:
             self._pace_timer.stop()
             self._pace_timer = None
-        self._pace = Pace()
+        self._pace = RedrawCap()
         try:
             def emit(batch: list, src: Source = source) -> None:
                 self.post_message(EventsArrived(src, batch))

@@ -61,7 +61,9 @@ def _child_setup() -> None:
 
 
 @dataclass
-class Proc:
+class Spawned:
+    """A process ddptui started (a launcher or a rank), with its log files and, once it ended, its exit."""
+
     spec: ProcSpec
     popen: subprocess.Popen
     started: float
@@ -95,7 +97,7 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def sleep_until_exit(procs: list[Proc], timeout: float, also: int | None = None) -> None:
+def sleep_until_exit(procs: list[Spawned], timeout: float, also: int | None = None) -> None:
     """Sleep up to `timeout` seconds, waking at once when one of the running processes exits (or `also`,
     another file descriptor, turns readable)."""
     fds = [p.pidfd for p in procs if p.returncode is None and p.pidfd is not None]
@@ -111,7 +113,7 @@ class SpawnError(Exception):
     pass
 
 
-def spawn(spec: ProcSpec) -> Proc:
+def spawn(spec: ProcSpec) -> Spawned:
     for p in (spec.stdout, spec.stderr):
         Path(p).parent.mkdir(parents=True, exist_ok=True)
     out = open(spec.stdout, "ab", buffering=0)
@@ -125,7 +127,7 @@ def spawn(spec: ProcSpec) -> Proc:
         out.close()
         err.close()
         raise SpawnError(f"cannot start {spec.name}: {spec.argv[0]}: {e.strerror or e}") from None
-    return Proc(spec, popen, time.time(), files=[out, err], pidfd=_pidfd(popen.pid))
+    return Spawned(spec, popen, time.time(), files=[out, err], pidfd=_pidfd(popen.pid))
 
 
 def _alive(pid: int) -> bool:
@@ -162,7 +164,7 @@ def _signal_tree(pids: set[int], sig: int) -> None:
             pass
 
 
-def tree_pids(procs: list[Proc], extra: Set[int] = frozenset()) -> set[int]:
+def tree_pids(procs: list[Spawned], extra: Set[int] = frozenset()) -> set[int]:
     """Every live process of the run: ours, their descendants, ranks that announced themselves, our orphans."""
     pids = set(extra)
     for p in procs:
@@ -183,7 +185,7 @@ def tree_pids(procs: list[Proc], extra: Set[int] = frozenset()) -> set[int]:
     return {pid for pid in pids if _alive(pid)}
 
 
-def _belongs_to_run(proc: psutil.Process, procs: list[Proc]) -> bool:
+def _belongs_to_run(proc: psutil.Process, procs: list[Spawned]) -> bool:
     try:
         env = proc.environ()
     except psutil.Error:
@@ -203,7 +205,7 @@ def _state(pid: int) -> str:
         return "gone"
 
 
-def teardown(procs: list[Proc], extra: Set[int] = frozenset(), deadline: float = 5.0, kill_wait: float = KILL_WAIT,
+def teardown(procs: list[Spawned], extra: Set[int] = frozenset(), deadline: float = 5.0, kill_wait: float = KILL_WAIT,
              hurry=None) -> dict:
     """SIGTERM every process group of the run, SIGKILL what is left at `deadline`, wait `kill_wait` more, then
     give up and report the survivors (as torch elastic's _close does: a process in uninterruptible sleep, D

@@ -179,14 +179,14 @@ def start_thread(rank: int, c10d: Any) -> None:
     def full() -> dict:
         return json.loads(_dump_fr_trace_json(includeCollectives=True, onlyActive=False))
 
-    watch = Watch(lambda: groups(c10d), summary, full)
+    watch = GroupChanges(lambda: groups(c10d), summary, full)
     # Not a daemon: like ddptui_report's flusher it ends when the main thread ends, before the interpreter
     # finalizes (a daemon thread left there made two-rank gloo runs abort at exit).
     _thread = threading.Thread(target=_loop, args=(rank, watch), name="ddptui-collectives")
     _thread.start()
 
 
-def _loop(rank: int, watch: Watch) -> None:
+def _loop(rank: int, watch: GroupChanges) -> None:
     import ddptui_report
 
     main = threading.main_thread()
@@ -288,7 +288,7 @@ def frontier(entries: list, name: str, completed: int) -> dict | None:
     return {"seq": seq, "op": op, "sizes": e.get("input_sizes"), "dtypes": e.get("input_dtypes")}
 
 
-class Watch:
+class GroupChanges:
     """What changed since the previous look: the groups to report, with the frontier of one that stays pending."""
 
     def __init__(self, named: Callable[[], dict], summary: Callable[[], dict], full: Callable[[], dict]) -> None:

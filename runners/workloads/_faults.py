@@ -16,7 +16,9 @@ DEFAULT_SECONDS = {"hang": 3600.0, "crash": 0.0, "diverge": 0.0, "slow": 0.2}
 KINDS = tuple(DEFAULT_SECONDS)
 
 
-class Fault(NamedTuple):
+class DdpFault(NamedTuple):
+    """The DDP_FAULT value as a rank reads it (the profile's `fault:` section is launch.profile.Fault)."""
+
     kind: str
     rank: int
     step: int
@@ -29,7 +31,7 @@ def spec(kind: str, rank: int, step: int, seconds: float) -> str:
     return f"{kind}:{rank}:{step}:{secs}"
 
 
-def parse(text: str) -> Fault:
+def parse(text: str) -> DdpFault:
     parts = text.strip().split(":")
     if len(parts) not in (3, 4) or parts[0] not in KINDS:
         raise ValueError("expected kind:rank:step[:seconds] with kind in " + "|".join(KINDS))
@@ -42,10 +44,10 @@ def parse(text: str) -> Fault:
         seconds = float(parts[3])
         if not seconds >= 0:
             raise ValueError("seconds must be >= 0")
-    return Fault(kind, rank, step, seconds)
+    return DdpFault(kind, rank, step, seconds)
 
 
-def from_env(rank: int) -> Fault | None:
+def from_env(rank: int) -> DdpFault | None:
     """The fault aimed at any rank, or None; a malformed DDP_FAULT ends the program with exit 4."""
     text = os.environ.get("DDP_FAULT", "").strip()
     if not text:
@@ -61,7 +63,7 @@ def from_env(rank: int) -> Fault | None:
 class Injector:
     """Applies one fault on its rank; every call is a no-op on the other ranks."""
 
-    def __init__(self, fault: Fault | None, rank: int, log: Callable[[str], None]):
+    def __init__(self, fault: DdpFault | None, rank: int, log: Callable[[str], None]):
         self.fault = fault if fault is not None and fault.rank == rank else None
         self.rank, self.log = rank, log
         self._slow_said = False

@@ -7,7 +7,7 @@ from textual.geometry import Region
 from textual.reactive import reactive
 from textual.strip import Strip
 
-from .tail import TailView
+from .tail_view import TailView
 
 PERCENT_WIDTH = 5  # " 100%"
 

@@ -14,7 +14,7 @@ from textual.strip import Strip
 
 from .. import compact
 from ..model import RunModel, human_bytes
-from .tail import clean
+from .tail_view import clean
 
 WIDEST = (1, 6, 16, 28, 16, 9, 10, 5, 7)  # the most each column but the last line takes (cells are cut with …)
 GAP = 1

@@ -12,7 +12,7 @@ from textual.strip import Strip
 
 from ..model import TIMELINE_LINES, RunModel
 from ..ranktag import untagged
-from .tail import clean
+from .tail_view import clean
 
 PREFIX = 21  # "%9.3f %8s ! " before a line's text
 

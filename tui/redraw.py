@@ -10,7 +10,7 @@ CHART_PERIOD = 1.0  # the loss chart: plotext's drawing is the costly part
 
 
 @dataclass
-class Pace:
+class RedrawCap:
     """Leading-edge throttle: the first change after a quiet spell goes out at once, the rest at the cap."""
 
     view_at: float = float("-inf")  # when the screens were last told
