@@ -25,9 +25,14 @@ class RankStatus(str, Enum):
     KILLED = "killed"
     UNSEEN = "unseen"  # a rank of the world this ddptui does not watch (on another node)
 
-    __str__ = str.__str__
-    __format__ = str.__format__
-    __hash__ = str.__hash__  # Enum hashes the member's name: "exited" would not be found in a set of members
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, spec: str) -> str:  # f"{status}" is the word on every Python (3.12 changed Enum's)
+        return str.__format__(self, spec)
+
+    def __hash__(self) -> int:  # Enum hashes the member's name: "exited" would not be found in a set of members
+        return str.__hash__(self)
 
 
 ENDED = frozenset({RankStatus.EXITED, RankStatus.FAILED, RankStatus.KILLED})

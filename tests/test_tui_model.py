@@ -100,7 +100,7 @@ def multinode_scenario(nodes: int = 2, per: int = 2, cyclic: bool = False, pendi
     for s in range(1, 4):
         b.append([ev.LogLines(r, "out", t + 3 + s, 3 + s, (f"step {s} loss {1.0 / s:.3f}",)) for r in range(world)]
                  + [ev.Progress(r, s, None, t + 3 + s, "hook") for r in range(world)])  # no loss: the chart
-    # redraws at most once a second (tui/pace.py), and a snapshot must not depend on when it did
+    # redraws at most once a second (tui/redraw.py), and a snapshot must not depend on when it did
     b.append([ev.Resources({r: 90.0 for r in range(world)}, {r: 200 << 20 for r in range(world)}, t + 6.5)])
     if lost:
         gone = tuple(r for r in range(world) if node_of[r] == nodes - 1)

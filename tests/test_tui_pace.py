@@ -1,4 +1,4 @@
-"""The dashboard's redraw caps (tui/pace.py): what goes to the screens now, and when the rest is due."""
+"""The dashboard's redraw caps (tui/redraw.py): what goes to the screens now, and when the rest is due."""
 from __future__ import annotations
 
 import pytest

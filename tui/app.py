@@ -156,7 +156,7 @@ class EventsArrived(Message):
 
 
 class ModelChanged(Message, bubble=False):
-    """Posted to the screens showing the model, at most as often as tui/pace.py allows; pending ones merge."""
+    """Posted to the screens showing the model, at most as often as tui/redraw.py allows; pending ones merge."""
 
     def __init__(self, changes: Changes) -> None:
         super().__init__()
@@ -258,7 +258,7 @@ class DdpApp(App):
 
     @property
     def drawn(self) -> bool:
-        """Every change folded into the model has been told to the screens (nothing held back by tui/pace.py, no
+        """Every change folded into the model has been told to the screens (nothing held back by tui/redraw.py, no
         chart catch-up waiting for the next repaint: RunScreen._chart_later)."""
         return self._pace_timer is None and (self.model is None or not self.model.changes) and not any(
             getattr(s, "chart_pending", False) for s in self.screen_stack)
@@ -272,7 +272,7 @@ class DdpApp(App):
         self._publish()
 
     def _publish(self, final: bool = False) -> None:
-        """Tell the screens what changed, at most as often as tui/pace.py says; the rest goes out when due."""
+        """Tell the screens what changed, at most as often as tui/redraw.py says; the rest goes out when due."""
         if self.model is None:
             return
         now = time.monotonic()

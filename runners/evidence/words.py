@@ -1,7 +1,7 @@
 """How ddptui says things the same way everywhere: ranks by number, the ranks it cannot see, how long things took."""
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 # ---- ranks ---------------------------------------------------------------------------------------------------------
 

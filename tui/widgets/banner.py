@@ -28,7 +28,7 @@ def banner_text(model: RunModel) -> tuple[str, str]:
     f = model.finished
     cls, parts = "", []
     if model.lost:  # the cause of what follows (its ranks' deaths, the crash verdict): said first
-        cls, parts = "-crash", [" · ".join(f"NODE LOST {n.node} ({ranks_text(n.ranks, sort=False, empty='no ranks', sep=',')}): {n.why}" for n in model.lost)]
+        cls, parts = "-crash", [" · ".join(f"NODE LOST {n.node} ({_ranks(n.ranks)}): {n.why}" for n in model.lost)]
     elif model.crash is not None:
         c = model.crash
         cls, parts = "-crash", [f"CRASH {c.exit}: {c.text}"]
@@ -85,7 +85,7 @@ def _stall(model: RunModel) -> str:
         lead, sep, rest = text.partition("; ")
         text = f"{lead} · fix: {hv.fix}" + (f" · {rest}" if sep else "")
     if hv.culprits and not _NAMES_RANKS.match(hv.text):  # a Flight Recorder finding leads with the collective:
-        return f"STALL: {ranks_text(hv.culprits, sort=False, empty='no ranks', sep=',')} · {text}"  # who, before a long sentence is cut
+        return f"STALL: {_ranks(hv.culprits)} · {text}"  # who, before a long sentence is cut
     return f"STALL: {text}"
 
 
@@ -140,3 +140,8 @@ class Banner(Static):
             return
         self._shown = (text, width)
         self.update(Text(fit(text, width, ROWS)))
+
+
+def _ranks(rs: tuple[int, ...]) -> str:
+    """The banner's short form: the event's order, "," between numbers, "no ranks" for none."""
+    return ranks_text(rs, sort=False, empty="no ranks", sep=",")
