@@ -186,7 +186,7 @@ class RunScreen(Screen):
 
     # -- redraw from the model ------------------------------------------------------------------------
     def on_model_changed(self, msg) -> None:
-        """The app folded events into the model (tui/pace.py says how often this comes under a flood)."""
+        """The app folded events into the model (tui/redraw.py says how often this comes under a flood)."""
         self.show(msg.changes)
 
     def show(self, c: Changes | None = None) -> None:
