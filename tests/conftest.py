@@ -1,5 +1,5 @@
 """Shared fixtures: the repo on sys.path, a run folder per test, the check that no process outlives a test, and the
-session's real Slurm clusters (tests/slurm_cluster.py)."""
+session's real Slurm clusters (tests/support/slurm_cluster.py)."""
 from __future__ import annotations
 
 import os
@@ -95,7 +95,7 @@ def runs_dir(tmp_path) -> Path:
     return d
 
 
-STANDIN_MIRAGE = Path(__file__).resolve().parent / "standin_mirage.py"
+STANDIN_MIRAGE = Path(__file__).resolve().parent / "support" / "standin_mirage.py"
 
 
 @pytest.fixture
@@ -111,8 +111,8 @@ def mirage_on_path(tmp_path, monkeypatch):
 
 
 def _cluster(namespaced: bool):
-    from tests.netns import NamespacesUnavailable
-    from tests.slurm_cluster import SlurmCluster, cannot_run, sweep_orphans
+    from tests.support.netns import NamespacesUnavailable
+    from tests.support.slurm_cluster import SlurmCluster, cannot_run, sweep_orphans
 
     why = cannot_run(namespaced)
     if why:

@@ -1,5 +1,5 @@
 """ddptui attach --slurm: a real Slurm job's ranks found on every node through srun --overlap (the test cluster of
-tests/slurm_cluster.py, skipped with the reason where it cannot run), and the decisions over the nodes' probe output."""
+tests/support/slurm_cluster.py, skipped with the reason where it cannot run), and the decisions over the nodes' probe output."""
 from __future__ import annotations
 
 import os

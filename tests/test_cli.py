@@ -349,7 +349,7 @@ def test_dump_of_a_copied_record_signals_neither_the_original_run_nor_a_dashboar
     import shlex
     import shutil
 
-    from tests.tmux_term import TMUX, Term
+    from tests.support.terminal import TMUX, Term
     with live_ddptui(runs_dir, *train_args()) as proc:
         wait_for_rank1(runs_dir, "step 3")
         run = only_run(runs_dir)

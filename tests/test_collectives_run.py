@@ -8,7 +8,7 @@ from ddptui.runners import events as ev
 from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.session import Session
 
-from tests.engine_helpers import PROFILES, Recorder
+from tests.support.engine import PROFILES, Recorder
 
 
 class StallSnapshot(Recorder):

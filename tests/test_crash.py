@@ -20,7 +20,7 @@ from ddptui.runners.evidence.launcher_log import TorchrunLog, error_file_report
 from ddptui.runners.evidence.kill_reading import KillEvidence, Limit, read_kill
 from ddptui.runners.edge.oom import cgroup_paths, kernel_log_kills, limit_files, memory_limit, parse_limit, parse_oom_kill
 from ddptui.runners.session import EXIT_FAILED, EXIT_STALLED
-from tests.engine_helpers import run_profile
+from tests.support.engine import run_profile
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 T0 = 1_700_000_000.0
@@ -611,7 +611,7 @@ def _torchrun_with_rank_wrapper(tmp_path: Path, wrapper_body: str, script: str):
 
 def _run(profile, runs_dir):
     from ddptui.runners.session import Session
-    from tests.engine_helpers import Recorder
+    from tests.support.engine import Recorder
     rec = Recorder()
     session = Session(profile, runs_dir, emit=rec)
     return session.run(), rec, session
@@ -638,7 +638,7 @@ def test_ddptui_stopping_torchrun_folds_its_signal_traceback_into_one_line(runs_
     path = _profile(tmp_path, "die_without_exception.py", env={"DIE_STEP": "100000000"})
     from ddptui.runners.launch.profile.load import load_profile
     from ddptui.runners.session import Session
-    from tests.engine_helpers import Recorder
+    from tests.support.engine import Recorder
 
     rec = Recorder()
     session = Session(load_profile(path), runs_dir, emit=rec)

@@ -10,7 +10,7 @@ import pytest
 
 from ddptui.runners import events as ev
 from ddptui.runners.session import EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED
-from tests.engine_helpers import run_profile
+from tests.support.engine import run_profile
 from ddptui.tui.console import Console
 
 
@@ -178,7 +178,7 @@ def test_slow_rank_is_not_a_hang(runs_dir):
 def test_exit_time_abort_after_completed_work_is_called_what_it_is(runs_dir, tmp_path):
     from ddptui.runners.launch.profile.load import adhoc_profile
     from ddptui.runners.session import Session
-    from tests.engine_helpers import Recorder
+    from tests.support.engine import Recorder
     script = tmp_path / "abort_at_exit.py"
     script.write_text("import os, ddptui_report\nprint('step 1 loss 0.5')\n"
                       "ddptui_report.verdict(True, 'work done')\nos.abort()\n")
@@ -202,7 +202,7 @@ def run_until_verdict(runs_dir, overrides):
 
     from ddptui.runners.launch.profile.load import load_profile
     from ddptui.runners.session import Session
-    from tests.engine_helpers import PROFILES, Recorder
+    from tests.support.engine import PROFILES, Recorder
     rec, codes = Recorder(), []
     session = Session(load_profile(PROFILES / "hang.yaml", overrides + ["timeout=200"]), runs_dir, emit=rec)
     th = threading.Thread(target=lambda: codes.append(session.run()))
@@ -274,7 +274,7 @@ sys.stdout.write("\\n")
 def test_batched_progress_arrives_whole_and_on_time(runs_dir, tmp_path):
     from ddptui.runners.launch.profile.load import adhoc_profile
     from ddptui.runners.session import Session
-    from tests.engine_helpers import Recorder
+    from tests.support.engine import Recorder
     import sys
     script = tmp_path / "batched.py"
     script.write_text(BATCHED)

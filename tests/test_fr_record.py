@@ -16,7 +16,7 @@ import pytest
 from ddptui.runners import events as ev
 from ddptui.runners.launch.profile.load import adhoc_profile
 from ddptui.runners.session import Session
-from tests.engine_helpers import Recorder
+from tests.support.engine import Recorder
 from tests.test_cli import ddptui, live_ddptui, only_run, wait_for_rank1
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from tests.tmux_term import TMUX, Term
+from tests.support.terminal import TMUX, Term
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN_LONG = ROOT / "tests" / "fixtures" / "train_ddp_long.py"  # a plain gloo DDP loop that runs until stopped

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.engine_helpers import loss_steps, strict_reports as reports
+from tests.support.engine import loss_steps, strict_reports as reports
 
 REPO = Path(__file__).resolve().parents[1]
 INJECT = REPO / "runners" / "inject"

@@ -15,7 +15,7 @@ from ddptui.runners import events as ev
 from ddptui.runners.launch.profile.load import adhoc_profile, load_profile
 from ddptui.runners.launch.rankenv import INJECT_DIR, activation, base_env
 from ddptui.runners.launch.registry import runner_for
-from tests.engine_helpers import Recorder, strict_reports
+from tests.support.engine import Recorder, strict_reports
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"

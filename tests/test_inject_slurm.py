@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.engine_helpers import strict_reports
+from tests.support.engine import strict_reports
 from tests.test_inject import INJECT
 
 # a user's plain program (it knows nothing of ddptui); the launcher line gives RANK as ddptui's srun plan does

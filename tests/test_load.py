@@ -9,8 +9,8 @@ import pytest
 
 from ddptui.runners import events as ev
 from ddptui.runners.session import EXIT_OK
-from tests.engine_helpers import run_profile, script_profile
-from tests.loadgen import Load, cores
+from tests.support.engine import run_profile, script_profile
+from tests.support.loadgen import Load, cores
 
 BUSY_PER_CORE = 3  # busy loops per core: with the ranks and the importers, about 4-5 runnable processes a core
 

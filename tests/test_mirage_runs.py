@@ -17,13 +17,13 @@ from ddptui.runners import events as ev
 from ddptui.runners.launch import mirage
 from ddptui.runners.evidence import parse
 from ddptui.runners.launch.profile.load import load_profile
-from tests.engine_helpers import reported_steps
+from tests.support.engine import reported_steps
 
 from .test_preflight import standin
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"
-STANDIN = Path(__file__).resolve().parent / "standin_mirage.py"
+STANDIN = Path(__file__).resolve().parent / "support" / "standin_mirage.py"
 CPU = ("device=cpu", "backend=gloo", "steps=5")
 
 
@@ -224,7 +224,7 @@ def test_sigterm_reaches_every_rank_of_a_hung_run(tmp_path, mirage_on_path, laun
 @pytest.mark.timeout(180)
 def test_session_runs_mi350x_ddp(tmp_path, mirage_on_path):
     from ddptui.runners.session import Session
-    from .engine_helpers import Recorder
+    from tests.support.engine import Recorder
 
     rec = Recorder()
     profile = standin(load_profile(PROFILES / "mi350x-ddp.yaml", list(CPU)))
@@ -247,7 +247,7 @@ _PARSER_KNOWS_MIRAGE_LABELS = parse.split_prefix("[1] x") == (1, "x")
 @pytest.mark.timeout(180)
 def test_session_runs_mi350x_smoke(tmp_path, mirage_on_path):
     from ddptui.runners.session import Session
-    from .engine_helpers import Recorder
+    from tests.support.engine import Recorder
 
     rec = Recorder()
     profile = standin(load_profile(PROFILES / "mi350x-smoke.yaml", list(CPU)))

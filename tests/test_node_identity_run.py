@@ -12,7 +12,7 @@ from ddptui.runners import events as ev
 from ddptui.runners.judge.judge import EXIT_OK
 from ddptui.runners.edge.record import replay_events
 from ddptui.tui.console import Console
-from tests.engine_helpers import run_profile
+from tests.support.engine import run_profile
 
 
 @pytest.mark.timeout(120)

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.netns import NamespacesUnavailable, NetnsHosts, cannot_make_namespaces
+from tests.support.netns import NamespacesUnavailable, NetnsHosts, cannot_make_namespaces
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -333,7 +333,7 @@ def test_a_run_is_the_subreaper_only_while_it_runs(tmp_path):
     """A process left a subreaper adopts every later orphan below it for good (a test's Slurm daemons' forks)."""
     from ddptui.runners.launch.profile.load import load_profile
     from ddptui.runners.session import Session
-    from tests.engine_helpers import PROFILES
+    from tests.support.engine import PROFILES
     procs._prctl(36, 0)
     seen = []
     session = Session(load_profile(PROFILES / "cpu-smoke.yaml", ["steps=2"]), tmp_path,

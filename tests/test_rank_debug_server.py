@@ -15,7 +15,7 @@ from ddptui.runners import events as ev
 from ddptui.runners.launch import fr_env
 from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.session import Session
-from tests.engine_helpers import Recorder, strict_reports
+from tests.support.engine import Recorder, strict_reports
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "ddp_subgroup_until_file.py"
 WAIT_S = 90  # bounds for what must happen, not guesses at how long it takes

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import session as session_mod
-from tests.engine_helpers import run_profile
+from tests.support.engine import run_profile
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

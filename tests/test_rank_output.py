@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
-from tests.engine_helpers import run_profile
+from tests.support.engine import run_profile
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "prints_known_lines.py"
 INJECT = Path(__file__).resolve().parents[1] / "runners" / "inject"

@@ -13,7 +13,7 @@ import pytest
 from ddptui.runners import events as ev
 from ddptui.runners.session import EXIT_OK
 from ddptui.tui.console import Console
-from tests.engine_helpers import run_profile
+from tests.support.engine import run_profile
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

@@ -11,7 +11,7 @@ import pytest
 
 from ddptui.runners import events as ev
 from ddptui.runners.session import EXIT_OK, EXIT_STALLED
-from tests.engine_helpers import run_profile, script_profile
+from tests.support.engine import run_profile, script_profile
 from ddptui.tui.console import Console
 
 

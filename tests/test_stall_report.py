@@ -14,7 +14,7 @@ import pytest
 from ddptui.runners import events as ev
 from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.session import EXIT_STALLED, Session
-from tests.engine_helpers import Recorder
+from tests.support.engine import Recorder
 from ddptui.tui.console import Console
 
 ROOT = Path(__file__).resolve().parent.parent

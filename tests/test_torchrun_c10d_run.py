@@ -8,7 +8,7 @@ import pytest
 
 from ddptui.runners import events as ev
 
-from tests.engine_helpers import run_profile
+from tests.support.engine import run_profile
 
 
 @pytest.mark.timeout(240)

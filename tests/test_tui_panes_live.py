@@ -11,7 +11,7 @@ from textual.widgets import TabbedContent
 
 from ddptui.runners.launch.profile.load import load_profile
 from tests.test_tui_app import aio, screen_text
-from tests.tmux_term import TMUX, Term
+from tests.support.terminal import TMUX, Term
 from ddptui.tui.app import DdpApp, LiveSource
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

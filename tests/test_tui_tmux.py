@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tmux_term import TMUX, Term
+from tests.support.terminal import TMUX, Term
 
 ROOT = Path(__file__).resolve().parent.parent
 

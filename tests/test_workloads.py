@@ -16,7 +16,7 @@ import pytest
 from ddptui.runners.evidence import hang_verdict
 
 from ddptui.runners.edge import stacks
-from tests.engine_helpers import loss_steps, reported_steps, strict_reports as reports
+from tests.support.engine import loss_steps, reported_steps, strict_reports as reports
 
 REPO = Path(__file__).resolve().parents[1]
 INJECT = REPO / "runners" / "inject"

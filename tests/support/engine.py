@@ -7,7 +7,7 @@ from ddptui.runners import events as ev
 from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.session import Session
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ROOT / "profiles"
 
 
@@ -30,7 +30,7 @@ class Recorder:
         return [ln for e in self.of(ev.LogLines) if e.rank == rank for ln in e.lines]
 
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def script_profile(tmp_path: Path, script: str, env: dict, nproc: int = 2, timeout: int = 120, **fields) -> Path:

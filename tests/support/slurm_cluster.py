@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.netns import NamespacesUnavailable, NetnsHosts, cannot_make_namespaces
+from tests.support.netns import NamespacesUnavailable, NetnsHosts, cannot_make_namespaces
 
 DAEMONS = ("slurmctld", "slurmd", "slurmstepd")
 MARK = "DDPTUI_TEST_SLURM"  # in every daemon's environment: "<cluster uid>:<owner pid>:<owner start time>"
