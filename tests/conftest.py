@@ -11,6 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support.wait import WaitTimeout, wait_until
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -69,10 +71,10 @@ def leftover_processes() -> list[psutil.Process]:
 @pytest.fixture(autouse=True)
 def no_process_left_behind():
     yield
-    deadline = time.monotonic() + 5.0
-    left = leftover_processes()
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
+    try:
+        wait_until(lambda: not leftover_processes(), 5.0, "the test's processes to end")
+        left = []
+    except WaitTimeout:
         left = leftover_processes()
     if left:
         desc = [f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in left if p.is_running()]
@@ -108,6 +110,20 @@ def mirage_on_path(tmp_path, monkeypatch):
     exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     return exe
+
+
+@pytest.fixture
+def utc():
+    """The rank logs carry local wall times; replay them in the zone they were recorded in."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if old is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
 
 
 def _cluster(namespaced: bool):
@@ -149,7 +165,7 @@ def slurm_hosts():
 def _no_job_left(cluster) -> None:
     try:
         cluster.wait_no_jobs(timeout=15)
-    except TimeoutError:
+    except WaitTimeout:
         jobs, steps = cluster.jobs(), cluster.steps_left()
         cluster.cancel_all()
         cluster.wait_no_jobs(timeout=15)

@@ -9,7 +9,7 @@ from ddptui.runners.evidence import collectives as co
 from ddptui.runners import events as ev
 from ddptui.runners.evidence.eventcheck import problem
 
-from tests.test_judge import T0, W0, at, hello, make, of, say
+from tests.support.judge import T0, W0, at, hello, make, of, say
 
 
 def pg(enq, comp, frontier=None, ranks="[0, 1]", desc="default_pg"):

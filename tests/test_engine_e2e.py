@@ -166,7 +166,7 @@ def test_slow_rank_is_not_a_hang(runs_dir):
                         r"for it at the next collective: remove that sleep or shorten it", fix), fix
     assert f"\n    fix: {fix}\n" in said and f"\n  fix: {fix}\n" in said
     import asyncio
-    from tests.test_final_view import replayed_views
+    from tests.support.replay import replayed_views
     views = asyncio.run(replayed_views(session.run_dir))
     assert "✓ run ok (exit code 0) · SLOW: the run slowed down (rank 1's" in views["banner"], views["banner"]
     assert "⚠ slow-down: the run slowed down (rank 1's" in views["verdict"] and f"fix: {fix}" in views["verdict"]

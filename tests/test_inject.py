@@ -14,10 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.support.engine import loss_steps, strict_reports as reports
+from tests.support.engine import INJECT, loss_steps, strict_reports as reports
 
 REPO = Path(__file__).resolve().parents[1]
-INJECT = REPO / "runners" / "inject"
 sys.path.insert(0, str(INJECT))
 import ddptui_report  # noqa: E402
 

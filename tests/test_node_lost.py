@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
-from tests.support.slurm_cluster import wait_until
+from tests.support.wait import wait_until
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

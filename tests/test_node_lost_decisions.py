@@ -11,8 +11,8 @@ from ddptui.runners.evidence import slurm_state as ss
 from ddptui.runners.judge.job_follow import STARTUP_ASK_AFTER, STARTUP_ASK_EVERY, NodeAnswer
 from ddptui.runners.judge.judge import EXIT_FAILED, CollectStacks, ProbeNodes, TearDown
 from ddptui.runners.evidence.stack_types import Frame, StackResult, ThreadStack
-from tests.test_judge import W0, at, make, of, say, texts
-from tests.test_slurm_decisions import hello_on, job
+from tests.support.judge import W0, at, make, of, say, texts
+from tests.support.judge import hello_on, job
 
 RESET = ("RuntimeError: [../gloo/transport/tcp/pair.cc:537] Read error [198.18.0.2]:56984: Connection reset by peer. "
          "This is typically caused by a remote worker hanging")

@@ -10,7 +10,7 @@ from ddptui.runners.launch.profile import find as pfind
 from ddptui.runners.launch.profile import model as pmodel
 from ddptui.runners.launch.profile.errors import ProfileError
 from ddptui.runners.launch.profile.load import adhoc_profile, load_profile
-from tests.test_profile import BASE, error, write
+from tests.support.profiles import BASE, error, write
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -13,7 +13,8 @@ import pytest
 from tests.conftest import leftover_processes
 from tests.support.netns import NetnsHosts, hosts_file_text
 from tests.support.slurm_cluster import (SlurmCluster, cannot_run, netns_layout, nodes_idle, parse_squeue,
-                                 single_host_layout, slurm_conf, wait_until)
+                                         single_host_layout, slurm_conf)
+from tests.support.wait import wait_until
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -236,7 +237,7 @@ def test_slurm_deps_says_why_it_cannot_install_and_exits_0():
 
 _LEAKY_TEST = '''
 import subprocess
-from tests.support.slurm_cluster import wait_until
+from tests.support.wait import wait_until
 
 
 def test_leaves_a_job_step_running(slurm_cluster):
@@ -275,7 +276,8 @@ def test_an_outer_allocation_of_the_tests_does_not_leak_into_the_test_cluster(sl
 _OWNER = '''
 import subprocess, sys
 sys.path.insert(0, sys.argv[1])
-from tests.support.slurm_cluster import SlurmCluster, wait_until
+from tests.support.slurm_cluster import SlurmCluster
+from tests.support.wait import wait_until
 c = SlurmCluster(namespaced=True).start()
 subprocess.Popen(c._argv(0, ["srun", "-N2", "--ntasks-per-node=1", "sleep", "600"]), env=c.node_env(),
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -11,7 +11,8 @@ from ddptui.runners.evidence import slurm_state as ss
 from ddptui.runners.judge.job_follow import AGENT_EXIT_GRACE, Agent, agent_lost_node, node_of_agent
 from ddptui.runners.judge.judge import EXIT_FAILED, EXIT_OK, TearDown
 from ddptui.runners.evidence.rank_learn import RankLearner, hello_rank
-from tests.test_judge import T0, W0, at, make, of, say, texts
+from tests.support.judge import T0, W0, at, make, of, say, texts
+from tests.support.judge import hello_on, job
 
 
 # ---- slurm_state ---------------------------------------------------------------------------------------------
@@ -55,11 +56,6 @@ def test_poll_often_while_waiting_rarely_while_running_and_teardown_waits_for_co
     assert not ss.gone(ss.JobInfo("1", "COMPLETING", "", "n1"))
     assert not ss.gone(ss.JobInfo("1", "RUNNING", "", "n1"))
     assert ss.gone(ss.JobInfo("1", "CANCELLED", "", "n1")) and ss.gone(None)
-
-
-# ---- the judge: the job's states -----------------------------------------------------------------------------
-def job(state, reason="", nodes="", code=""):
-    return ss.JobInfo("42", state, reason, nodes, code)
 
 
 def test_job_state_said_once_per_change():
@@ -146,11 +142,6 @@ def test_agent_lost_node_rule():
     assert agent_lost_node(-9, "SIGKILL", ranks_failed=True, others_running=True)
     assert not agent_lost_node(0, None, ranks_failed=False, others_running=True)
     assert not agent_lost_node(1, None, ranks_failed=False, others_running=False)  # the last one: the run's end
-
-
-def hello_on(j, rank, node, dt=0.5):
-    say(j, rank, dt, "@ddptui " + json.dumps({"k": "hello", "r": rank, "pid": 100 + rank, "host": "h",
-                                               "world": 2, "node": node}))
 
 
 def test_agent_gone_with_no_error_of_its_ranks_is_a_node_lost():

@@ -23,7 +23,8 @@ from ddptui.runners.launch.plan import LaunchPlan, LogSource, ProcSpec, SlurmJob
 from ddptui.runners.launch.profile.load import adhoc_profile
 from ddptui.runners.launch.rankenv import base_env
 from ddptui.runners.session import Session
-from tests.support.slurm_cluster import free_ports, wait_until
+from tests.support.slurm_cluster import free_ports
+from tests.support.wait import wait_until
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

@@ -145,7 +145,7 @@ def test_d_in_the_dashboard_on_a_healthy_run_shows_stacks_and_no_diagnosis(tmp_p
     import asyncio
     import time
 
-    from tests.test_tui_app import SIZE
+    from tests.support.ui import SIZE
     from ddptui.tui.app import DdpApp, LiveSource
     from ddptui.tui.widgets.banner import Banner
 

@@ -10,8 +10,8 @@ import pytest
 from ddptui.runners.launch.profile.load import adhoc_profile
 from ddptui.tui.app import DdpApp, LiveSource
 from ddptui.tui.widgets.loss_chart import LossChart
-from tests.test_tui_app import aio, until
-from tests.test_tui_loss_chart import BRAILLE, canvas_cells
+from tests.support.ui import aio, until
+from tests.support.ui import BRAILLE, canvas_cells
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "ddp_fit_to_tiny_loss.py"
 

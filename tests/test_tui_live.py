@@ -9,7 +9,7 @@ import pytest
 from textual.widgets import DataTable, TabbedContent
 
 from ddptui.runners.launch.profile.load import load_profile
-from tests.test_tui_app import SIZE, aio, until
+from tests.support.ui import SIZE, aio, until
 from ddptui.tui.app import DdpApp, LiveSource
 from ddptui.tui.widgets.banner import Banner
 from ddptui.tui.widgets.rank_pane import RankPane

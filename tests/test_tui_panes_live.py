@@ -10,7 +10,7 @@ import pytest
 from textual.widgets import TabbedContent
 
 from ddptui.runners.launch.profile.load import load_profile
-from tests.test_tui_app import aio, screen_text
+from tests.support.ui import aio, screen_text
 from tests.support.terminal import TMUX, Term
 from ddptui.tui.app import DdpApp, LiveSource
 

@@ -8,7 +8,7 @@ from ddptui.runners import events as ev
 from ddptui.tui.app import DdpApp
 from ddptui.tui.widgets.rank_pane import RankPane
 from ddptui.tui.widgets.tail import TailView
-from tests.test_tui_app import GatedSource, aio, on_screen, screen_text
+from tests.support.ui import GatedSource, aio, on_screen, screen_text
 
 
 def starting(t0: float):

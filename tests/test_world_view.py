@@ -232,7 +232,7 @@ def test_the_dashboard_panes_say_the_global_rank_and_the_unseen_one():
 
     from ddptui.tui.app import DdpApp
     from ddptui.tui.widgets.rank_pane import RankPane
-    from tests.test_tui_app import SIZE, ScriptSource, settle
+    from tests.support.ui import SIZE, ScriptSource, settle
 
     summary = {"profile": "adhoc", "runner": "torchrun", "world_size": 2, "unseen": [0], "status": "ok", "ranks": {}}
     batches = [[ev.RunStarted("/r", "adhoc", "torchrun", 2, None, W0, here=1),

@@ -9,6 +9,7 @@ from ddptui.runners.session import Session
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ROOT / "profiles"
+INJECT = ROOT / "runners" / "inject"  # what the ranks import first (sitecustomize, ddptui_report)
 
 
 class Recorder:
