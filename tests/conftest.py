@@ -21,25 +21,11 @@ if str(ROOT) not in sys.path:
 TOKEN = os.environ.setdefault("DDPTUI_TEST_TOKEN", uuid.uuid4().hex)
 
 
-def _module(item) -> str:
-    return item.module.__name__.rpartition(".")[2] if getattr(item, "module", None) is not None else ""
-
-
-def pytest_collection_modifyitems(config, items):
-    """Mark the engine's and the dashboard's own tests (tests/suites.py) any_python: `make test-pythons` runs them."""
-    from tests.suites import ANY_PYTHON
-
-    for item in items:
-        if _module(item) in ANY_PYTHON:
-            item.add_marker(pytest.mark.any_python)
-
-
 @pytest.fixture(autouse=True)
 def own_interpreter_default(request, monkeypatch):
-    """Tests of what a profile naming no interpreter gets (ddptui's own) run without the caller's DDPTUI_PYTHON."""
-    from tests.suites import OWN_INTERPRETER
-
-    if _module(request.node) in OWN_INTERPRETER:
+    """Tests of what a profile naming no interpreter gets (ddptui's own; marker own_interpreter) run without the
+    caller's DDPTUI_PYTHON."""
+    if request.node.get_closest_marker("own_interpreter") is not None:
         monkeypatch.delenv("DDPTUI_PYTHON", raising=False)
 
 
@@ -88,6 +74,14 @@ def no_process_left_behind():
                 pass
         if desc:
             pytest.fail("processes left behind: " + "; ".join(desc))
+
+
+@pytest.fixture(scope="session")
+def shared_run(tmp_path_factory):
+    """shared_run(profile, overrides) -> (code, recorder, session): one run of it for every test that reads it."""
+    from tests.support.engine import SharedRuns
+
+    return SharedRuns(tmp_path_factory.mktemp("shared-runs")).get
 
 
 @pytest.fixture

@@ -22,6 +22,12 @@ from ddptui.runners.attach.find import find_job
 from tests.support.outside_jobs import FIXTURES, TORCHRUN, job_env, job_with_ranks, stop
 from tests.support.wait import exited, wait_until
 
+pytestmark = [
+    pytest.mark.main_suite(
+        "long end-to-end rank runs (the engine and dashboard under them are in the any_python set); plain "
+        "torchrun jobs started outside ddptui, writing to a pty, a pipe, /dev/null"),
+]
+
 CLI = [sys.executable, "-m", "ddptui.tui.cli"]
 
 
@@ -100,7 +106,8 @@ def test_a_hung_job_writing_to_a_terminal_a_pipe_or_dev_null_is_stalled_dated_be
             for how in ("pty", "pipe", "null")}
     try:
         for how, job in jobs.items():
-            wait_until(lambda: (tmp_path / f"hung-{how}").exists(), 240, f"the {how} job hangs", step=0.2, stop_if=exited(job.proc))
+            wait_until(lambda: (tmp_path / f"hung-{how}").exists(), 240, f"the {how} job hangs", step=0.2,
+                       stop_if=exited(job.proc))
         marks = {how: os.stat(tmp_path / f"hung-{how}").st_mtime for how in jobs}
         while time.time() - max(marks.values()) < 6:  # every hang at least 6 s old: older than --stall-after 4
             time.sleep(0.2)
@@ -157,7 +164,8 @@ def test_a_healthy_job_writing_to_a_terminal_or_dev_null_under_load_is_never_cal
     load: list = []
     try:
         for how, job in jobs.items():
-            wait_until(lambda: (tmp_path / f"train-{how}").exists(), 240, f"the {how} job trains", step=0.2, stop_if=exited(job.proc))
+            wait_until(lambda: (tmp_path / f"train-{how}").exists(), 240, f"the {how} job trains", step=0.2,
+                       stop_if=exited(job.proc))
         load = _load()
         time.sleep(3)  # the load is on before the attach
         for how, job in jobs.items():

@@ -19,6 +19,9 @@ from ddptui.runners.edge.tail import Tailer
 from tests.support.outside_jobs import FIXTURES, TORCHRUN, job_env, job_with_ranks, stop, torchrun
 from tests.support.wait import exited, wait_until
 
+pytestmark = pytest.mark.main_suite(
+    "plain torchrun and torch.multiprocessing.spawn jobs started outside ddptui on the test's own interpreter")
+
 STEP = re.compile(r"step (\d+) loss")
 
 
@@ -58,7 +61,8 @@ def test_torchrun_with_shell_redirect_found_from_agent_and_rank_then_followed(tm
         try:
             followed: list[int] = []
             wait_until(lambda: followed.extend(int(m.group(1)) for _, _, got in tail.poll() for m in map(STEP.search, got)
-                                             if m) or len(followed) >= 4, 60, "new lines followed", step=0.2, stop_if=exited(job))
+                                               if m) or len(followed) >= 4, 60, "new lines followed", step=0.2,
+                       stop_if=exited(job))
         finally:
             tail.close()
         # two ranks print the same steps: the first line followed is the next step of one rank or the other's same
@@ -74,7 +78,8 @@ def test_torchrun_log_dir_redirects_found_as_files_and_dataloader_workers_are_no
     job = torchrun(tmp_path, "dataloader_worker_hang.py", "--log-dir", str(logs), "--redirects", "3")
     try:
         found = wait_until(lambda: job_with_ranks(job.pid), 90, "both ranks started", step=0.2, stop_if=exited(job))
-        workers = wait_until(lambda: [c.pid for c in psutil.Process(found.ranks[0].pid).children()], 60, "rank 0's DataLoader workers", step=0.2, stop_if=exited(job))
+        workers = wait_until(lambda: [c.pid for c in psutil.Process(found.ranks[0].pid).children()], 60,
+                             "rank 0's DataLoader workers", step=0.2, stop_if=exited(job))
         for r, ar in found.ranks.items():
             want = glob.glob(f"{logs}/*/attempt_0/{r}/stdout.log")
             assert len(want) == 1 and ar.stdout == attach_output.RankOutput("file", want[0], "")
@@ -102,7 +107,8 @@ def test_mp_spawn_job_found_from_the_parent_a_child_and_its_worker(tmp_path, mon
         ranks = [p.pid for p in kids if "spawn_main" in " ".join(p.cmdline())]
         assert {r: a.pid for r, a in found.ranks.items()} == {0: ranks[0], 1: ranks[1]}
         assert all(a.stdout == attach_output.RankOutput("file", str(out), "") for a in found.ranks.values())
-        worker = wait_until(lambda: psutil.Process(ranks[1]).children(), 60, "rank 1's DataLoader worker", step=0.2, stop_if=exited(job))[0].pid
+        worker = wait_until(lambda: psutil.Process(ranks[1]).children(), 60, "rank 1's DataLoader worker", step=0.2,
+                            stop_if=exited(job))[0].pid
         for pid in (ranks[1], worker):
             again = find_job(pid)
             assert (again.kind, again.launcher_pid) == ("spawn", job.pid)

@@ -17,6 +17,9 @@ import pytest
 from tests.support.cli import Output, ddptui, live_ddptui, only_run, wait_for_rank1
 from tests.support.wait import wait_until
 
+pytestmark = pytest.mark.main_suite(
+    "its wrapped commands name the test's own interpreter (and its torchrun) as the ranks'")
+
 ROOT = Path(__file__).resolve().parent.parent
 LINE = re.compile(r"^\[\d\d:\d\d:\d\d\.\d{3}\] \[(rank \d+|launcher|ddptui|hint|stall|crash)\] ")
 PLAIN_DDP = textwrap.dedent("""

@@ -10,6 +10,9 @@ from ddptui.runners.session import Session
 
 from tests.support.engine import PROFILES, Recorder
 
+pytestmark = pytest.mark.main_suite(
+    "long end-to-end rank runs (the engine and dashboard under them are in the any_python set)")
+
 
 class StallSnapshot(Recorder):
     """Keeps every event, and each rank's last sign of life as the judge held it when the stall was declared."""

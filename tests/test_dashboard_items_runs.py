@@ -19,6 +19,8 @@ from ddptui.tui.replay import ReplaySource
 from ddptui.tui.widgets.banner import Banner
 from tests.support.ui import SIZE, aio, screen_text, settle, until
 
+pytestmark = pytest.mark.main_suite("its wrapped torchrun runs on the test's own interpreter")
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 

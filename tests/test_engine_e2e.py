@@ -11,7 +11,10 @@ import pytest
 from ddptui.runners import events as ev
 from ddptui.runners.session import EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED
 from tests.support.engine import run_profile
+from tests.support.wait import wait_until
 from ddptui.tui.console import Console
+
+pytestmark = pytest.mark.main_suite("long end-to-end rank runs, some on the test's own interpreter")
 
 
 def _assert_record(session, world: int) -> dict:
@@ -59,8 +62,8 @@ def test_overrides_change_world_size_and_steps(runs_dir):
 
 
 @pytest.mark.timeout(120)
-def test_cpu_smoke(runs_dir):
-    code, rec, session = run_profile("cpu-smoke", runs_dir)
+def test_cpu_smoke(shared_run):
+    code, rec, session = shared_run("cpu-smoke")
     assert code == EXIT_OK
     assert "dist_smoke_ok" in rec.lines(0)
     assert any("post all_reduce: tensor = 3.0" in ln for ln in rec.lines(0))
@@ -69,8 +72,8 @@ def test_cpu_smoke(runs_dir):
 
 
 @pytest.mark.timeout(120)
-def test_multinode_env_without_launcher(runs_dir):
-    code, rec, session = run_profile("multinode-env", runs_dir)
+def test_multinode_env_without_launcher(shared_run):
+    code, rec, session = shared_run("multinode-env", ["steps=5"])
     assert code == EXIT_OK
     started = rec.of(ev.ProcessStarted)
     assert [p.name for p in started] == ["rank0", "rank1"] and [p.ranks for p in started] == [(0,), (1,)]
@@ -196,7 +199,6 @@ def run_until_verdict(runs_dir, overrides):
     """The hang profile in a thread until its HangVerdict (start-up on this loaded machine can take 20 s):
     then whether every rank still lives and the run still goes on, then a stop."""
     import threading
-    import time
 
     import psutil
 
@@ -208,9 +210,7 @@ def run_until_verdict(runs_dir, overrides):
     th = threading.Thread(target=lambda: codes.append(session.run()))
     th.start()
     try:
-        deadline = time.monotonic() + 180
-        while not rec.of(ev.HangVerdict) and th.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: rec.of(ev.HangVerdict) or not th.is_alive(), 180, "a hang verdict (or the run's end)")
         kept = th.is_alive() and all(t.pid and psutil.pid_exists(t.pid) for t in session.tracks.values())
     finally:
         session.request_stop()

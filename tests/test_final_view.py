@@ -21,6 +21,8 @@ from tests.support.flight_recorder import dumps
 from tests.support.replay import RECORDS
 from tests.support.ui import ScriptSource, aio, screen_text, settle, until
 
+pytestmark = pytest.mark.any_python
+
 T = 1_764_700_000.0
 SLOWED = "steps take 0.50 s, 115x its first 20 steps' 4.4 ms"
 SAMPLE = ("the run slowed down (rank 1's steps take 0.50 s, 115x its first 20 steps' 4.4 ms): rank 1 is in at_step() "

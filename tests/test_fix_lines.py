@@ -2,6 +2,8 @@
 user's code, which ranks), in the engine: on the HangVerdict, in summary.json, in the console, in verdict.txt."""
 from __future__ import annotations
 
+import pytest
+
 import io
 import json
 
@@ -15,6 +17,8 @@ from ddptui.runners.judge.run_state import CollectStacks
 from ddptui.runners.judge.stack_verdicts import StackVerdicts
 from ddptui.tui.console import Console
 from tests.support.flight_recorder import dumps, hang_stacks, ranks_at_step_3
+
+pytestmark = pytest.mark.any_python
 
 BARRIER = Where("collective", "barrier", "<module>", "/w/cond_barrier.py", 20, "dist.barrier()")
 DDP_BACKWARD = Where("collective", "all_reduce inside backward (DDP bucket all-reduce)", "<module>",
@@ -106,7 +110,8 @@ def test_a_slow_down_is_told_as_one_not_as_a_hang():
 
 def test_the_verdict_carries_its_fix_into_summary_console_and_the_record_words():
     s = ranks_at_step_3()
-    hv = StackVerdicts(s).read(CollectStacks("stall", (0, 1), s.wall), hang_stacks(), "stacks/01-stall", dumps("hang_ddp"))
+    hv = StackVerdicts(s).read(CollectStacks("stall", (0, 1), s.wall), hang_stacks(), "stacks/01-stall",
+                               dumps("hang_ddp"))
     assert hv.fix.startswith("rank 1 must reach all_reduce #9 in the default group at hang_ddp.py:47 as the others "
                              "did; rank 1 is in culprit_wait() at hang_ddp.py:30"), hv.fix
     summary = Conclusion(s, RankLifecycle(s), StackVerdicts(s)).summary("stalled", 3, "runs/x", 1.0, 0.1, [], [])

@@ -24,6 +24,8 @@ from ddptui.runners.judge.run_state import CollectStacks, RunState
 from ddptui.runners.judge.stack_verdicts import StackVerdicts
 from tests.support.flight_recorder import dumps, hang_stacks, ranks_at_step_3
 
+pytestmark = pytest.mark.any_python
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -167,7 +169,8 @@ def test_torchfrtrace_reads_the_same_dumps_the_same_way(case, tmp_path):
 
 def test_the_verdict_leads_with_the_finding_and_ends_with_the_culprits_own_frame():
     s = ranks_at_step_3()
-    hv = StackVerdicts(s).read(CollectStacks("stall", (0, 1), s.wall), hang_stacks(), "stacks/01-stall", dumps("hang_ddp"))
+    hv = StackVerdicts(s).read(CollectStacks("stall", (0, 1), s.wall), hang_stacks(), "stacks/01-stall",
+                               dumps("hang_ddp"))
     assert (hv.culprits, hv.waiting) == ((1,), (0,))
     assert hv.text.startswith(
         "collective #9 (all_reduce, 1 tensor [161] float32, default group): rank 0 entered it at hang_ddp.py:47, "

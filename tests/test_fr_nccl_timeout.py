@@ -24,6 +24,8 @@ from ddptui.runners.judge.stack_verdicts import StackVerdicts
 
 from tests.support.engine import Recorder
 
+pytestmark = pytest.mark.any_python
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "fr" / "nccl_timeout"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

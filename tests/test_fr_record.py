@@ -19,6 +19,12 @@ from tests.support.cli import ddptui, live_ddptui, only_run, wait_for_rank1
 from tests.support.engine import Recorder
 from tests.support.wait import wait_until
 
+pytestmark = [
+    pytest.mark.main_suite(
+        "long end-to-end rank runs (the engine and dashboard under them are in the any_python set); its plain"
+        " torchrun commands run on the test's own interpreter"),
+]
+
 FIXTURES = Path(__file__).parent / "fixtures"
 BARRIER = FIXTURES / "rank_conditional_barrier.py"  # rank 0 alone calls barrier() at step 5
 HEALTHY = FIXTURES / "healthy_ddp_loop.py"

@@ -15,6 +15,9 @@ import pytest
 
 from ddptui.runners.session import EXIT_FAILED, EXIT_STALLED
 
+pytestmark = pytest.mark.main_suite(
+    "long end-to-end rank runs (the engine and dashboard under them are in the any_python set)")
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

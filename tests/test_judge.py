@@ -12,6 +12,8 @@ from ddptui.runners.judge.judge import (CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_
 from ddptui.runners.launch.profile.load import load_profile
 from tests.support.judge import PIDS, T0, W0, at, hello, make, of, say, texts
 
+pytestmark = pytest.mark.any_python
+
 ROOT = Path(__file__).resolve().parent.parent
 RECORD = ROOT / "tests" / "fixtures" / "records" / "crash"  # a real torchrun run: rank 1 raised at step 8
 

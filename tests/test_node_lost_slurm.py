@@ -19,6 +19,9 @@ from ddptui.runners.edge.srun_exec import REMOTE_TIMEOUT, STOP_WAIT
 from tests.support.wait import wait_until
 from tests.support.slurm_runs import assert_no_job_left, live, of, stop, wait_training
 
+pytestmark = pytest.mark.main_suite(
+    "a real Slurm cluster on namespaced hosts whose gloo job runs the test's own interpreter")
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TRAINS = FIXTURES / "slurm_procid_ddp_loop.py"
 STAGES = FIXTURES / "slurm_rank1_stages_data.py"

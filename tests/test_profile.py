@@ -23,7 +23,7 @@ from ddptui.runners.launch.profile.load import adhoc_profile, load_profile
 from ddptui.runners.launch.profile.find import find_profile, list_profiles
 from tests.support.profiles import BASE, error, write
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.any_python, pytest.mark.own_interpreter, pytest.mark.timeout(30)]
 
 
 # ---------------------------------------------------------------- valid profiles

@@ -12,7 +12,7 @@ from ddptui.runners.launch.profile.errors import ProfileError
 from ddptui.runners.launch.profile.load import adhoc_profile, load_profile
 from tests.support.profiles import BASE, error, write
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.any_python, pytest.mark.timeout(30)]
 
 def test_multinode_defaults(tmp_path):
     p = load_profile(write(tmp_path, BASE))

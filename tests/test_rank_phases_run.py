@@ -16,6 +16,9 @@ from ddptui.tui.console import Console
 from ddptui.tui.model import RunModel
 from tests.support.engine import run_profile
 
+pytestmark = pytest.mark.main_suite(
+    "long end-to-end rank runs (the engine and dashboard under them are in the any_python set)")
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 ORDER = ["importing torch", "setting up", "rendezvous", "waiting for first step"]
 

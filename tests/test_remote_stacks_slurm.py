@@ -14,6 +14,9 @@ from ddptui.runners.evidence import stack_types
 from tests.support.srun_job import FIXTURE, WAITS_LINE, hello_of, rank_files, start_job
 from tests.support.wait import exited, wait_until
 
+pytestmark = pytest.mark.main_suite(
+    "a real Slurm cluster on namespaced hosts whose gloo job runs the test's own interpreter")
+
 
 # run on node0 (the login node, where ddptui runs): remote_stacks.collect for one target, its results as JSON
 PROBE = """
@@ -48,11 +51,14 @@ def test_stacks_of_a_rank_on_node1_are_taken_there_through_srun(slurm_hosts_clea
     logs.mkdir()
     job = start_job(cluster, logs, "h4-remote-stacks")
     try:
-        hello = wait_until(lambda: hello_of(logs / "rank1.out"), 120, "rank 1's hello", step=0.2, stop_if=exited(job), seen=lambda: rank_files(logs))
+        hello = wait_until(lambda: hello_of(logs / "rank1.out"), 120, "rank 1's hello", step=0.2, stop_if=exited(job),
+                           seen=lambda: rank_files(logs))
         assert hello["node"] == "node1" and hello["host"] == "node1"
         assert hello["host"] != socket.gethostname()  # not this machine's name: the engine treats it as remote
-        wait_until(lambda: "met every rank" in (logs / "rank1.out").read_text(), 120, "rank 1 past its first all_reduce", step=0.2, stop_if=exited(job), seen=lambda: rank_files(logs))
-        job_id = wait_until(lambda: next((j[0] for j in cluster.jobs() if j[1] == "RUNNING"), None), 30, "the job id", step=0.2, stop_if=exited(job), seen=lambda: rank_files(logs))
+        wait_until(lambda: "met every rank" in (logs / "rank1.out").read_text(), 120,
+                   "rank 1 past its first all_reduce", step=0.2, stop_if=exited(job), seen=lambda: rank_files(logs))
+        job_id = wait_until(lambda: next((j[0] for j in cluster.jobs() if j[1] == "RUNNING"), None), 30, "the job id",
+                            step=0.2, stop_if=exited(job), seen=lambda: rank_files(logs))
         err = logs / "rank1.err"
 
         spy = _probe(cluster, hello, err, job_id, "py-spy")

@@ -1,7 +1,11 @@
 """The replica verdict (runners/evidence/replica.py): which parameter differs, and whether the replicas differed from the first step or drifted apart."""
 from __future__ import annotations
 
+import pytest
+
 from ddptui.runners.evidence import replica
+
+pytestmark = pytest.mark.any_python
 
 
 def _d(*hexes, names=("net.0.weight", "net.0.bias", "net.2.weight")):

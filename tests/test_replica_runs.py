@@ -12,6 +12,8 @@ from ddptui.runners.session import Session
 
 from tests.support.engine import Recorder
 
+pytestmark = pytest.mark.main_suite("its ad-hoc ranks run on the test's own interpreter")
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 

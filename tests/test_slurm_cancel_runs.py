@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.cli import only_run
 from tests.support.slurm_runs import FIXTURES, assert_no_job_left, cli_argv, cli_env, of, stop, wait_training
+from tests.support.wait import exited, wait_until
+
+pytestmark = pytest.mark.main_suite("a real Slurm cluster whose tasks run the test's own interpreter")
 
 LOOP = FIXTURES / "slurm_procid_ddp_loop.py"  # a plain gloo DDP loop under srun that runs until it is stopped
 UID0 = "scancel by uid 0 (root)"  # the test cluster runs as root: slurmctld logs the kill request's uid 0
@@ -80,12 +82,9 @@ def test_attached_slurm_job_cancelled_from_outside(slurm_clean, runs_dir, tmp_pa
         proc = slurm_clean.on_node(0, attach, env=cli_env(),
                                    cwd=FIXTURES.parent.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    text=True)
-        deadline = time.monotonic() + 120
-        while not (runs_dir.exists() and any(runs_dir.iterdir())
-                   and len(of(only_run(runs_dir), "rank_hello")) == 2 and of(only_run(runs_dir), "progress")):
-            assert proc.poll() is None, proc.stdout.read()[-3000:]
-            assert time.monotonic() < deadline, "attached to both ranks"
-            time.sleep(0.2)
+        wait_until(lambda: runs_dir.exists() and any(runs_dir.iterdir()) and len(of(only_run(runs_dir), "rank_hello"))
+                   == 2 and of(only_run(runs_dir), "progress"), 120, "attached to both ranks", step=0.2,
+                   stop_if=exited(proc, proc.stdout.read))
         scancel(slurm_clean, job_id)
         out, _ = proc.communicate(timeout=120)
         job.wait(timeout=60)

@@ -1,4 +1,5 @@
-"""The tests' real Slurm cluster (tests/support/slurm_cluster.py, tests/support/netns.py): real srun, sbatch, scancel and gloo DDP."""
+"""The tests' real Slurm cluster (tests/support/slurm_cluster.py, tests/support/netns.py): real srun, sbatch, scancel
+and gloo DDP."""
 from __future__ import annotations
 
 import os
@@ -15,6 +16,9 @@ from tests.support.netns import NetnsHosts, hosts_file_text
 from tests.support.slurm_cluster import (SlurmCluster, cannot_run, netns_layout, nodes_idle, parse_squeue,
                                          single_host_layout, slurm_conf)
 from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.main_suite(
+    "a real Slurm cluster (root, Debian's slurm packages) whose tasks run the test's own interpreter")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

@@ -11,8 +11,10 @@ from ddptui.runners.evidence import slurm_state as ss
 from ddptui.runners.judge.job_follow import AGENT_EXIT_GRACE, Agent, agent_lost_node, node_of_agent
 from ddptui.runners.judge.judge import EXIT_FAILED, EXIT_OK, TearDown
 from ddptui.runners.evidence.rank_learn import RankLearner, hello_rank
-from tests.support.judge import T0, W0, at, make, of, say, texts
-from tests.support.judge import hello_on, job
+from tests.support.judge import T0, W0, at, hello_on, job, make, of, say, texts
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.any_python
 
 
 # ---- slurm_state ---------------------------------------------------------------------------------------------
@@ -381,10 +383,7 @@ def test_the_heartbeat_rewrites_its_file_whole_until_stopped(tmp_path):
     beat = tmp_path / "slurm" / "heartbeat"
     hb = Heartbeat(beat, period=0.05).start()
     first = beat.read_text()  # written before start() returns: before sbatch runs
-    deadline = time.monotonic() + 10
-    while beat.read_text() == first:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until(lambda: beat.read_text() != first, 10, "a second beat", step=0.01)
     hb.stop()
     hb._thread.join(5)
     last = beat.read_text()

@@ -18,6 +18,12 @@ from tests.support.cli import only_run
 from tests.support.wait import exited, wait_until
 from tests.support.slurm_runs import FIXTURES, assert_no_job_left, live, of, stop, wait_training
 
+pytestmark = [
+    pytest.mark.main_suite(
+        "long end-to-end rank runs (the engine and dashboard under them are in the any_python set); on a real"
+        " Slurm cluster whose tasks run the test's own interpreter"),
+]
+
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"
 

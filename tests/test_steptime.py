@@ -6,6 +6,8 @@ import pytest
 from ddptui.runners.evidence.steptime import (BASE_STEPS, StepClock, fmt_seconds, median_step, pace_known, slowed_down,
                                      slowed_together, take_report, weighted_median)
 
+pytestmark = pytest.mark.any_python
+
 
 def feed(clock: StepClock, durations, start_step=1, start=100.0, every=0.1):
     """Report `durations` (one per step) the way the rank's batching does: a line whenever `every` s passed."""

@@ -10,6 +10,9 @@ from ddptui.runners import events as ev
 
 from tests.support.engine import run_profile
 
+pytestmark = pytest.mark.main_suite(
+    "long end-to-end rank runs (the engine and dashboard under them are in the any_python set)")
+
 
 @pytest.mark.timeout(240)
 def test_two_c10d_agents_train_one_job(runs_dir):

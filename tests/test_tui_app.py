@@ -17,6 +17,8 @@ from ddptui.tui.widgets.stacks_view import render_stacks
 from ddptui.tui.widgets.tail import TailView
 from tests.support.ui import GatedSource, SIZE, ScriptSource, aio, on_screen, pane_run, screen_text, settle, until
 
+pytestmark = pytest.mark.any_python
+
 
 @pytest.mark.timeout(30)
 @aio
@@ -130,9 +132,7 @@ async def test_quit_while_live_asks_then_stops_and_waits_for_run_to_return():
         await pilot.press("r")  # rerun refused while live
         assert app.runs_started == 1
         await pilot.press("q", "y")
-        end = time.monotonic() + 10
-        while app.is_running and time.monotonic() < end:  # the app leaves once the engine's run() returned
-            await pilot.pause(0.01)
+        await until(pilot, lambda: not app.is_running, 10, "the app to leave once the engine's run() returned")
         assert src.stopped.is_set()
     assert app.engine_done.is_set() and app.run_code == 0
 

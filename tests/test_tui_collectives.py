@@ -18,6 +18,8 @@ from ddptui.tui.widgets.collectives_view import CollectivesView, CollRow
 from tests.support.ui import ScriptSource, aio, settle, until
 from tests.support.collectives_scene import T0, behind_batch, collectives_scenario, g
 
+pytestmark = pytest.mark.any_python
+
 SIZE = (160, 40)
 
 

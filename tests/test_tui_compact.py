@@ -20,6 +20,8 @@ from ddptui.tui.widgets.rank_table import RankTable
 from tests.support.ui import ScriptSource, aio, screen_text, settle, until
 from tests.support.scenes import many_ranks
 
+pytestmark = pytest.mark.any_python
+
 
 # -- the order ------------------------------------------------------------------------------------
 

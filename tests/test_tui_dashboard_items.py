@@ -15,6 +15,8 @@ from ddptui.tui.screens.run import RunScreen
 from tests.support.ui import SIZE, ScriptSource, aio, screen_text, settle, until
 from tests.support.scenes import crash_scenario
 
+pytestmark = pytest.mark.any_python
+
 RECORDS = Path(__file__).resolve().parent / "fixtures" / "records"
 TINY = "name: tiny\ndescription: a tiny test profile\nnproc: 2\nworkload:\n  builtin: ddp_mlp\nsteps: 5\n"
 

@@ -17,6 +17,8 @@ from ddptui.tui.widgets.rank_pane import RankPane
 from ddptui.tui.widgets.timeline import TimelineView
 from tests.support.ui import aio, screen_text, until
 
+pytestmark = pytest.mark.any_python
+
 
 @pytest.mark.timeout(90)
 def test_dashboard_stays_responsive_under_a_16_rank_flood():

@@ -10,8 +10,9 @@ from ddptui.tui.app import DdpApp
 from ddptui.tui.model import LOSS_POINTS, RunModel
 from ddptui.tui.widgets.loss_chart import (PALETTE, ChartData, LossChart, axes_for, chart_data, legend_lines,
                                            title_text)
-from tests.support.ui import ScriptSource, aio, settle
-from tests.support.ui import BRAILLE, canvas_cells
+from tests.support.ui import BRAILLE, ScriptSource, aio, canvas_cells, settle
+
+pytestmark = pytest.mark.any_python
 
 T0 = 1_700_000_000.0
 

@@ -7,6 +7,8 @@ from ddptui.runners import events as ev
 from ddptui.tui.model import LINES_PER_RANK, RunModel, grid_columns, human_bytes, node_grid_columns
 from tests.support.scenes import T0, crash_scenario, hang_scenario, multinode_scenario
 
+pytestmark = pytest.mark.any_python
+
 
 def folded(batches) -> RunModel:
     m = RunModel()

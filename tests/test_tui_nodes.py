@@ -12,6 +12,8 @@ from ddptui.tui.widgets.rank_pane import RankPane
 from tests.support.ui import SIZE, GatedSource, aio, until
 from tests.support.scenes import multinode_scenario
 
+pytestmark = pytest.mark.any_python
+
 
 def stages():
     """The cyclic 2 x 2 job of multinode_scenario, released batch by batch as the engine would send it."""

@@ -6,6 +6,8 @@ import pytest
 from ddptui.tui.model import Changes
 from ddptui.tui.pace import CHART_PERIOD, VIEW_PERIOD, Pace
 
+pytestmark = pytest.mark.any_python
+
 
 def lines(*ranks) -> Changes:
     return Changes(set(ranks), True, False, False)

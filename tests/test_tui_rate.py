@@ -10,6 +10,8 @@ from ddptui.tui import rate
 from ddptui.tui.model import RunModel
 from tests.support.scenes import batched, told
 
+pytestmark = pytest.mark.any_python
+
 T = 1_764_000_000.0
 
 

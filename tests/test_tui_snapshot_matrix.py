@@ -13,7 +13,7 @@ from tests.support.ui import ScriptSource, aio, pane_run, screen_text, settle, u
 from tests.support.replay import PROFILES, replay_app, replayed
 
 SIZES = [(80, 24), (160, 48), (220, 60)]
-pytestmark = pytest.mark.usefixtures("utc")  # tests/conftest.py: the records' zone
+pytestmark = [pytest.mark.any_python, pytest.mark.usefixtures("utc")]  # tests/conftest.py: the records' zone
 SCENES = {  # the screen each record ends on by itself: the running grid, the Stacks tab, the Crash tab, the Verdict
     "run": ("cpu-ddp", 8.90),
     "stall": ("hang", None),

@@ -10,7 +10,7 @@ from ddptui.tui.replay import ReplaySource
 from tests.support.replay import PROFILES, replay_app, replayed
 
 SIZE = (160, 50)
-pytestmark = pytest.mark.usefixtures("utc")  # tests/conftest.py: the records' zone
+pytestmark = [pytest.mark.any_python, pytest.mark.usefixtures("utc")]  # tests/conftest.py: the records' zone
 
 
 @pytest.mark.timeout(60)

@@ -10,6 +10,8 @@ from ddptui.tui.widgets.rank_pane import RankPane
 from ddptui.tui.widgets.tail import TailView
 from tests.support.ui import GatedSource, aio, on_screen, screen_text
 
+pytestmark = pytest.mark.any_python
+
 
 def starting(t0: float):
     def stage(now: float):

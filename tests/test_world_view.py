@@ -20,7 +20,7 @@ from ddptui.runners.launch.torchrun_argv import max_nodes, node_rank, rdzv_backe
 from ddptui.tui.console import Console
 from ddptui.tui.model import RunModel
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.any_python, pytest.mark.timeout(30)]
 
 T0, W0 = 1000.0, 1_764_682_000.0
 C10D = ["torchrun", "--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d", "--rdzv-endpoint=node0:29400",

@@ -27,6 +27,8 @@ def _xla_venv() -> Path | None:
 
 VENV = _xla_venv()
 pytestmark = [
+    pytest.mark.main_suite(
+        "long end-to-end rank runs (the engine and dashboard under them are in the any_python set)"),
     pytest.mark.xla,
     pytest.mark.skipif(VENV is None, reason="the torch_xla venv is not built: run `make xla-venv` (scripts/xla-venv.sh)"),
 ]

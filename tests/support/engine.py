@@ -54,6 +54,22 @@ def run_profile(name_or_path, runs_dir: Path, overrides=(), **kw):
     return code, rec, session
 
 
+class SharedRuns:
+    """Runs of a shipped profile that tests in several modules read and none changes: one run per (profile,
+    overrides) a session (fixture shared_run), where each test made its own."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.done = root, {}
+
+    def get(self, name: str, overrides=()):
+        key = (name, tuple(overrides))
+        if key not in self.done:
+            runs_dir = self.root / f"{len(self.done)}-{name}"
+            runs_dir.mkdir()
+            self.done[key] = run_profile(name, runs_dir, overrides)
+        return self.done[key]
+
+
 def strict_reports(text: str) -> list[dict]:
     """Every `@ddptui` report line of a rank's output as strict JSON (a NaN or a torn line fails the test)."""
     import json

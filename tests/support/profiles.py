@@ -1,6 +1,8 @@
-"""A profile written into the test's folder, and the one-line error loading it gives."""
+"""A profile written into the test's folder, the one-line error loading it gives, and a profile the stand-in mirage
+runs."""
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -24,3 +26,8 @@ def error(path: Path, overrides=()) -> ProfileError:
         load_profile(path, overrides)
     assert "\n" not in str(info.value)
     return info.value
+
+
+def standin(profile):
+    """A profile run by the stand-in mirage: no ROCm SDK expected in the venv (the typed Profile, as the loader gives)."""
+    return dataclasses.replace(profile, mirage=dataclasses.replace(profile.mirage, require_rocm=False))

@@ -53,14 +53,16 @@ class ScriptSource:
         return ScriptSource(self.batches, self.kind, self.hold)
 
 
-async def until(pilot, cond, limit: float = 10.0, what: str = "", step: float = 0.01) -> None:
+async def until(pilot, cond, limit: float = 10.0, what: str = "", step: float = 0.01, stop_if=None) -> None:
     """Wait until cond() holds (the app's state, polled as the app runs), then until the screens handled what they
     were told; fails after `limit` seconds, with what the screen shows, instead of guessing how long drawing takes."""
-    deadline = Deadline(limit, what or repr(cond), seen=lambda: "the screen:\n" + screen_text(pilot.app))
+    deadline = Deadline(limit, what or repr(cond), seen=lambda: "the screen:\n" + screen_text(pilot.app),
+                        stop_if=stop_if)
     while not (got := cond()):
         deadline.check(got)
         await pilot.pause(step)
-    await pilot.pause()  # the screen and its widgets processed every pending message, then the CPU went idle
+    if pilot.app.is_running:  # (an app that left has nothing more to draw)
+        await pilot.pause()  # the screen and its widgets processed every pending message, then the CPU went idle
 
 
 async def settle(pilot, app, limit: float = 10.0) -> None:

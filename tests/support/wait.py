@@ -51,7 +51,13 @@ def wait_until(cond: Callable[[], T], timeout: float, what: str, *, step: float 
         got = cond()
         if got:
             return got
-        deadline.check(got)
+        try:
+            deadline.check(got)
+        except WaitTimeout:
+            got = cond()  # one last look: it may have come while the process it waits on was ending
+            if got:
+                return got
+            raise
         time.sleep(step)
 
 
