@@ -8,7 +8,6 @@ import time
 
 from tests.support.wait import Deadline
 
-
 SIZE = (160, 50)
 
 
