@@ -171,7 +171,7 @@ def test_progress_and_summary_carry_the_engines_step_time_that_the_slow_down_rul
     import json
 
     from ddptui.runners import events as ev
-    from tests.test_judge import hello, make, of, say
+    from tests.support.judge import hello, make, of, say
     j = make()
     hello(j, 0)
     got, t, step = [], 100.0, 0
