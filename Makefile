@@ -34,8 +34,8 @@ test: $(STAMP) lint xla-venv slurm-deps
 	$(BIN)/python -m pytest -q tests
 	$(MAKE) --no-print-directory test-pythons
 
-# The engine's and the dashboard's own tests (tests/suites.py) on Python 3.10, 3.12 and 3.13, each in a venv
-# without torch (~/.cache/ddptui/py3.X-venv); their ranks run on this .venv's python. A missing Python is skipped.
+# The engine's and the dashboard's own tests (modules marked any_python) on Python 3.10, 3.12 and 3.13, each in a
+# venv without torch (~/.cache/ddptui/py3.X-venv); their ranks run on this .venv's python. A missing Python is skipped.
 test-pythons: $(STAMP)
 	bash scripts/test-pythons.sh
 

@@ -82,7 +82,7 @@ def once(argv_tail: list[str], work: Path, env: dict, stall_after: float, wrap=l
 
 def bench(cfg, work: Path, res: dict, log, mmm) -> None:
     sys.path.insert(0, str(ROOT))
-    from tests.slurm_cluster import SlurmCluster, cannot_run
+    from tests.support.slurm_cluster import SlurmCluster, cannot_run
 
     # Namespaced hosts where this machine can make them: ddptui on node0, so node1's ranks are dumped there through
     # srun --overlap in the job; else both slurmd on this host (every rank's stack then taken locally).

@@ -33,7 +33,7 @@ from ingest_engine import count_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # tests.tmux_term drives the dashboard in a terminal
+    sys.path.insert(0, str(ROOT))  # tests.support.terminal drives the dashboard in a terminal
 BENCH = ROOT / "bench"
 PY = sys.executable
 PRINTER = BENCH / "workloads" / "printer.py"
@@ -589,7 +589,7 @@ def bench_ui(cfg, work: Path, res: dict) -> None:
 
 def ui_live_once(steps: int, d: Path) -> dict:
     """The real dashboard in a real terminal (tmux) on the default profile; CPU of the ddptui process from its summary."""
-    from tests.tmux_term import Term
+    from tests.support.terminal import Term
     runs = d / "runs"
     cmd = (f"unset COLUMNS LINES; cd {shlex.quote(str(ROOT))} && {shlex.quote(PY)} -m ddptui.tui.cli profiles/cpu-ddp.yaml "
            f"--runs-dir {shlex.quote(str(runs))} --set steps={steps}; echo DDPTUI-EXITED $?; sleep 30")
@@ -614,7 +614,7 @@ def ui_live_once(steps: int, d: Path) -> dict:
 
 
 def bench_ui_live(cfg, work: Path) -> dict:
-    from tests.tmux_term import TMUX
+    from tests.support.terminal import TMUX
     if not Path(TMUX).exists():
         return {"not_measured": "tmux not installed"}
     steps = 300 if cfg.quick else 4000

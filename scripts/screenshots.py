@@ -28,16 +28,16 @@ def replay_app(name: str, until: float | None = None):
 def collectives_app():
     """The Collectives tab's scene (tests/test_tui_collectives.py) as a run that ended: rank 3 behind at #57."""
     from ddptui.tui.app import DdpApp
-    from tests.test_tui_app import ScriptSource
-    from tests.test_tui_collectives import behind_batch, collectives_scenario
+    from tests.support.ui import ScriptSource
+    from tests.support.collectives_scene import behind_batch, collectives_scenario
     return DdpApp(source=ScriptSource(collectives_scenario() + [behind_batch()]))
 
 
 def compact_app():
     """The compact per-rank view's scene (tests/test_tui_compact.py): 64 ranks, rank 17 failed, 40 behind, 50 slow."""
     from ddptui.tui.app import DdpApp
-    from tests.test_tui_app import ScriptSource
-    from tests.test_tui_compact import many_ranks
+    from tests.support.ui import ScriptSource
+    from tests.support.scenes import many_ranks
     return DdpApp(source=ScriptSource(many_ranks()))
 
 
@@ -60,7 +60,7 @@ def shots() -> dict:
 
 
 async def export(app, path: Path, keys: tuple[str, ...] = ()) -> None:
-    from tests.test_tui_app import until
+    from tests.support.ui import until
     async with app.run_test(size=SIZE) as pilot:
         if app.source is not None:  # the whole record replayed, its end handled and everything drawn
             await until(pilot, lambda: app.worker is not None and not app.running and app.drawn, 60,

@@ -6,8 +6,8 @@
 #
 # Per version: a venv ${DDPTUI_PY_VENV_ROOT:-$HOME/.cache/ddptui}/py<VERSION>-venv with `pip install -e '.[test]'`,
 # rebuilt only when pyproject.toml, the interpreter or the checkout's path changed (an editable install points at
-# one checkout), then `pytest -m any_python`: the tests tests/conftest.py classifies as needing no torch in the
-# test process. Their ranks run on DDPTUI_PYTHON (default: this checkout's .venv/bin/python, torch 2.13), the
+# one checkout), then `pytest -m any_python`: the test modules that mark themselves so (they need no torch in the
+# test process). Their ranks run on DDPTUI_PYTHON (default: this checkout's .venv/bin/python, torch 2.13), the
 # interpreter ddptui gives a profile that names none. A version with no interpreter on PATH or under
 # ~/.pyenv/versions is skipped with a line that says so. Exit status: non-zero if any version's tests failed.
 set -uo pipefail

@@ -1,5 +1,5 @@
 """Shared fixtures: the repo on sys.path, a run folder per test, the check that no process outlives a test, and the
-session's real Slurm clusters (tests/slurm_cluster.py)."""
+session's real Slurm clusters (tests/support/slurm_cluster.py)."""
 from __future__ import annotations
 
 import os
@@ -11,6 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support.wait import WaitTimeout, wait_until
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -19,25 +21,11 @@ if str(ROOT) not in sys.path:
 TOKEN = os.environ.setdefault("DDPTUI_TEST_TOKEN", uuid.uuid4().hex)
 
 
-def _module(item) -> str:
-    return item.module.__name__.rpartition(".")[2] if getattr(item, "module", None) is not None else ""
-
-
-def pytest_collection_modifyitems(config, items):
-    """Mark the engine's and the dashboard's own tests (tests/suites.py) any_python: `make test-pythons` runs them."""
-    from tests.suites import ANY_PYTHON
-
-    for item in items:
-        if _module(item) in ANY_PYTHON:
-            item.add_marker(pytest.mark.any_python)
-
-
 @pytest.fixture(autouse=True)
 def own_interpreter_default(request, monkeypatch):
-    """Tests of what a profile naming no interpreter gets (ddptui's own) run without the caller's DDPTUI_PYTHON."""
-    from tests.suites import OWN_INTERPRETER
-
-    if _module(request.node) in OWN_INTERPRETER:
+    """Tests of what a profile naming no interpreter gets (ddptui's own; marker own_interpreter) run without the
+    caller's DDPTUI_PYTHON."""
+    if request.node.get_closest_marker("own_interpreter") is not None:
         monkeypatch.delenv("DDPTUI_PYTHON", raising=False)
 
 
@@ -69,10 +57,10 @@ def leftover_processes() -> list[psutil.Process]:
 @pytest.fixture(autouse=True)
 def no_process_left_behind():
     yield
-    deadline = time.monotonic() + 5.0
-    left = leftover_processes()
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
+    try:
+        wait_until(lambda: not leftover_processes(), 5.0, "the test's processes to end")
+        left = []
+    except WaitTimeout:
         left = leftover_processes()
     if left:
         desc = [f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in left if p.is_running()]
@@ -88,6 +76,14 @@ def no_process_left_behind():
             pytest.fail("processes left behind: " + "; ".join(desc))
 
 
+@pytest.fixture(scope="session")
+def shared_run(tmp_path_factory):
+    """shared_run(profile, overrides) -> (code, recorder, session): one run of it for every test that reads it."""
+    from tests.support.engine import SharedRuns
+
+    return SharedRuns(tmp_path_factory.mktemp("shared-runs")).get
+
+
 @pytest.fixture
 def runs_dir(tmp_path) -> Path:
     d = tmp_path / "runs"
@@ -95,7 +91,7 @@ def runs_dir(tmp_path) -> Path:
     return d
 
 
-STANDIN_MIRAGE = Path(__file__).resolve().parent / "standin_mirage.py"
+STANDIN_MIRAGE = Path(__file__).resolve().parent / "support" / "standin_mirage.py"
 
 
 @pytest.fixture
@@ -110,9 +106,23 @@ def mirage_on_path(tmp_path, monkeypatch):
     return exe
 
 
+@pytest.fixture
+def utc():
+    """The rank logs carry local wall times; replay them in the zone they were recorded in."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if old is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+
+
 def _cluster(namespaced: bool):
-    from tests.netns import NamespacesUnavailable
-    from tests.slurm_cluster import SlurmCluster, cannot_run, sweep_orphans
+    from tests.support.netns import NamespacesUnavailable
+    from tests.support.slurm_cluster import SlurmCluster, cannot_run, sweep_orphans
 
     why = cannot_run(namespaced)
     if why:
@@ -149,7 +159,7 @@ def slurm_hosts():
 def _no_job_left(cluster) -> None:
     try:
         cluster.wait_no_jobs(timeout=15)
-    except TimeoutError:
+    except WaitTimeout:
         jobs, steps = cluster.jobs(), cluster.steps_left()
         cluster.cancel_all()
         cluster.wait_no_jobs(timeout=15)

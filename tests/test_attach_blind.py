@@ -19,7 +19,14 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners.attach.find import find_job
-from tests.test_attach_runs import FIXTURES, TORCHRUN, _env, job_with_ranks, stop, wait_for
+from tests.support.outside_jobs import FIXTURES, TORCHRUN, job_env, job_with_ranks, stop
+from tests.support.wait import exited, wait_until
+
+pytestmark = [
+    pytest.mark.main_suite(
+        "long end-to-end rank runs (the engine and dashboard under them are in the any_python set); plain "
+        "torchrun jobs started outside ddptui, writing to a pty, a pipe, /dev/null"),
+]
 
 CLI = [sys.executable, "-m", "ddptui.tui.cli"]
 
@@ -32,7 +39,7 @@ class Job:
         self.output, self.readers, self.text = output, [], bytearray()
         argv = [TORCHRUN, "--nproc-per-node", "2", "--master-port", str(random.randint(20000, 29999)),
                 str(FIXTURES / script)]
-        full = {**_env(), **env}
+        full = {**job_env(), **env}
         if output == "pty":
             main, sub = os.openpty()
             self.proc = subprocess.Popen(argv, stdout=sub, stderr=sub, stdin=sub, env=full, cwd=tmp_path,
@@ -99,7 +106,8 @@ def test_a_hung_job_writing_to_a_terminal_a_pipe_or_dev_null_is_stalled_dated_be
             for how in ("pty", "pipe", "null")}
     try:
         for how, job in jobs.items():
-            wait_for(lambda: (tmp_path / f"hung-{how}").exists(), 240, f"the {how} job hangs", job.proc)
+            wait_until(lambda: (tmp_path / f"hung-{how}").exists(), 240, f"the {how} job hangs", step=0.2,
+                       stop_if=exited(job.proc))
         marks = {how: os.stat(tmp_path / f"hung-{how}").st_mtime for how in jobs}
         while time.time() - max(marks.values()) < 6:  # every hang at least 6 s old: older than --stall-after 4
             time.sleep(0.2)
@@ -156,7 +164,8 @@ def test_a_healthy_job_writing_to_a_terminal_or_dev_null_under_load_is_never_cal
     load: list = []
     try:
         for how, job in jobs.items():
-            wait_for(lambda: (tmp_path / f"train-{how}").exists(), 240, f"the {how} job trains", job.proc)
+            wait_until(lambda: (tmp_path / f"train-{how}").exists(), 240, f"the {how} job trains", step=0.2,
+                       stop_if=exited(job.proc))
         load = _load()
         time.sleep(3)  # the load is on before the attach
         for how, job in jobs.items():
@@ -187,8 +196,8 @@ def test_a_job_running_torchs_debug_server_is_read_through_it_where_py_spy_canno
     job = Job(tmp_path, "debug_server_lock_wait.py", "null", LOCK_MARK=str(mark), TORCH_FR_BUFFER_SIZE="2000")
     holder = None
     try:
-        wait_for(lambda: mark.exists(), 240, "the job hangs", job.proc)
-        found = wait_for(lambda: job_with_ranks(job.proc.pid), 60, "both ranks", job.proc)
+        wait_until(lambda: mark.exists(), 240, "the job hangs", step=0.2, stop_if=exited(job.proc))
+        found = wait_until(lambda: job_with_ranks(job.proc.pid), 60, "both ranks", step=0.2, stop_if=exited(job.proc))
         holder = subprocess.Popen([sys.executable, str(FIXTURES / "ptrace_holder.py"), str(found.ranks[1].pid)],
                                   stdout=subprocess.PIPE, text=True)
         assert holder.stdout.readline().strip() == "seized"
@@ -224,7 +233,7 @@ def test_a_culprit_spinning_in_one_function_is_no_progress(tmp_path):
     mark = tmp_path / "spinning"
     job = Job(tmp_path, "hang_ddp.py", "null", HANG_MODE="spin", HANG_MARK=str(mark))
     try:
-        wait_for(lambda: mark.exists(), 240, "rank 1 spins", job.proc)
+        wait_until(lambda: mark.exists(), 240, "rank 1 spins", step=0.2, stop_if=exited(job.proc))
         while time.time() - mark.stat().st_mtime < 6:  # older than --stall-after 4, younger than its 3 x hold
             time.sleep(0.2)
         r, run, _ = attach(tmp_path, job, "--stall-after", "4")

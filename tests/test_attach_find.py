@@ -10,6 +10,8 @@ from ddptui.runners.attach import output as ao
 from ddptui.runners.attach.find import NotAJob, Proc, Unreadable, locate, spawn_index, spawn_nprocs, spawn_numbers
 from ddptui.runners.edge.tail import Tailer
 
+pytestmark = pytest.mark.any_python
+
 PY = "/venv/bin/python3.11"
 SPAWN = (PY, "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=4, pipe_handle=6)",
          "--multiprocessing-fork")

@@ -2,6 +2,8 @@
 root cause read from a dead rank's own traceback; what stop would do; the profile the judge sees."""
 from __future__ import annotations
 
+import pytest
+
 from ddptui.runners import events as ev
 from ddptui.runners.evidence.attach_evidence import traceback_report
 from ddptui.runners.attach.find import AttachedJob, AttachedRank
@@ -10,6 +12,8 @@ from ddptui.runners.attach.liveness import Liveness, decide, frame_key, liveness
 from ddptui.runners.attach.session import attach_profile, job_json, stop_words
 from ddptui.runners.judge.judge import Judge
 from ddptui.runners.evidence.stack_types import Frame, StackResult, ThreadStack
+
+pytestmark = pytest.mark.any_python
 
 LIB = "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
 

@@ -7,11 +7,8 @@ import os
 import random
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -19,68 +16,13 @@ import pytest
 from ddptui.runners.attach import output as attach_output
 from ddptui.runners.attach.find import NotAJob, find_job
 from ddptui.runners.edge.tail import Tailer
+from tests.support.outside_jobs import FIXTURES, TORCHRUN, job_env, job_with_ranks, stop, torchrun
+from tests.support.wait import exited, wait_until
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-TORCHRUN = str(Path(sys.executable).parent / "torchrun")
+pytestmark = pytest.mark.main_suite(
+    "plain torchrun and torch.multiprocessing.spawn jobs started outside ddptui on the test's own interpreter")
+
 STEP = re.compile(r"step (\d+) loss")
-
-
-def _env() -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": "1"}
-
-
-def torchrun(tmp_path: Path, script: str, *opts: str, out: Path | None = None) -> subprocess.Popen:
-    """`torchrun --nproc-per-node 2 [opts] script > out 2>&1 &`, the way a user starts it in a shell."""
-    port = str(random.randint(20000, 29999))
-    f = open(out or os.devnull, "wb")
-    try:
-        return subprocess.Popen([TORCHRUN, "--nproc-per-node", "2", "--master-port", port, *opts,
-                                 str(FIXTURES / script)], stdout=f, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=_env(), cwd=tmp_path)
-    finally:
-        f.close()
-
-
-def stop(job: subprocess.Popen) -> None:
-    """The test's own job: SIGTERM to its launcher (torchrun forwards it; spawn children die with their parent),
-    then SIGKILL to whatever of its tree is left."""
-    try:
-        tree = psutil.Process(job.pid).children(recursive=True)
-    except psutil.Error:
-        tree = []
-    if job.poll() is None:
-        job.send_signal(signal.SIGTERM)
-        try:
-            job.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            job.kill()
-            job.wait()
-    _gone, alive = psutil.wait_procs(tree, timeout=10)
-    for p in alive:
-        p.kill()
-    psutil.wait_procs(alive, timeout=10)
-
-
-def wait_for(cond, timeout: float, what: str, job: subprocess.Popen):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if job.poll() is not None:
-            pytest.fail(f"{what}: the job exited {job.returncode}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout} s")
-        time.sleep(0.2)
-
-
-def job_with_ranks(pid: int, n: int = 2):
-    """find_job once every rank has started (a job just launched has its agent before its ranks)."""
-    try:
-        j = find_job(pid)
-    except NotAJob:
-        return None
-    return j if len(j.ranks) == n else None
 
 
 def lines_in(path: str) -> int:
@@ -95,7 +37,7 @@ def test_torchrun_with_shell_redirect_found_from_agent_and_rank_then_followed(tm
     out = tmp_path / "train.log"
     job = torchrun(tmp_path, "healthy_ddp_loop.py", out=out)
     try:
-        by_agent = wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
+        by_agent = wait_until(lambda: job_with_ranks(job.pid), 90, "both ranks started", step=0.2, stop_if=exited(job))
         assert (by_agent.kind, by_agent.launcher_pid, by_agent.world_size) == ("torchrun", job.pid, 2)
         assert by_agent.launcher_argv[1] == TORCHRUN and by_agent.unreadable == ()
         assert sorted(by_agent.ranks) == [0, 1]
@@ -110,7 +52,7 @@ def test_torchrun_with_shell_redirect_found_from_agent_and_rank_then_followed(tm
         assert by_rank.asked == str(by_agent.ranks[1].pid)
 
         # the last lines before attach, then the tailer from there: nothing twice, nothing missed
-        wait_for(lambda: lines_in(str(out)) >= 4, 60, "training lines", job)
+        wait_until(lambda: lines_in(str(out)) >= 4, 60, "training lines", step=0.2, stop_if=exited(job))
         before, at = attach_output.last_lines(str(out), 200)
         shown = [int(m.group(1)) for m in map(STEP.search, before) if m]
         assert shown
@@ -118,8 +60,9 @@ def test_torchrun_with_shell_redirect_found_from_agent_and_rank_then_followed(tm
         tail.add(str(out), None, "stdout", start=at)
         try:
             followed: list[int] = []
-            wait_for(lambda: followed.extend(int(m.group(1)) for _, _, got in tail.poll() for m in map(STEP.search, got)
-                                             if m) or len(followed) >= 4, 60, "new lines followed", job)
+            wait_until(lambda: followed.extend(int(m.group(1)) for _, _, got in tail.poll() for m in map(STEP.search, got)
+                                               if m) or len(followed) >= 4, 60, "new lines followed", step=0.2,
+                       stop_if=exited(job))
         finally:
             tail.close()
         # two ranks print the same steps: the first line followed is the next step of one rank or the other's same
@@ -134,9 +77,9 @@ def test_torchrun_log_dir_redirects_found_as_files_and_dataloader_workers_are_no
     logs = tmp_path / "logs"
     job = torchrun(tmp_path, "dataloader_worker_hang.py", "--log-dir", str(logs), "--redirects", "3")
     try:
-        found = wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
-        workers = wait_for(lambda: [c.pid for c in psutil.Process(found.ranks[0].pid).children()], 60,
-                           "rank 0's DataLoader workers", job)
+        found = wait_until(lambda: job_with_ranks(job.pid), 90, "both ranks started", step=0.2, stop_if=exited(job))
+        workers = wait_until(lambda: [c.pid for c in psutil.Process(found.ranks[0].pid).children()], 60,
+                             "rank 0's DataLoader workers", step=0.2, stop_if=exited(job))
         for r, ar in found.ranks.items():
             want = glob.glob(f"{logs}/*/attempt_0/{r}/stdout.log")
             assert len(want) == 1 and ar.stdout == attach_output.RankOutput("file", want[0], "")
@@ -155,16 +98,17 @@ def test_mp_spawn_job_found_from_the_parent_a_child_and_its_worker(tmp_path, mon
     with open(out, "wb") as f:
         job = subprocess.Popen([sys.executable, "-u", str(FIXTURES / "mp_spawn_ddp_loop.py")], stdout=f,
                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tmp_path,
-                               env={**_env(), "MASTER_PORT": str(random.randint(20000, 29999))})
+                               env={**job_env(), "MASTER_PORT": str(random.randint(20000, 29999))})
     try:
-        wait_for(lambda: lines_in(str(out)) >= 2, 120, "both spawn ranks training", job)
+        wait_until(lambda: lines_in(str(out)) >= 2, 120, "both spawn ranks training", step=0.2, stop_if=exited(job))
         found = find_job(job.pid)
         assert (found.kind, found.launcher_pid, found.world_size, found.notes) == ("spawn", job.pid, 2, ())
         kids = sorted(psutil.Process(job.pid).children(), key=lambda p: (p.create_time(), p.pid))
         ranks = [p.pid for p in kids if "spawn_main" in " ".join(p.cmdline())]
         assert {r: a.pid for r, a in found.ranks.items()} == {0: ranks[0], 1: ranks[1]}
         assert all(a.stdout == attach_output.RankOutput("file", str(out), "") for a in found.ranks.values())
-        worker = wait_for(lambda: psutil.Process(ranks[1]).children(), 60, "rank 1's DataLoader worker", job)[0].pid
+        worker = wait_until(lambda: psutil.Process(ranks[1]).children(), 60, "rank 1's DataLoader worker", step=0.2,
+                            stop_if=exited(job))[0].pid
         for pid in (ranks[1], worker):
             again = find_job(pid)
             assert (again.kind, again.launcher_pid) == ("spawn", job.pid)
@@ -206,13 +150,13 @@ def test_a_job_of_another_user_is_named_unreadable(tmp_path):
     its command line (readable by all), its ranks are named with the reason and no rank is made up."""
     job = torchrun(tmp_path, "healthy_ddp_loop.py")
     try:
-        found = wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
+        found = wait_until(lambda: job_with_ranks(job.pid), 90, "both ranks started", step=0.2, stop_if=exited(job))
         probe = ("import sys; from ddptui.runners.attach.find import find_job\n"
                  "j = find_job(int(sys.argv[1]))\n"
                  "print(j.kind, j.launcher_pid, sorted(j.ranks), sorted((u.pid, u.reason) for u in j.unreadable))")
         r = subprocess.run(["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups", sys.executable,
                             "-c", probe, str(found.ranks[0].pid)], capture_output=True, text=True, timeout=60,
-                           env={**_env(), "HOME": "/tmp"})
+                           env={**job_env(), "HOME": "/tmp"})
         assert r.returncode == 0, r.stderr[-2000:]
         pids = sorted(a.pid for a in found.ranks.values())
         why = "access denied: another user's process (run ddptui as that user or as root to read its environment)"
@@ -229,7 +173,7 @@ def test_torchrun_in_a_terminal_without_redirects_says_the_pane_cannot_read_it(t
     main, sub = os.openpty()
     port = str(random.randint(20000, 29999))
     job = subprocess.Popen([TORCHRUN, "--nproc-per-node", "2", "--master-port", port,
-                            str(FIXTURES / "healthy_ddp_loop.py")], stdout=sub, stderr=sub, stdin=sub, env=_env(),
+                            str(FIXTURES / "healthy_ddp_loop.py")], stdout=sub, stderr=sub, stdin=sub, env=job_env(),
                            cwd=tmp_path, start_new_session=True)
     os.close(sub)
 
@@ -243,7 +187,7 @@ def test_torchrun_in_a_terminal_without_redirects_says_the_pane_cannot_read_it(t
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     try:
-        found = wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
+        found = wait_until(lambda: job_with_ranks(job.pid), 90, "both ranks started", step=0.2, stop_if=exited(job))
         tty = os.readlink(f"/proc/{job.pid}/fd/1")
         assert tty.startswith("/dev/pts/")
         for a in found.ranks.values():
@@ -262,14 +206,14 @@ def test_attach_to_a_shell_running_two_jobs_or_to_init_names_every_job_and_attac
     ports = random.sample(range(20000, 30000), 2)
     line = " & ".join(f"{TORCHRUN} --nproc-per-node 2 --master-port {p} {FIXTURES / 'healthy_ddp_loop.py'} "
                       ">/dev/null 2>&1" for p in ports) + " & wait"
-    shell = subprocess.Popen(["bash", "-c", line], env=_env(), cwd=tmp_path, stdin=subprocess.DEVNULL,
+    shell = subprocess.Popen(["bash", "-c", line], env=job_env(), cwd=tmp_path, stdin=subprocess.DEVNULL,
                              start_new_session=True)
     cli = [sys.executable, "-m", "ddptui.tui.cli", "attach"]
     try:
         def agents():
             kids = [c for c in psutil.Process(shell.pid).children() if "torchrun" in " ".join(c.cmdline())]
             return kids if len(kids) == 2 and all(job_with_ranks(k.pid) for k in kids) else None
-        found = wait_for(agents, 120, "both jobs' ranks started", shell)
+        found = wait_until(agents, 120, "both jobs' ranks started", step=0.2, stop_if=exited(shell))
         for asked in (shell.pid, 1):
             r = subprocess.run(cli + [str(asked), "--no-ui", "--runs-dir", str(tmp_path / "runs")],
                                capture_output=True, text=True, timeout=60)

@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners.attach.find import find_job
-from tests.test_attach_runs import job_with_ranks, stop, torchrun, wait_for
+from tests.support.outside_jobs import job_with_ranks, stop, torchrun
+from tests.support.wait import exited, wait_until
+
+pytestmark = [
+    pytest.mark.main_suite(
+        "long end-to-end rank runs (the engine and dashboard under them are in the any_python set); plain "
+        "torchrun jobs started outside ddptui on the test's own interpreter"),
+]
 
 CLI = [sys.executable, "-m", "ddptui.tui.cli"]
 LOGS = ("--log-dir", "logs", "--redirects", "3")  # each rank writes its own stdout.log / stderr.log
@@ -52,8 +59,9 @@ def steps(path: str | None) -> int:
 def test_attach_no_ui_to_a_healthy_run_follows_it_and_leaves_it_running(tmp_path):
     job = torchrun(tmp_path, "healthy_ddp_loop.py", *LOGS, out=tmp_path / "agent.log")
     try:
-        wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
-        wait_for(lambda: all(steps(rank_file(tmp_path, r)) >= 2 for r in (0, 1)), 90, "training lines", job)
+        wait_until(lambda: job_with_ranks(job.pid), 90, "both ranks started", step=0.2, stop_if=exited(job))
+        wait_until(lambda: all(steps(rank_file(tmp_path, r)) >= 2 for r in (0, 1)), 90, "training lines", step=0.2,
+                   stop_if=exited(job))
         r = attach(tmp_path, job.pid, "--no-ui", "--stall-after", "30")
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
         out = r.stdout
@@ -69,7 +77,8 @@ def test_attach_no_ui_to_a_healthy_run_follows_it_and_leaves_it_running(tmp_path
         assert "healthy_ddp_loop.py" in (run / "stacks" / "01-on-request" / "rank0.txt").read_text()
         # the job runs on: attach signalled nothing
         before = steps(rank_file(tmp_path, 0))
-        wait_for(lambda: steps(rank_file(tmp_path, 0)) > before, 60, "the job still trains after attach", job)
+        wait_until(lambda: steps(rank_file(tmp_path, 0)) > before, 60, "the job still trains after attach", step=0.2,
+                   stop_if=exited(job))
         # the record replays as a launched run's does
         rep = subprocess.run(CLI + ["replay", str(run), "--no-ui"], capture_output=True, text=True, timeout=60)
         assert rep.returncode == 0, rep.stderr
@@ -82,9 +91,11 @@ def test_attach_no_ui_to_a_healthy_run_follows_it_and_leaves_it_running(tmp_path
 def test_attach_no_ui_to_a_hung_run_names_the_culprit_and_its_stack(tmp_path):
     job = torchrun(tmp_path, "hang_ddp.py", *LOGS, out=tmp_path / "agent.log")
     try:
-        wait_for(lambda: "hanging at step 3" in text(rank_file(tmp_path, 1)), 120, "rank 1 hangs", job)
+        wait_until(lambda: "hanging at step 3" in text(rank_file(tmp_path, 1)), 120, "rank 1 hangs", step=0.2,
+                   stop_if=exited(job))
         files = [rank_file(tmp_path, r) for r in (0, 1)]
-        wait_for(lambda: all(time.time() - os.stat(f).st_mtime > 3 for f in files), 60, "both quiet 3 s", job)
+        wait_until(lambda: all(time.time() - os.stat(f).st_mtime > 3 for f in files), 60, "both quiet 3 s", step=0.2,
+                   stop_if=exited(job))
         r = attach(tmp_path, job.pid, "--no-ui", "--stall-after", "2")
         assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-2000:]
         out = r.stdout
@@ -113,12 +124,13 @@ def test_attach_watch_a_rank_that_dies_while_attached_is_the_root_cause(tmp_path
     out_path = tmp_path / "attach.out"
     watcher = None
     try:
-        wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
-        wait_for(lambda: all(steps(rank_file(tmp_path, r)) >= 2 for r in (0, 1)), 90, "training lines", job)
+        wait_until(lambda: job_with_ranks(job.pid), 90, "both ranks started", step=0.2, stop_if=exited(job))
+        wait_until(lambda: all(steps(rank_file(tmp_path, r)) >= 2 for r in (0, 1)), 90, "training lines", step=0.2,
+                   stop_if=exited(job))
         with open(out_path, "w") as f:
             watcher = subprocess.Popen(CLI + ["attach", str(job.pid), "--watch", "--stall-after", "60",
                                               "--runs-dir", str(tmp_path / "runs")], stdout=f, stderr=subprocess.STDOUT)
-        wait_for(lambda: "2 of 2 ranks found" in out_path.read_text(), 60, "attached", job)
+        wait_until(lambda: "2 of 2 ranks found" in out_path.read_text(), 60, "attached", step=0.2, stop_if=exited(job))
         die.touch()
         assert watcher.wait(timeout=120) == 1, out_path.read_text()[-4000:]
         out = out_path.read_text()
@@ -143,11 +155,11 @@ def test_attach_watch_ctrl_c_detaches_and_stop_goes_through_the_launcher(tmp_pat
     out_path = tmp_path / "attach.out"
     watcher = None
     try:
-        found = wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
+        found = wait_until(lambda: job_with_ranks(job.pid), 90, "both ranks started", step=0.2, stop_if=exited(job))
         with open(out_path, "w") as f:
             watcher = subprocess.Popen(CLI + ["attach", str(job.pid), "--watch", "--runs-dir", str(tmp_path / "runs")],
                                        stdout=f, stderr=subprocess.STDOUT)
-        wait_for(lambda: "2 of 2 ranks found" in out_path.read_text(), 60, "attached", job)
+        wait_until(lambda: "2 of 2 ranks found" in out_path.read_text(), 60, "attached", step=0.2, stop_if=exited(job))
         watcher.send_signal(signal.SIGINT)
         assert watcher.wait(timeout=60) == 0, out_path.read_text()[-3000:]
         assert "detaching; the job runs on" in out_path.read_text()
@@ -159,8 +171,8 @@ def test_attach_watch_ctrl_c_detaches_and_stop_goes_through_the_launcher(tmp_pat
         session = AttachSession(find_job(job.pid), tmp_path / "runs", emit=got.extend, watch=True, stall_after=60)
         t = threading.Thread(target=lambda: got.append(("code", session.run())))
         t.start()
-        wait_for(lambda: any(type(e).__name__ == "RankHello" for e in got if not isinstance(e, tuple)), 60,
-                 "attached in-process", job)
+        wait_until(lambda: any(type(e).__name__ == "RankHello" for e in got if not isinstance(e, tuple)), 60,
+                   "attached in-process", step=0.2, stop_if=exited(job))
         assert session.stop_job() == f"SIGTERM sent to pid {job.pid}"
         t.join(90)
         assert not t.is_alive() and job.wait(timeout=60) is not None
@@ -208,12 +220,13 @@ def _states(job) -> dict:
 def test_attach_dashboard_s_asks_n_keeps_the_job_y_stops_it_through_torchrun_q_detaches(tmp_path):
     from ddptui.tui.app import AttachSource, DdpApp
     from ddptui.tui.screens.confirm_stop_job import ConfirmStopJob
-    from tests.test_tui_app import SIZE, aio, until
+    from tests.support.ui import SIZE, aio, until
 
     job = torchrun(tmp_path, "healthy_ddp_loop.py", *LOGS, out=tmp_path / "agent.log")
     try:
-        found = wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
-        wait_for(lambda: all(steps(rank_file(tmp_path, r)) >= 2 for r in (0, 1)), 90, "training lines", job)
+        found = wait_until(lambda: job_with_ranks(job.pid), 90, "both ranks started", step=0.2, stop_if=exited(job))
+        wait_until(lambda: all(steps(rank_file(tmp_path, r)) >= 2 for r in (0, 1)), 90, "training lines", step=0.2,
+                   stop_if=exited(job))
 
         @aio
         async def drive():
@@ -230,9 +243,8 @@ def test_attach_dashboard_s_asks_n_keeps_the_job_y_stops_it_through_torchrun_q_d
                 await pilot.press("s")
                 await until(pilot, lambda: isinstance(app.screen, ConfirmStopJob), 10, "the question again")
                 await pilot.press("y")
-                end = time.monotonic() + 90
-                while app.running and time.monotonic() < end:
-                    await pilot.pause(0.2)
+                await until(pilot, lambda: not app.running, 90, "the job to end through torchrun, and attach with it",
+                            step=0.2)
                 assert not app.running, f"the job ended through torchrun, and attach with it: {_states(found)}"
                 # the user's own stop, said as a launched run says it: no crash, no failure
                 assert app.model.finished.status == "stopped" and app.model.crash is None, app.model.crash
@@ -268,13 +280,15 @@ def test_attach_where_ptrace_is_refused_says_so_and_sends_no_signal(tmp_path):
     job = torchrun(tmp_path, "hang_ddp.py", *LOGS, out=tmp_path / "agent.log")
     holder = None
     try:
-        wait_for(lambda: "hanging at step 3" in text(rank_file(tmp_path, 1)), 120, "rank 1 hangs", job)
+        wait_until(lambda: "hanging at step 3" in text(rank_file(tmp_path, 1)), 120, "rank 1 hangs", step=0.2,
+                   stop_if=exited(job))
         found = find_job(job.pid)
         holder = subprocess.Popen([sys.executable, str(Path(__file__).parent / "fixtures" / "ptrace_holder.py"),
                                    str(found.ranks[1].pid)], stdout=subprocess.PIPE, text=True)
         assert holder.stdout.readline().strip() == "seized"
         files = [rank_file(tmp_path, r) for r in (0, 1)]
-        wait_for(lambda: all(time.time() - os.stat(f).st_mtime > 3 for f in files), 60, "both quiet 3 s", job)
+        wait_until(lambda: all(time.time() - os.stat(f).st_mtime > 3 for f in files), 60, "both quiet 3 s", step=0.2,
+                   stop_if=exited(job))
         r = attach(tmp_path, job.pid, "--no-ui", "--stall-after", "2")
         assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-2000:]
         run = record(tmp_path)
@@ -323,7 +337,7 @@ def test_attach_slurm_no_ui_follows_the_jobs_ranks_and_leaves_it_running(slurm_c
 def test_attach_to_ranks_writing_to_dev_null_says_so_in_each_ranks_own_pane_and_log(tmp_path):
     job = torchrun(tmp_path, "healthy_ddp_loop.py")  # `torchrun … > /dev/null 2>&1 &`: nothing to follow
     try:
-        found = wait_for(lambda: job_with_ranks(job.pid), 90, "both ranks started", job)
+        found = wait_until(lambda: job_with_ranks(job.pid), 90, "both ranks started", step=0.2, stop_if=exited(job))
         assert {a.stdout.kind for a in found.ranks.values()} != {"file"}
         r = attach(tmp_path, job.pid, "--no-ui", "--stall-after", "30")
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]

@@ -1,5 +1,6 @@
 """ddptui attach --slurm: a real Slurm job's ranks found on every node through srun --overlap (the test cluster of
-tests/slurm_cluster.py, skipped with the reason where it cannot run), and the decisions over the nodes' probe output."""
+tests/support/slurm_cluster.py, skipped with the reason where it cannot run), and the decisions over the nodes' probe
+output."""
 from __future__ import annotations
 
 import os
@@ -10,6 +11,9 @@ import pytest
 
 from ddptui.runners.attach.find import NotAJob, Proc, find_slurm_job, probe_records, slurm_ranks
 from ddptui.runners.attach.output import RankOutput
+
+pytestmark = pytest.mark.main_suite(
+    "real Slurm clusters (one host; two namespaced hosts) whose tasks run the test's own interpreter")
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "slurm_procid_ddp_loop.py"
 PY = "/venv/bin/python3"

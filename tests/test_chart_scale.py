@@ -1,6 +1,8 @@
 """The loss chart's axis decisions (tui/chart_scale.py): scale choice, even ticks, compact numbers."""
 from __future__ import annotations
 
+import pytest
+
 import math
 
 from hypothesis import given, settings
@@ -8,6 +10,8 @@ from hypothesis import strategies as st
 
 from ddptui.tui.chart_scale import (LOG_RATIO, choose_scale, fmt_num, linear_ticks, log_ticks, step_label,
                                     tick_labels)
+
+pytestmark = pytest.mark.any_python
 
 finite = st.floats(min_value=-1e9, max_value=1e9, allow_nan=False, allow_infinity=False)
 positive = st.floats(min_value=1e-15, max_value=1e9, allow_nan=False, allow_infinity=False)

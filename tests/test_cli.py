@@ -1,7 +1,6 @@
 """The `ddptui` command line for real: headless output format, exit codes, ad-hoc commands, signals, dry runs."""
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -9,12 +8,17 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+
+from tests.support.cli import Output, ddptui, live_ddptui, only_run, wait_for_rank1
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.main_suite(
+    "its wrapped commands name the test's own interpreter (and its torchrun) as the ranks'")
 
 ROOT = Path(__file__).resolve().parent.parent
 LINE = re.compile(r"^\[\d\d:\d\d:\d\d\.\d{3}\] \[(rank \d+|launcher|ddptui|hint|stall|crash)\] ")
@@ -35,68 +39,6 @@ PLAIN_DDP = textwrap.dedent("""
     dist.barrier()
     dist.destroy_process_group()
 """)
-
-
-def ddptui(*args, runs_dir, timeout=120, **kw):
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("NO_COLOR", None)
-    return subprocess.run([sys.executable, "-m", "ddptui.tui.cli", "--runs-dir", str(runs_dir), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout, env=env, **kw)
-
-
-@contextlib.contextmanager
-def live_ddptui(runs_dir: Path, *args: str):
-    """A headless ddptui running in the background; killed on the way out if the test left it running."""
-    proc = subprocess.Popen([sys.executable, "-m", "ddptui.tui.cli", "--runs-dir", str(runs_dir), *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-def wait_for_rank1(runs_dir: Path, text: str, timeout: float = 60) -> float:
-    """Wait until the live run's rank 1 log shows `text`; returns the deadline for further waiting."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        runs = list(runs_dir.iterdir())
-        if runs and (runs[0] / "rank1.log").exists() and text in (runs[0] / "rank1.log").read_text():
-            break
-        time.sleep(0.2)
-    return deadline
-
-
-class Output:
-    """What a live ddptui writes, read as it comes (a thread), so a test can wait for what it says."""
-
-    def __init__(self, proc: subprocess.Popen):
-        self.lines: list[str] = []
-        self.reader = threading.Thread(target=self._read, args=(proc.stdout,), daemon=True)
-        self.reader.start()
-
-    def _read(self, stream) -> None:
-        for line in stream:
-            self.lines.append(line)
-
-    def text(self) -> str:
-        return "".join(list(self.lines))
-
-    def wait(self, condition, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            assert time.monotonic() < deadline, self.text()[-2000:]
-            time.sleep(0.1)  # the poll's period
-
-    def all(self) -> str:
-        self.reader.join(30)  # the process ended: its pipe reaches EOF
-        return self.text()
-
-
-def only_run(runs_dir: Path) -> Path:
-    (d,) = list(runs_dir.iterdir())
-    return d
 
 
 @pytest.mark.timeout(120)
@@ -188,13 +130,13 @@ def test_sigint_stops_every_rank_and_keeps_the_logs(runs_dir):
 @pytest.mark.timeout(120)
 def test_sigkill_of_torchrun_does_not_orphan_ranks(runs_dir):
     with live_ddptui(runs_dir, "profiles/cpu-ddp.yaml", "--no-ui", "--set", "steps=100000") as proc:
-        deadline = time.monotonic() + 60
-        ranks = []
-        while time.monotonic() < deadline and len(ranks) < 2:
+        def launcher_and_ranks():
             kids = psutil.Process(proc.pid).children(recursive=True)
             launcher = [k for k in kids if "torch.distributed.run" in " ".join(k.cmdline())]
             ranks = [k for k in kids if "ddp_mlp.py" in " ".join(k.cmdline()) and k not in launcher]
-            time.sleep(0.2)
+            return (launcher, ranks) if len(ranks) >= 2 else None
+
+        launcher, ranks = wait_until(launcher_and_ranks, 60, "torchrun's 2 ranks", step=0.2)
         assert launcher and len(ranks) == 2
         wait_for_rank1(runs_dir, " loss ")  # the ranks train: the launcher dies mid-run
         assert " loss " in (only_run(runs_dir) / "rank1.log").read_text()
@@ -221,12 +163,12 @@ def test_dump_command_collects_stacks_of_a_live_run(runs_dir):
                      "--set", "stall_after=3") as proc:
         deadline = wait_for_rank1(runs_dir, "injecting hang")
         run = only_run(runs_dir)
-        while time.monotonic() < deadline and '"kind": "stall"' not in (run / "events.jsonl").read_text():
-            time.sleep(0.2)
+        wait_until(lambda: '"kind": "stall"' in (run / "events.jsonl").read_text(), deadline.left(),
+                   "the stall in the record", step=0.2)
         p = ddptui("dump", str(run), runs_dir=runs_dir)
         assert p.returncode == 0, p.stderr
-        while time.monotonic() < deadline and not list(run.glob("stacks/*/verdict.txt")):
-            time.sleep(0.2)
+        wait_until(lambda: list(run.glob("stacks/*/verdict.txt")), deadline.left(), "the dump's verdict", step=0.2,
+                   seen=lambda: sorted(str(p.relative_to(run)) for p in run.glob("stacks/**/*")))
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     (verdict,) = run.glob("stacks/*-on-request/verdict.txt")
@@ -349,7 +291,7 @@ def test_dump_of_a_copied_record_signals_neither_the_original_run_nor_a_dashboar
     import shlex
     import shutil
 
-    from tests.tmux_term import TMUX, Term
+    from tests.support.terminal import TMUX, Term
     with live_ddptui(runs_dir, *train_args()) as proc:
         wait_for_rank1(runs_dir, "step 3")
         run = only_run(runs_dir)

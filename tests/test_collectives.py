@@ -3,13 +3,17 @@ merged per group, one CollectiveProgress per engine turn, laggards named, and ne
 clock. Fake clock, hand-written report lines in the shape runners/inject sends."""
 from __future__ import annotations
 
+import pytest
+
 import json
 
 from ddptui.runners.evidence import collectives as co
 from ddptui.runners import events as ev
 from ddptui.runners.evidence.eventcheck import problem
 
-from tests.test_judge import T0, W0, at, hello, make, of, say
+from tests.support.judge import T0, W0, at, hello, make, of, say
+
+pytestmark = pytest.mark.any_python
 
 
 def pg(enq, comp, frontier=None, ranks="[0, 1]", desc="default_pg"):

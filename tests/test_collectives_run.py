@@ -8,7 +8,10 @@ from ddptui.runners import events as ev
 from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.session import Session
 
-from tests.engine_helpers import PROFILES, Recorder
+from tests.support.engine import PROFILES, Recorder
+
+pytestmark = pytest.mark.main_suite(
+    "long end-to-end rank runs (the engine and dashboard under them are in the any_python set)")
 
 
 class StallSnapshot(Recorder):

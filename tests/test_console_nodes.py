@@ -1,10 +1,14 @@
 """The headless console says where each rank ran (node, pid), the batch job's state as it changes, and a node lost."""
 from __future__ import annotations
 
+import pytest
+
 import io
 
 from ddptui.runners import events as ev
 from ddptui.tui.console import Console
+
+pytestmark = pytest.mark.any_python
 
 
 def _finished(ranks: dict) -> ev.RunFinished:

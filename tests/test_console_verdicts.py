@@ -1,10 +1,14 @@
 """The headless console labels a slow-down as slow and a stall as stall, and says when a stall is over."""
 from __future__ import annotations
 
+import pytest
+
 import io
 
 from ddptui.runners import events as ev
 from ddptui.tui.console import Console
+
+pytestmark = pytest.mark.any_python
 
 SAMPLE = ("the run slowed down (rank 1's steps take 0.51 s, 170x its first 20 steps' 3.0 ms): rank 1 is in at_step() "
           "at _faults.py:67 (calls time.sleep); rank 0 waits for it in all_reduce")

@@ -20,7 +20,10 @@ from ddptui.runners.evidence.launcher_log import TorchrunLog, error_file_report
 from ddptui.runners.evidence.kill_reading import KillEvidence, Limit, read_kill
 from ddptui.runners.edge.oom import cgroup_paths, kernel_log_kills, limit_files, memory_limit, parse_limit, parse_oom_kill
 from ddptui.runners.session import EXIT_FAILED, EXIT_STALLED
-from tests.engine_helpers import run_profile
+from tests.support.engine import run_profile
+from tests.support.wait import WaitTimeout, wait_until
+
+pytestmark = pytest.mark.main_suite("its wrapped torchrun runs on the test's own interpreter")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 T0 = 1_700_000_000.0
@@ -445,12 +448,7 @@ def test_death_watch_notes_when_a_process_it_did_not_spawn_died_and_how():
             watch.watch(pid)
             killed_at = time.time()
             os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + 10
-            deaths = []
-            while not deaths and time.monotonic() < deadline:
-                deaths = watch.deaths()
-                time.sleep(0.01)
-            (d,) = deaths
+            (d,) = wait_until(watch.deaths, 10, "the death noticed", step=0.01)
             assert d.pid == pid and d.exact and abs(d.wall - killed_at) < 1.0
             assert d.returncode in (-9, None)  # None only if sh reaped it before the thread read /proc
         finally:
@@ -611,7 +609,7 @@ def _torchrun_with_rank_wrapper(tmp_path: Path, wrapper_body: str, script: str):
 
 def _run(profile, runs_dir):
     from ddptui.runners.session import Session
-    from tests.engine_helpers import Recorder
+    from tests.support.engine import Recorder
     rec = Recorder()
     session = Session(profile, runs_dir, emit=rec)
     return session.run(), rec, session
@@ -638,21 +636,24 @@ def test_ddptui_stopping_torchrun_folds_its_signal_traceback_into_one_line(runs_
     path = _profile(tmp_path, "die_without_exception.py", env={"DIE_STEP": "100000000"})
     from ddptui.runners.launch.profile.load import load_profile
     from ddptui.runners.session import Session
-    from tests.engine_helpers import Recorder
+    from tests.support.engine import Recorder
 
     rec = Recorder()
     session = Session(load_profile(path), runs_dir, emit=rec)
 
+    missed: list[WaitTimeout] = []
+
     def stop_when_training():
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if any(e.rank == 1 and e.step for e in list(rec.of(ev.Progress))):
-                break
-            time.sleep(0.1)
+        try:
+            wait_until(lambda: any(e.rank == 1 and e.step for e in list(rec.of(ev.Progress))), 90,
+                       "rank 1 training")
+        except WaitTimeout as e:
+            missed.append(e)
         session.request_stop()
 
     threading.Thread(target=stop_when_training, daemon=True).start()
     code = session.run()
+    assert not missed, missed[0]
     assert code == EXIT_FAILED and session.status == "stopped"
     launcher = rec.lines(None)
     assert "ddptui stopped the launcher (SIGTERM)" in launcher

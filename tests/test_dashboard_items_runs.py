@@ -17,7 +17,9 @@ from ddptui.runners.launch.profile.load import load_profile
 from ddptui.tui.app import DdpApp, LiveSource
 from ddptui.tui.replay import ReplaySource
 from ddptui.tui.widgets.banner import Banner
-from tests.test_tui_app import SIZE, aio, screen_text, settle, until
+from tests.support.ui import SIZE, aio, screen_text, settle, until
+
+pytestmark = pytest.mark.main_suite("its wrapped torchrun runs on the test's own interpreter")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -10,8 +10,11 @@ import pytest
 
 from ddptui.runners import events as ev
 from ddptui.runners.session import EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED
-from tests.engine_helpers import run_profile
+from tests.support.engine import run_profile
+from tests.support.wait import wait_until
 from ddptui.tui.console import Console
+
+pytestmark = pytest.mark.main_suite("long end-to-end rank runs, some on the test's own interpreter")
 
 
 def _assert_record(session, world: int) -> dict:
@@ -59,8 +62,8 @@ def test_overrides_change_world_size_and_steps(runs_dir):
 
 
 @pytest.mark.timeout(120)
-def test_cpu_smoke(runs_dir):
-    code, rec, session = run_profile("cpu-smoke", runs_dir)
+def test_cpu_smoke(shared_run):
+    code, rec, session = shared_run("cpu-smoke")
     assert code == EXIT_OK
     assert "dist_smoke_ok" in rec.lines(0)
     assert any("post all_reduce: tensor = 3.0" in ln for ln in rec.lines(0))
@@ -69,8 +72,8 @@ def test_cpu_smoke(runs_dir):
 
 
 @pytest.mark.timeout(120)
-def test_multinode_env_without_launcher(runs_dir):
-    code, rec, session = run_profile("multinode-env", runs_dir)
+def test_multinode_env_without_launcher(shared_run):
+    code, rec, session = shared_run("multinode-env", ["steps=5"])
     assert code == EXIT_OK
     started = rec.of(ev.ProcessStarted)
     assert [p.name for p in started] == ["rank0", "rank1"] and [p.ranks for p in started] == [(0,), (1,)]
@@ -166,7 +169,7 @@ def test_slow_rank_is_not_a_hang(runs_dir):
                         r"for it at the next collective: remove that sleep or shorten it", fix), fix
     assert f"\n    fix: {fix}\n" in said and f"\n  fix: {fix}\n" in said
     import asyncio
-    from tests.test_final_view import replayed_views
+    from tests.support.replay import replayed_views
     views = asyncio.run(replayed_views(session.run_dir))
     assert "✓ run ok (exit code 0) · SLOW: the run slowed down (rank 1's" in views["banner"], views["banner"]
     assert "⚠ slow-down: the run slowed down (rank 1's" in views["verdict"] and f"fix: {fix}" in views["verdict"]
@@ -178,7 +181,7 @@ def test_slow_rank_is_not_a_hang(runs_dir):
 def test_exit_time_abort_after_completed_work_is_called_what_it_is(runs_dir, tmp_path):
     from ddptui.runners.launch.profile.load import adhoc_profile
     from ddptui.runners.session import Session
-    from tests.engine_helpers import Recorder
+    from tests.support.engine import Recorder
     script = tmp_path / "abort_at_exit.py"
     script.write_text("import os, ddptui_report\nprint('step 1 loss 0.5')\n"
                       "ddptui_report.verdict(True, 'work done')\nos.abort()\n")
@@ -196,21 +199,18 @@ def run_until_verdict(runs_dir, overrides):
     """The hang profile in a thread until its HangVerdict (start-up on this loaded machine can take 20 s):
     then whether every rank still lives and the run still goes on, then a stop."""
     import threading
-    import time
 
     import psutil
 
     from ddptui.runners.launch.profile.load import load_profile
     from ddptui.runners.session import Session
-    from tests.engine_helpers import PROFILES, Recorder
+    from tests.support.engine import PROFILES, Recorder
     rec, codes = Recorder(), []
     session = Session(load_profile(PROFILES / "hang.yaml", overrides + ["timeout=200"]), runs_dir, emit=rec)
     th = threading.Thread(target=lambda: codes.append(session.run()))
     th.start()
     try:
-        deadline = time.monotonic() + 180
-        while not rec.of(ev.HangVerdict) and th.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: rec.of(ev.HangVerdict) or not th.is_alive(), 180, "a hang verdict (or the run's end)")
         kept = th.is_alive() and all(t.pid and psutil.pid_exists(t.pid) for t in session.tracks.values())
     finally:
         session.request_stop()
@@ -274,7 +274,7 @@ sys.stdout.write("\\n")
 def test_batched_progress_arrives_whole_and_on_time(runs_dir, tmp_path):
     from ddptui.runners.launch.profile.load import adhoc_profile
     from ddptui.runners.session import Session
-    from tests.engine_helpers import Recorder
+    from tests.support.engine import Recorder
     import sys
     script = tmp_path / "batched.py"
     script.write_text(BATCHED)

@@ -5,7 +5,6 @@ replicas after a stall), and at 80x24 the Stacks tab shows the culprit first. Ev
 replay of the real runs is in test_engine_e2e.py and test_fr_verdicts.py; item 11's rules in test_stacks_view.py)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from textual.widgets import Static
@@ -18,11 +17,13 @@ from ddptui.tui.model import RunModel
 from ddptui.tui.widgets.banner import Banner, banner_text
 from ddptui.tui.widgets.hints_view import render_hints
 from ddptui.tui.widgets.verdict_view import headline, summary_rows
-from tests.test_fr_analysis import dumps
-from tests.test_tui_app import ScriptSource, aio, screen_text, settle, until
+from tests.support.flight_recorder import dumps
+from tests.support.replay import RECORDS
+from tests.support.ui import ScriptSource, aio, screen_text, settle, until
+
+pytestmark = pytest.mark.any_python
 
 T = 1_764_700_000.0
-RECORDS = Path(__file__).resolve().parent / "fixtures" / "records"
 SLOWED = "steps take 0.50 s, 115x its first 20 steps' 4.4 ms"
 SAMPLE = ("the run slowed down (rank 1's steps take 0.50 s, 115x its first 20 steps' 4.4 ms): rank 1 is in at_step() "
           "at _faults.py:85 (calls time.sleep); rank 0 waits for it in all_reduce inside backward (DDP bucket "
@@ -230,7 +231,7 @@ async def test_at_80x24_the_hang_records_banner_ends_on_a_whole_clause_and_the_c
 
 def test_the_header_at_80_columns_says_the_pace_and_eta_before_the_runs_shape():
     from ddptui.tui.screens.run import head_text
-    from tests.test_tui_rate import told
+    from tests.support.scenes import told
     m = RunModel()
     m.apply([ev.RunStarted("runs/20261204-190109-cpu-ddp", "cpu-ddp", "torchrun", 4, 1500, T),
              ev.Resources({}, {}, T, 1.2, 2)])
@@ -276,30 +277,6 @@ async def test_no_replica_digests_heading_over_an_empty_table(rep):
         assert (text.count("d1g3st0a") == 2) is (rep == "identical"), text  # and under it, the table's rows
         if rep == "unavailable":
             assert "replicas not compared: the ranks were stopped before they reported their weights" in text
-
-
-# ---- what a replayed real run shows (test_engine_e2e.py's `slow` run, test_fr_verdicts.py's conditional barrier) ----
-async def replayed_views(run_dir: Path, size=(160, 44)) -> dict:
-    """The finished dashboard of a run record, each view's text: banner, verdict (head and per-rank rows), hints,
-    collectives (head and rows by (rank, group): (text, state)), and whether the replica digests heading shows."""
-    from ddptui.tui.widgets.collectives_view import CollectivesView, CollRow
-    app = DdpApp(source=ReplaySource(run_dir))
-    out: dict = {}
-    async with app.run_test(size=size) as pilot:
-        await settle(pilot, app, 60)
-        screen = app.screen
-        out["banner"] = str(screen.query_one(Banner).render())
-        await pilot.press("v")
-        out["verdict"] = str(screen.query_one("#verdict-view .verdict-head").render())
-        out["rows"] = screen_text(app)
-        out["replica_heading"] = screen.query_one(".replica-head", Static).display
-        await pilot.press("h")
-        out["hints"] = str(screen.query_one(".hints-text", Static).render())
-        await pilot.press("o")
-        view = screen.query_one(CollectivesView)
-        out["collectives"] = str(view.query_one(".coll-head", Static).render())
-        out["coll_rows"] = {w.key: w.shown for w in view.query(CollRow)}
-    return out
 
 
 def test_the_compact_row_of_a_rank_that_was_slow_says_so_unless_its_trouble_needs_the_cell():

@@ -2,6 +2,8 @@
 user's code, which ranks), in the engine: on the HangVerdict, in summary.json, in the console, in verdict.txt."""
 from __future__ import annotations
 
+import pytest
+
 import io
 import json
 
@@ -14,7 +16,9 @@ from ddptui.runners.judge.rank_lifecycle import RankLifecycle
 from ddptui.runners.judge.run_state import CollectStacks
 from ddptui.runners.judge.stack_verdicts import StackVerdicts
 from ddptui.tui.console import Console
-from tests.test_fr_analysis import _stacks, _state, dumps
+from tests.support.flight_recorder import dumps, hang_stacks, ranks_at_step_3
+
+pytestmark = pytest.mark.any_python
 
 BARRIER = Where("collective", "barrier", "<module>", "/w/cond_barrier.py", 20, "dist.barrier()")
 DDP_BACKWARD = Where("collective", "all_reduce inside backward (DDP bucket all-reduce)", "<module>",
@@ -105,8 +109,9 @@ def test_a_slow_down_is_told_as_one_not_as_a_hang():
 
 
 def test_the_verdict_carries_its_fix_into_summary_console_and_the_record_words():
-    s = _state()
-    hv = StackVerdicts(s).read(CollectStacks("stall", (0, 1), s.wall), _stacks(), "stacks/01-stall", dumps("hang_ddp"))
+    s = ranks_at_step_3()
+    hv = StackVerdicts(s).read(CollectStacks("stall", (0, 1), s.wall), hang_stacks(), "stacks/01-stall",
+                               dumps("hang_ddp"))
     assert hv.fix.startswith("rank 1 must reach all_reduce #9 in the default group at hang_ddp.py:47 as the others "
                              "did; rank 1 is in culprit_wait() at hang_ddp.py:30"), hv.fix
     summary = Conclusion(s, RankLifecycle(s), StackVerdicts(s)).summary("stalled", 3, "runs/x", 1.0, 0.1, [], [])
@@ -117,7 +122,7 @@ def test_the_verdict_carries_its_fix_into_summary_console_and_the_record_words()
     said = out.getvalue()
     assert f"\n    fix: {hv.fix}\n" in said and f"\n  fix: {hv.fix}\n" in said  # as it comes, and in the summary
     # without stacks, the finding still says what to do
-    s2 = _state()
+    s2 = ranks_at_step_3()
     StackVerdicts(s2).without_stacks((0, 1), s2.wall, finding("rank_conditional_barrier"))
     assert s2.hang.fix.startswith("every rank must call the same collectives in the same order; the barrier runs on "
                                   "rank 0 only")

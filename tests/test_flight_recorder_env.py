@@ -16,7 +16,7 @@ from ddptui.runners.launch.profile.errors import ProfileError
 from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.session import make_plan
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.any_python, pytest.mark.timeout(60)]
 
 ROOT = Path(__file__).resolve().parents[1]
 INJECT = ROOT / "runners" / "inject"

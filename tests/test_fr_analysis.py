@@ -22,15 +22,11 @@ from ddptui.runners.launch.registry import traits_of
 from ddptui.runners.judge.rank_lifecycle import RankLifecycle
 from ddptui.runners.judge.run_state import CollectStacks, RunState
 from ddptui.runners.judge.stack_verdicts import StackVerdicts
-from ddptui.runners.evidence.stack_types import Frame, StackResult, ThreadStack
+from tests.support.flight_recorder import dumps, hang_stacks, ranks_at_step_3
+
+pytestmark = pytest.mark.any_python
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tests" / "data" / "fr"
-SP = "/venv/lib/python3.11/site-packages"
-
-
-def dumps(case: str) -> dict[int, dict]:
-    return {int(p.stem.split("_")[1]): json.loads(p.read_text()) for p in sorted((DATA / case).glob("rank_*.json"))}
 
 
 def find(case: str, **kw) -> fr_analysis.Finding:
@@ -171,30 +167,10 @@ def test_torchfrtrace_reads_the_same_dumps_the_same_way(case, tmp_path):
         assert {m.group(3), m.group(4)} == {c.op for c in ours.sides.values()}
 
 
-# ---- the verdict ---------------------------------------------------------------------------------------------------
-def _state(world: int = 2) -> RunState:
-    s = RunState(load_profile(ROOT / "profiles" / "cpu-ddp.yaml", [f"nproc={world}"]), 1000.0, 1_764_682_000.0)
-    s.begin(world, 1)
-    for r in range(world):
-        s.tracks[r].pid, s.tracks[r].ran, s.tracks[r].step = 100 + r, True, 3
-    return s
-
-
-def _stacks() -> dict[int, StackResult]:
-    """Rank 0 in DDP's bucket all-reduce (backward), rank 1 asleep in its own function: as py-spy gives them."""
-    r0 = [Frame("_engine_run_backward", f"{SP}/torch/autograd/graph.py", 829, ""),
-          Frame("backward", f"{SP}/torch/autograd/__init__.py", 353, ""),
-          Frame("Tensor.backward", f"{SP}/torch/_tensor.py", 647, ""),
-          Frame("main", "/work/hang_ddp.py", 47, "loss.backward()")]
-    r1 = [Frame("culprit_wait", "/work/hang_ddp.py", 30, "time.sleep(600)  # HANG_LINE"),
-          Frame("main", "/work/hang_ddp.py", 45, "culprit_wait()")]
-    return {0: StackResult(0, 100, "py-spy", [ThreadStack("MainThread", 1, True, r0)]),
-            1: StackResult(1, 101, "py-spy", [ThreadStack("MainThread", 2, True, r1)])}
-
-
 def test_the_verdict_leads_with_the_finding_and_ends_with_the_culprits_own_frame():
-    s = _state()
-    hv = StackVerdicts(s).read(CollectStacks("stall", (0, 1), s.wall), _stacks(), "stacks/01-stall", dumps("hang_ddp"))
+    s = ranks_at_step_3()
+    hv = StackVerdicts(s).read(CollectStacks("stall", (0, 1), s.wall), hang_stacks(), "stacks/01-stall",
+                               dumps("hang_ddp"))
     assert (hv.culprits, hv.waiting) == ((1,), (0,))
     assert hv.text.startswith(
         "collective #9 (all_reduce, 1 tensor [161] float32, default group): rank 0 entered it at hang_ddp.py:47, "
@@ -206,8 +182,8 @@ def test_the_verdict_leads_with_the_finding_and_ends_with_the_culprits_own_frame
 
 
 def test_a_mismatch_verdict_names_both_sides_with_their_frames():
-    s = _state()
-    hv = StackVerdicts(s).read(CollectStacks("stall", (0, 1), s.wall), _stacks(), "stacks/01-stall",
+    s = ranks_at_step_3()
+    hv = StackVerdicts(s).read(CollectStacks("stall", (0, 1), s.wall), hang_stacks(), "stacks/01-stall",
                                dumps("rank_conditional_barrier"))
     assert hv.culprits == (0, 1) and hv.waiting == ()
     assert hv.text.startswith("ranks disagree at collective #11 in the default group: rank 0 called barrier, rank 1 "
@@ -218,17 +194,17 @@ def test_a_mismatch_verdict_names_both_sides_with_their_frames():
 
 def test_without_a_finding_the_stack_verdict_is_exactly_as_before():
     for fr in (None, {}, dumps("healthy")):
-        s, plain = _state(), _state()
-        hv = StackVerdicts(s).read(CollectStacks("stall", (0, 1), s.wall), _stacks(), "stacks/01-stall", fr)
-        before = StackVerdicts(plain).read(CollectStacks("stall", (0, 1), plain.wall), _stacks(), "stacks/01-stall")
+        s, plain = ranks_at_step_3(), ranks_at_step_3()
+        hv = StackVerdicts(s).read(CollectStacks("stall", (0, 1), s.wall), hang_stacks(), "stacks/01-stall", fr)
+        before = StackVerdicts(plain).read(CollectStacks("stall", (0, 1), plain.wall), hang_stacks(), "stacks/01-stall")
         assert (hv.text, hv.culprits, hv.waiting, hv.where) == (before.text, before.culprits, before.waiting,
                                                                 before.where)
         assert hv.text.startswith("rank 1 is stuck in culprit_wait() at hang_ddp.py:30")
 
 
 def test_a_silent_mismatch_in_the_history_is_added_to_the_stack_verdict_not_blamed_for_the_stall():
-    s = _state()
-    hv = StackVerdicts(s).read(CollectStacks("stall", (0, 1), s.wall), _stacks(), "stacks/01-stall",
+    s = ranks_at_step_3()
+    hv = StackVerdicts(s).read(CollectStacks("stall", (0, 1), s.wall), hang_stacks(), "stacks/01-stall",
                                dumps("dtype_differs"))
     assert hv.text.startswith("rank 1 is stuck in culprit_wait() at hang_ddp.py:30") and hv.culprits == (1,)
     assert hv.text.endswith("; Flight Recorder: dtype mismatch at #5 (default group): all_reduce float32 on rank 0, "
@@ -236,7 +212,7 @@ def test_a_silent_mismatch_in_the_history_is_added_to_the_stack_verdict_not_blam
 
 
 def test_without_stacks_the_live_reports_lead_the_words():
-    s = _state()
+    s = ranks_at_step_3()
     s.tracks[0].collectives = {"0": {"desc": "default_pg", "ranks": "[0, 1]", "enqueued": 9, "completed": 8,
                                      "frontier": {"seq": 9, "op": "all_reduce", "sizes": [[161]], "dtypes": ["Float"]}}}
     s.tracks[1].collectives = {"0": {"desc": "default_pg", "ranks": "[0, 1]", "enqueued": 8, "completed": 8,

@@ -19,6 +19,8 @@ from ddptui.runners.edge import fr_relay
 from ddptui.runners.edge import stacks
 from ddptui.runners.evidence import stack_types
 
+pytestmark = pytest.mark.any_python
+
 DATA = Path(__file__).parent / "data" / "fr_socket"
 
 

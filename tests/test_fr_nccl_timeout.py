@@ -22,7 +22,9 @@ from ddptui.runners.judge.run_state import EXIT_FAILED, RunState
 from ddptui.runners.session import Session
 from ddptui.runners.judge.stack_verdicts import StackVerdicts
 
-from tests.engine_helpers import Recorder
+from tests.support.engine import Recorder
+
+pytestmark = pytest.mark.any_python
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "fr" / "nccl_timeout"

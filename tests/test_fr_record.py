@@ -8,7 +8,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,15 @@ import pytest
 from ddptui.runners import events as ev
 from ddptui.runners.launch.profile.load import adhoc_profile
 from ddptui.runners.session import Session
-from tests.engine_helpers import Recorder
-from tests.test_cli import ddptui, live_ddptui, only_run, wait_for_rank1
+from tests.support.cli import ddptui, live_ddptui, only_run, wait_for_rank1
+from tests.support.engine import Recorder
+from tests.support.wait import wait_until
+
+pytestmark = [
+    pytest.mark.main_suite(
+        "long end-to-end rank runs (the engine and dashboard under them are in the any_python set); its plain"
+        " torchrun commands run on the test's own interpreter"),
+]
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BARRIER = FIXTURES / "rank_conditional_barrier.py"  # rank 0 alone calls barrier() at step 5
@@ -117,12 +123,12 @@ def test_dump_command_records_the_dumps_of_a_live_healthy_run(tmp_path):
                      "--nproc_per_node=2", str(HEALTHY)) as proc:
         deadline = wait_for_rank1(runs, "step 20 ")
         run = only_run(runs)
-        while time.monotonic() < deadline and (run / "events.jsonl").read_text().count('"kind": "debug_server"') < 2:
-            time.sleep(0.2)
+        wait_until(lambda: (run / "events.jsonl").read_text().count('"kind": "debug_server"') >= 2, deadline.left(),
+                   "both ranks' debug servers in the record", step=0.2)
         p = ddptui("dump", str(run), runs_dir=runs)
         assert p.returncode == 0, p.stderr
-        while time.monotonic() < deadline and not list(run.glob("stacks/*-on-request/stacks.json")):
-            time.sleep(0.2)
+        wait_until(lambda: list(run.glob("stacks/*-on-request/stacks.json")), deadline.left(), "the dump's stacks",
+                   step=0.2, seen=lambda: sorted(str(p.relative_to(run)) for p in run.glob("stacks/**/*")))
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
     (folder,) = [p.parent for p in run.glob("stacks/*-on-request/stacks.json")]

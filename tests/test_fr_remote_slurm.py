@@ -12,7 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_remote_stacks_slurm import FIXTURE, WAITS_LINE, _hello, _report, _wait, start_job
+from tests.support.srun_job import FIXTURE, WAITS_LINE, first_report, hello_of, rank_files, start_job
+from tests.support.wait import exited, wait_until
+
+pytestmark = pytest.mark.main_suite(
+    "a real Slurm cluster on namespaced hosts whose gloo job runs the test's own interpreter")
 
 # run on node0 (where ddptui runs): the rank's dump and stacks through its debug server on node1, as JSON
 PROBE = """
@@ -35,7 +39,7 @@ print(json.dumps({"here": here, "dump": dump if isinstance(dump, str) else fr_re
 
 
 def _debug_sock(path: Path) -> str | None:
-    rep = _report(path, "debug_server")
+    rep = first_report(path, "debug_server")
     return rep["path"] if rep else None
 
 
@@ -47,14 +51,16 @@ def test_dump_and_stacks_of_a_rank_on_node1_through_its_debug_server(slurm_hosts
     sockets = Path(tempfile.mkdtemp(prefix="frs", dir="/tmp")) / "s"  # short (< 108 bytes), in a 0700 folder
     job = start_job(cluster, logs, "h2-fr-remote", {"TORCH_FR_BUFFER_SIZE": "2000", "DDPTUI_SOCKETS": str(sockets)})
     try:
-        hello = _wait(lambda: _hello(logs / "rank1.out"), 120, "rank 1's hello", job, logs)
+        hello = wait_until(lambda: hello_of(logs / "rank1.out"), 120, "rank 1's hello", step=0.2, stop_if=exited(job),
+                           seen=lambda: rank_files(logs))
         assert hello["host"] == "node1" and hello["host"] != socket.gethostname()
-        sock = _wait(lambda: _debug_sock(logs / "rank1.out"), 120, "rank 1's debug server", job, logs)
+        sock = wait_until(lambda: _debug_sock(logs / "rank1.out"), 120, "rank 1's debug server", step=0.2,
+                          stop_if=exited(job), seen=lambda: rank_files(logs))
         assert sock == str(sockets / "r1.sock")
-        _wait(lambda: "met every rank" in (logs / "rank1.out").read_text(), 120, "rank 1 past its first all_reduce",
-              job, logs)
-        job_id = _wait(lambda: next((j[0] for j in cluster.jobs() if j[1] == "RUNNING"), None), 30, "the job id",
-                       job, logs)
+        wait_until(lambda: "met every rank" in (logs / "rank1.out").read_text(), 120,
+                   "rank 1 past its first all_reduce", step=0.2, stop_if=exited(job), seen=lambda: rank_files(logs))
+        job_id = wait_until(lambda: next((j[0] for j in cluster.jobs() if j[1] == "RUNNING"), None), 30, "the job id",
+                            step=0.2, stop_if=exited(job), seen=lambda: rank_files(logs))
         r = cluster.run([sys.executable, "-c", PROBE, "1", str(hello["pid"]), "node1", sock, job_id], node=0,
                         timeout=120)
         assert r.returncode == 0, r.stderr

@@ -15,6 +15,9 @@ import pytest
 
 from ddptui.runners.session import EXIT_FAILED, EXIT_STALLED
 
+pytestmark = pytest.mark.main_suite(
+    "long end-to-end rank runs (the engine and dashboard under them are in the any_python set)")
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -120,7 +123,7 @@ def test_rank_conditional_barrier_is_named_as_the_collective_the_ranks_disagree_
                                           "weights (a rank reports them when it exits on its own)")
     # the dashboard of the record: the Collectives tab says the banner's mismatch and marks both sides
     import asyncio
-    from tests.test_final_view import replayed_views
+    from tests.support.replay import replayed_views
     views = asyncio.run(replayed_views(run))
     assert f"fix: {fix[:60]}" in views["banner"], views["banner"]
     assert views["collectives"].startswith(f"OP MISMATCH: ranks disagree at collective #{seq}"), views["collectives"]

@@ -11,6 +11,8 @@ from ddptui.runners.evidence import stack_types
 from ddptui.runners.evidence.stack_types import Frame, StackResult, ThreadStack
 from ddptui.runners.evidence.hang_verdict import Where, classify, collective_frame, hang_sentence, xla_thread_filter
 
+pytestmark = pytest.mark.any_python
+
 SP = "/venv/lib/python3.11/site-packages"
 LIB = "/usr/lib/python3.11"
 USER = "/work/train.py"

@@ -18,20 +18,17 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from tests.tmux_term import TMUX, Term
+from tests.support.terminal import TMUX, Term
+from tests.support.wait import wait_until
+
+pytestmark = [
+    pytest.mark.main_suite(
+        "long end-to-end rank runs (the engine and dashboard under them are in the any_python set); its plain"
+        " torchrun command runs on the test's own interpreter"),
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN_LONG = ROOT / "tests" / "fixtures" / "train_ddp_long.py"  # a plain gloo DDP loop that runs until stopped
-
-
-def _wait(cond, limit: float, what: str):
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"{what} within {limit:g} s")
 
 
 def _ddptui(runs: Path) -> psutil.Process | None:
@@ -63,8 +60,8 @@ def test_a_closed_terminal_stops_the_run_with_its_summary_and_leaves_nothing(tmp
            " sleep 60")
     term = Term(cmd, 120, 30)
     try:
-        run = _wait(lambda: _training(runs), 120, "both ranks training")
-        me = _wait(lambda: _ddptui(runs), 10, "the ddptui process")
+        run = wait_until(lambda: _training(runs), 120, "both ranks training", step=0.2)
+        me = wait_until(lambda: _ddptui(runs), 10, "the ddptui process", step=0.2)
         ranks = me.children(recursive=True)
         env = json.loads((run / "plan.json").read_text())["procs"][0]["env"]
         sockets = Path(env["DDPTUI_SOCKETS"])
@@ -110,7 +107,7 @@ def test_a_hang_up_without_sighup_is_seen_and_stops_the_run():
         time.sleep(0.5)
         assert session.why is None and not left  # a live terminal: nothing happens
         os.close(master)  # the terminal hangs up; no SIGHUP is sent to this process by anyone but the watch
-        _wait(lambda: left, 10, "ddptui to leave")
+        wait_until(lambda: left, 10, "ddptui to leave", step=0.2)
     finally:
         sig.restore()
         os.close(slave)
@@ -130,13 +127,13 @@ def test_a_killed_ddptuis_socket_folder_is_swept_by_the_next_run_and_a_live_ones
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     live = None
     try:
-        run = _wait(lambda: _training(runs), 120, "both ranks training")
+        run = wait_until(lambda: _training(runs), 120, "both ranks training", step=0.2)
         ranks = psutil.Process(killed.pid).children(recursive=True)
         dead = Path(json.loads((run / "plan.json").read_text())["procs"][0]["env"]["DDPTUI_SOCKETS"])
         killed.kill()  # no handler runs: the ranks end by PDEATHSIG (torchrun's SIGTERM), the folder stays
         killed.wait(10)
-        _wait(lambda: not [p for p in ranks if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], 60,
-              "the killed ddptui's ranks to end")
+        wait_until(lambda: not [p for p in ranks if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], 60,
+                   "the killed ddptui's ranks to end", step=0.2)
         assert (dead / fr_env.OWNER).is_file() and not (run / "summary.json").exists()
         live_run = tmp_path / "live-run"
         live_run.mkdir()

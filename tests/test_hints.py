@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.any_python
+
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import runhelp  # noqa: E402
 

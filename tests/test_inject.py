@@ -14,10 +14,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.engine_helpers import loss_steps, strict_reports as reports
+from tests.support.engine import INJECT, loss_steps, strict_reports as reports
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.main_suite("the ranks' injected code: imports torch in the test process")
 
 REPO = Path(__file__).resolve().parents[1]
-INJECT = REPO / "runners" / "inject"
 sys.path.insert(0, str(INJECT))
 import ddptui_report  # noqa: E402
 
@@ -180,12 +182,13 @@ def test_sigusr1_dumps_every_thread_to_stderr(tmp_path):
     try:
         while proc.stdout.readline().strip() != b"ready":
             assert proc.poll() is None
-        deadline = time.monotonic() + 20
-        text = ""
-        while time.monotonic() < deadline and "waiting_here" not in text:
+        def dumped() -> str | None:
             proc.send_signal(signal.SIGUSR1)  # again: the first may land before waiting_here() is entered
             time.sleep(0.5)
             text = (tmp_path / "err.txt").read_text()
+            return text if "waiting_here" in text else None
+        text = wait_until(dumped, 20, "a stack dump inside waiting_here", step=0,
+                          seen=lambda: (tmp_path / "err.txt").read_text())
         assert "most recent call first" in text and "waiting_here" in text, text
         assert proc.poll() is None  # a stack dump, not a death
     finally:

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine_helpers import strict_reports as reports
+from tests.support.engine import strict_reports as reports
+
+pytestmark = pytest.mark.main_suite("the ranks' injected code: imports torch in the test process (skipped without it)")
 
 INJECT = Path(__file__).resolve().parents[1] / "runners" / "inject"
 sys.path.insert(0, str(INJECT))

@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,10 @@ from ddptui.runners import events as ev
 from ddptui.runners.launch.profile.load import adhoc_profile, load_profile
 from ddptui.runners.launch.rankenv import INJECT_DIR, activation, base_env
 from ddptui.runners.launch.registry import runner_for
-from tests.engine_helpers import Recorder, strict_reports
+from tests.support.engine import Recorder, strict_reports
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.main_suite("its wrapped torchrun and rank programs run on the test's own interpreter")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -266,10 +268,8 @@ def test_the_xla_worker_ends_with_the_program_that_started_it(tmp_path):
                                stdout=subprocess.PIPE, text=True)
     try:
         worker = psutil.Process(int(program.stdout.readline()))
-        deadline = time.monotonic() + 30
-        while not ready.exists():
-            assert time.monotonic() < deadline and worker.is_running()
-            time.sleep(0.1)
+        wait_until(ready.exists, 30, "the worker ready",
+                   stop_if=lambda: None if worker.is_running() else "the worker ended")
         program.kill()  # as the kernel's SIGTERM ends it when ddptui dies; SIGKILL runs nothing of it
         program.wait(10)
         worker.wait(10)  # the kernel's SIGTERM as its parent died

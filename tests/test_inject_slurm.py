@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from tests.engine_helpers import strict_reports
-from tests.test_inject import INJECT
+from tests.support.engine import INJECT, strict_reports
+
+pytestmark = pytest.mark.main_suite("a real Slurm cluster whose tasks run the test's own interpreter")
 
 # a user's plain program (it knows nothing of ddptui); the launcher line gives RANK as ddptui's srun plan does
 LAUNCH = 'RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID exec "$0" -c "print(\'trained\')"'

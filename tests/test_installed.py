@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.main_suite(
+    "pip-installs the checkout with the test's interpreter (test-pythons installs it on each Python)")
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -10,33 +10,12 @@ from ddptui.runners import events as ev
 from ddptui.runners.judge.judge import (CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_STALLED, CollectStacks, Judge, Launcher,
                                   TearDown)
 from ddptui.runners.launch.profile.load import load_profile
+from tests.support.judge import PIDS, T0, W0, at, hello, make, of, say, texts
+
+pytestmark = pytest.mark.any_python
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORD = ROOT / "tests" / "fixtures" / "records" / "crash"  # a real torchrun run: rank 1 raised at step 8
-T0, W0 = 1000.0, 1_764_682_000.0  # the fake clock: monotonic and wall time at the start
-PIDS = {0: 16323, 1: 16324}  # the pids of that run's ranks
-
-
-def make(*over: str, world: int = 2) -> Judge:
-    profile = load_profile(ROOT / "profiles" / "cpu-ddp.yaml", [f"nproc={world}", *over])
-    j = Judge(profile, T0, W0)
-    j.begin(world, 1)
-    return j
-
-
-def at(j: Judge, dt: float) -> None:
-    j.tick(T0 + dt, W0 + dt)
-
-
-def say(j: Judge, rank, dt: float, *lines: str, stream: str = "out") -> list:
-    at(j, dt)
-    return j.lines(rank, stream, list(lines), W0 + dt, T0 + dt)
-
-
-def hello(j: Judge, rank: int, dt: float = 0.5) -> None:
-    """What the injected code says first on every rank (runners/inject/ddptui_report.py)."""
-    say(j, rank, dt, "@ddptui " + json.dumps({"k": "hello", "r": rank, "pid": PIDS[rank], "host": "localhost",
-                                               "world": 2}))
 
 
 def training(j: Judge, line: str = "epoch 1 step 3 loss 0.52", dt: float = 1.0) -> None:
@@ -55,14 +34,6 @@ def raised(j: Judge, dt: float = 2.0) -> None:
     """Rank 1's uncaught exception on its stderr, as that run's record kept it."""
     lines = [ln.split(" err ", 1)[1] for ln in (RECORD / "rank1.log").read_text().splitlines() if " err " in ln]
     say(j, 1, dt, *[ln for ln in lines if "WorkerServer" not in ln], stream="err")
-
-
-def of(outs, cls) -> list:
-    return [o for o in outs if isinstance(o, cls)]
-
-
-def texts(outs) -> list[str]:
-    return [ln for o in of(outs, ev.LogLines) if o.rank is None for ln in o.lines]
 
 
 def end(j: Judge, dt: float, status=None, code=None, launcher_rc=1):

@@ -2,6 +2,8 @@
 conclusion), with a fake clock and no processes; tests/test_judge.py drives the same through the Judge facade."""
 from __future__ import annotations
 
+import pytest
+
 import ast
 import json
 from pathlib import Path
@@ -14,6 +16,8 @@ from ddptui.runners.judge.rank_lifecycle import RankLifecycle
 from ddptui.runners.judge.run_state import EXIT_FAILED, EXIT_OK, CollectStacks, RunState, TearDown
 from ddptui.runners.judge.stack_verdicts import StackVerdicts
 from ddptui.runners.judge.watch import CRASH_GRACE, Watch
+
+pytestmark = pytest.mark.any_python
 
 ROOT = Path(__file__).resolve().parent.parent
 T0, W0 = 1000.0, 1_764_682_000.0

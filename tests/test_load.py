@@ -9,8 +9,14 @@ import pytest
 
 from ddptui.runners import events as ev
 from ddptui.runners.session import EXIT_OK
-from tests.engine_helpers import run_profile, script_profile
-from tests.loadgen import Load, cores
+from tests.support.engine import run_profile, script_profile
+from tests.support.loadgen import Load, cores
+
+pytestmark = [
+    pytest.mark.main_suite(
+        "long end-to-end rank runs (the engine and dashboard under them are in the any_python set); beside "
+        "busy loops and lanes importing torch on the test's own interpreter"),
+]
 
 BUSY_PER_CORE = 3  # busy loops per core: with the ranks and the importers, about 4-5 runnable processes a core
 

@@ -15,6 +15,8 @@ from ddptui.runners.launch.profile import model as profile_mod
 from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.launch.rank_python import default_python
 
+pytestmark = pytest.mark.any_python
+
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"
 WORKLOADS = ROOT / "runners" / "workloads"

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -17,13 +16,15 @@ from ddptui.runners import events as ev
 from ddptui.runners.launch import mirage
 from ddptui.runners.evidence import parse
 from ddptui.runners.launch.profile.load import load_profile
-from tests.engine_helpers import reported_steps
+from tests.support.engine import reported_steps
+from tests.support.profiles import standin
+from tests.support.wait import wait_until
 
-from .test_preflight import standin
+pytestmark = pytest.mark.main_suite("its mirage runs torchrun beside the test's own interpreter")
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"
-STANDIN = Path(__file__).resolve().parent / "standin_mirage.py"
+STANDIN = Path(__file__).resolve().parent / "support" / "standin_mirage.py"
 CPU = ("device=cpu", "backend=gloo", "steps=5")
 
 
@@ -47,11 +48,9 @@ class Launched:
             pass
 
     def wait(self, timeout: float) -> int:
-        deadline = time.monotonic() + timeout
-        while self.proc.poll() is None and time.monotonic() < deadline:
-            self.remember_tree()
-            time.sleep(0.1)
-        return self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        wait_until(lambda: self.remember_tree() or self.proc.poll() is not None, timeout, "mirage to exit",
+                   seen=lambda: self.err()[-2000:])
+        return self.proc.wait()
 
     def close(self):
         self.remember_tree()
@@ -201,13 +200,10 @@ def test_crashing_rank_fails_the_run(tmp_path, mirage_on_path, launch):
 def test_sigterm_reaches_every_rank_of_a_hung_run(tmp_path, mirage_on_path, launch):
     run = launch(plan_for("mi350x-multinode", tmp_path, "fault.kind=hang", "fault.rank=1", "fault.step=2",
                           "steps=50"))
-    deadline = time.monotonic() + 90
     def reached_step_2() -> bool:  # the labelled lines of both nodes; either rank's report will do
         return 2 in reported_steps(reports("\n".join(parse.split_prefix(ln)[1] for ln in run.out().splitlines())))
 
-    while time.monotonic() < deadline and not reached_step_2():
-        run.remember_tree()
-        time.sleep(0.2)
+    wait_until(lambda: run.remember_tree() or reached_step_2(), 90, "step 2 reported", step=0.2, seen=run.err)
     assert reached_step_2(), run.err()
     run.remember_tree()
     ranks = [p for p in run.tree if "ddp_mlp" in " ".join(psutil.Process(p).cmdline())]
@@ -224,7 +220,7 @@ def test_sigterm_reaches_every_rank_of_a_hung_run(tmp_path, mirage_on_path, laun
 @pytest.mark.timeout(180)
 def test_session_runs_mi350x_ddp(tmp_path, mirage_on_path):
     from ddptui.runners.session import Session
-    from .engine_helpers import Recorder
+    from tests.support.engine import Recorder
 
     rec = Recorder()
     profile = standin(load_profile(PROFILES / "mi350x-ddp.yaml", list(CPU)))
@@ -247,7 +243,7 @@ _PARSER_KNOWS_MIRAGE_LABELS = parse.split_prefix("[1] x") == (1, "x")
 @pytest.mark.timeout(180)
 def test_session_runs_mi350x_smoke(tmp_path, mirage_on_path):
     from ddptui.runners.session import Session
-    from .engine_helpers import Recorder
+    from tests.support.engine import Recorder
 
     rec = Recorder()
     profile = standin(load_profile(PROFILES / "mi350x-smoke.yaml", list(CPU)))

@@ -12,12 +12,14 @@ from ddptui.runners import events as ev
 from ddptui.runners.judge.judge import EXIT_OK
 from ddptui.runners.edge.record import replay_events
 from ddptui.tui.console import Console
-from tests.engine_helpers import run_profile
+
+pytestmark = pytest.mark.main_suite(
+    "long end-to-end rank runs (the engine and dashboard under them are in the any_python set)")
 
 
 @pytest.mark.timeout(120)
-def test_a_real_run_records_each_ranks_node_and_pid(runs_dir):
-    code, rec, session = run_profile("cpu-smoke", runs_dir)
+def test_a_real_run_records_each_ranks_node_and_pid(shared_run):
+    code, rec, session = shared_run("cpu-smoke")
     assert code == EXIT_OK
     host = socket.gethostname()
     hellos = {h.rank: h for h in rec.of(ev.RankHello)}
@@ -33,10 +35,10 @@ def test_a_real_run_records_each_ranks_node_and_pid(runs_dir):
 
 
 @pytest.mark.timeout(120)
-def test_emulated_nodes_of_the_env_runner_are_named_like_torchruns(runs_dir):
+def test_emulated_nodes_of_the_env_runner_are_named_like_torchruns(shared_run):
     """multinode-env: 2 emulated nodes x 1 rank, ddptui starts each rank with the launcher's variables torchrun gives
     (GROUP_RANK, GROUP_WORLD_SIZE): rank r says node r."""
-    code, rec, session = run_profile("multinode-env", runs_dir, ["steps=5"])
+    code, rec, session = shared_run("multinode-env", ["steps=5"])
     assert code == EXIT_OK
     assert sorted((h.rank, h.node) for h in rec.of(ev.RankHello)) == [(0, "node0"), (1, "node1")]
     rows = json.loads((session.run_dir / "summary.json").read_text())["ranks"]

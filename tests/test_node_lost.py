@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
-from tests.slurm_cluster import wait_until
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.main_suite(
+    "long end-to-end rank runs (the engine and dashboard under them are in the any_python set)")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

@@ -3,6 +3,8 @@ answer (a victim's error; a rendezvous left waiting), what their answers make of
 verdict), a rank found stopped in the stall verdict, and the words of a Slurm teardown after a node was lost."""
 from __future__ import annotations
 
+import pytest
+
 import json
 
 from ddptui.runners import events as ev
@@ -11,8 +13,9 @@ from ddptui.runners.evidence import slurm_state as ss
 from ddptui.runners.judge.job_follow import STARTUP_ASK_AFTER, STARTUP_ASK_EVERY, NodeAnswer
 from ddptui.runners.judge.judge import EXIT_FAILED, CollectStacks, ProbeNodes, TearDown
 from ddptui.runners.evidence.stack_types import Frame, StackResult, ThreadStack
-from tests.test_judge import W0, at, make, of, say, texts
-from tests.test_slurm_decisions import hello_on, job
+from tests.support.judge import W0, at, hello_on, job, make, of, say, texts
+
+pytestmark = pytest.mark.any_python
 
 RESET = ("RuntimeError: [../gloo/transport/tcp/pair.cc:537] Read error [198.18.0.2]:56984: Connection reset by peer. "
          "This is typically caused by a remote worker hanging")

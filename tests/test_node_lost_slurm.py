@@ -16,8 +16,11 @@ import pytest
 
 from ddptui.runners.judge.job_follow import STARTUP_ASK_AFTER
 from ddptui.runners.edge.srun_exec import REMOTE_TIMEOUT, STOP_WAIT
-from tests.slurm_cluster import wait_until
-from tests.test_slurm_runs import assert_no_job_left, live, of, stop, wait_training
+from tests.support.wait import wait_until
+from tests.support.slurm_runs import assert_no_job_left, live, of, stop, wait_training
+
+pytestmark = pytest.mark.main_suite(
+    "a real Slurm cluster on namespaced hosts whose gloo job runs the test's own interpreter")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TRAINS = FIXTURES / "slurm_procid_ddp_loop.py"

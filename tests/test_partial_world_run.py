@@ -10,13 +10,16 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.netns import NamespacesUnavailable, NetnsHosts, cannot_make_namespaces
+from tests.support.netns import NamespacesUnavailable, NetnsHosts, cannot_make_namespaces
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.main_suite(
+    "one ddptui per (namespaced) host wrapping c10d torchrun agents on the test's own interpreter")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -129,15 +132,10 @@ def hosts(tmp_path):
         assert not h.leftover()
 
 
-def _wait(cond, timeout: float, what: str, procs) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        for p in procs:
-            assert p.poll() is None, p.stdout.read()[-3000:]
-        time.sleep(0.3)
-    pytest.fail(f"{what} not within {timeout:.0f} s")
+def any_exited(procs):
+    """A stop_if for a wait on what both ddptui do: one of them exited (with the end of its output)."""
+    return lambda: next((f"a ddptui exited {p.returncode}: {p.stdout.read()[-3000:]}" for p in procs
+                         if p.poll() is not None), None)
 
 
 @pytest.mark.timeout(400)
@@ -151,7 +149,7 @@ def test_a_hang_on_the_other_node_then_that_node_dying_on_namespaced_hosts(hosts
     try:
         def both_judged() -> bool:
             return all(r.exists() and any(r.iterdir()) and _of(_run_dir(r), "hang_verdict") for r in runs)
-        _wait(both_judged, 240, "a hang verdict from both nodes' ddptui", procs)
+        wait_until(both_judged, 240, "a hang verdict from both nodes' ddptui", step=0.3, stop_if=any_exited(procs))
         by_rank = {}
         for i, r in enumerate(runs):
             (hello,) = _of(_run_dir(r), "rank_hello")

@@ -14,14 +14,12 @@ import pytest
 from ddptui.runners.edge import preflight
 from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.launch.rank_python import default_python
+from tests.support.profiles import standin
+
+pytestmark = pytest.mark.any_python
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"
-
-
-def standin(profile):
-    """A profile run by the stand-in mirage: no ROCm SDK expected in the venv (the typed Profile, as the loader gives)."""
-    return dataclasses.replace(profile, mirage=dataclasses.replace(profile.mirage, require_rocm=False))
 
 
 def load(name: str, *overrides: str):

@@ -15,6 +15,9 @@ import pytest
 
 from ddptui.runners.edge import procs
 from ddptui.runners.launch.plan import ProcSpec
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.main_suite("its ad-hoc ranks run on the test's own interpreter")
 
 
 def spawn_sleeper(tmp_path, seconds: float) -> procs.Spawned:
@@ -144,9 +147,7 @@ def _spawn_term_ignorer(tmp_path) -> procs.Spawned:
     spec = ProcSpec("stubborn", (sys.executable, "-c", code), {}, str(tmp_path), (), str(tmp_path / "out"),
                     str(tmp_path / "err"))
     proc = procs.spawn(spec)
-    deadline = time.monotonic() + 30
-    while "ready" not in (tmp_path / "out").read_text() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: "ready" in (tmp_path / "out").read_text(), 30, "the stubborn process ready", step=0.05)
     return proc
 
 
@@ -217,19 +218,19 @@ def freeze():
     def _freeze(pid: int) -> None:
         (group / "tasks").write_text(str(pid))
         (group / "freezer.state").write_text("FROZEN")
-        deadline = time.monotonic() + 10
-        while (group / "freezer.state").read_text().strip() != "FROZEN" and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: (group / "freezer.state").read_text().strip() == "FROZEN", 10, "the cgroup FROZEN",
+                   step=0.05)
 
     try:
         yield _freeze
     finally:
         (group / "freezer.state").write_text("THAWED")
-        deadline = time.monotonic() + 10
-        while (group / "tasks").read_text().strip() and time.monotonic() < deadline:
-            time.sleep(0.05)  # the pending SIGKILL ends them once thawed
-        with contextlib.suppress(OSError):
-            group.rmdir()
+        try:  # the pending SIGKILL ends them once thawed
+            wait_until(lambda: not (group / "tasks").read_text().strip(), 10, "the thawed processes to end",
+                       step=0.05)
+        finally:
+            with contextlib.suppress(OSError):
+                group.rmdir()
 
 
 @pytest.mark.timeout(60)
@@ -297,24 +298,18 @@ def test_teardown_signals_each_process_once(tmp_path):
                     str(tmp_path / "out"), str(tmp_path / "err"))
     proc = procs.spawn(spec)
     try:
-        deadline = time.monotonic() + 20
-        while not (Path(f"{out}.ready").exists() and Path(f"{out}.child.ready").exists()):
-            assert time.monotonic() < deadline, "the processes never started"
-            time.sleep(0.05)
+        wait_until(lambda: Path(f"{out}.ready").exists() and Path(f"{out}.child.ready").exists(), 20,
+                   "the processes to start", step=0.05)
         procs._signal_tree(procs.tree_pids([proc]), procs.signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while not (out.exists() and Path(f"{out}.child").exists()):
-            assert time.monotonic() < deadline, "SIGTERM never arrived"
-            time.sleep(0.05)
+        wait_until(lambda: out.exists() and Path(f"{out}.child").exists(), 10, "SIGTERM to arrive", step=0.05)
         # Every signal _signal_tree sent is pending or handled by now. A marker signal with a higher number comes
         # after them (the kernel delivers, and Python runs handlers, lowest number first): once it is noted, a
         # duplicate SIGTERM would have been noted before it.
         for pid in [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children())]:  # the two the test started
             os.kill(pid, signal.SIGWINCH)
-        deadline = time.monotonic() + 10
-        while not (out.read_text().endswith("W") and Path(f"{out}.child").read_text().endswith("W")):
-            assert time.monotonic() < deadline, "the marker signal never arrived"
-            time.sleep(0.05)
+        wait_until(lambda: out.read_text().endswith("W") and Path(f"{out}.child").read_text().endswith("W"), 10,
+                   "the marker signal to arrive", step=0.05,
+                   seen=lambda: (out.read_text(), Path(f"{out}.child").read_text()))
         assert out.read_text() == "TW" and Path(f"{out}.child").read_text() == "TW"
     finally:
         procs.teardown([proc], deadline=0.5)
@@ -333,7 +328,7 @@ def test_a_run_is_the_subreaper_only_while_it_runs(tmp_path):
     """A process left a subreaper adopts every later orphan below it for good (a test's Slurm daemons' forks)."""
     from ddptui.runners.launch.profile.load import load_profile
     from ddptui.runners.session import Session
-    from tests.engine_helpers import PROFILES
+    from tests.support.engine import PROFILES
     procs._prctl(36, 0)
     seen = []
     session = Session(load_profile(PROFILES / "cpu-smoke.yaml", ["steps=2"]), tmp_path,

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -22,24 +21,9 @@ from ddptui.runners.launch import registry
 from ddptui.runners.launch.profile.errors import ProfileError
 from ddptui.runners.launch.profile.load import adhoc_profile, load_profile
 from ddptui.runners.launch.profile.find import find_profile, list_profiles
+from tests.support.profiles import BASE, error, write
 
-pytestmark = pytest.mark.timeout(30)
-
-BASE = "workload:\n  script: train.py\n"
-
-
-def write(tmp_path: Path, text: str, name: str = "p.yaml") -> Path:
-    (tmp_path / "train.py").write_text("print('hi')\n")
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
-def error(path: Path, overrides=()) -> ProfileError:
-    with pytest.raises(ProfileError) as info:
-        load_profile(path, overrides)
-    assert "\n" not in str(info.value)
-    return info.value
+pytestmark = [pytest.mark.any_python, pytest.mark.own_interpreter, pytest.mark.timeout(30)]
 
 
 # ---------------------------------------------------------------- valid profiles

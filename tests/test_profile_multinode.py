@@ -10,9 +10,9 @@ from ddptui.runners.launch.profile import find as pfind
 from ddptui.runners.launch.profile import model as pmodel
 from ddptui.runners.launch.profile.errors import ProfileError
 from ddptui.runners.launch.profile.load import adhoc_profile, load_profile
-from tests.test_profile import BASE, error, write
+from tests.support.profiles import BASE, error, write
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.any_python, pytest.mark.timeout(30)]
 
 def test_multinode_defaults(tmp_path):
     p = load_profile(write(tmp_path, BASE))

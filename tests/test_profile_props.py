@@ -17,6 +17,8 @@ from ddptui.runners.launch import registry
 from ddptui.runners.launch.profile.errors import ProfileError
 from ddptui.runners.launch.profile.load import load_profile
 
+pytestmark = [pytest.mark.any_python, pytest.mark.own_interpreter]
+
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # text YAML can carry: no NUL (rejected on purpose), no surrogates

@@ -6,7 +6,6 @@ import json
 import os
 import socket
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,11 @@ from ddptui.runners import events as ev
 from ddptui.runners.launch import fr_env
 from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.session import Session
-from tests.engine_helpers import Recorder, strict_reports
+from tests.support.engine import Recorder, strict_reports
+from tests.support.wait import Deadline, wait_until
+
+pytestmark = pytest.mark.main_suite(
+    "real gloo ranks under ddptui; its AF_UNIX client and plain torchrun run beside the test's own interpreter")
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "ddp_subgroup_until_file.py"
 WAIT_S = 90  # bounds for what must happen, not guesses at how long it takes
@@ -42,15 +45,9 @@ def post(path: str, handler: str) -> tuple[int, bytes]:
     return int(lines[0].split()[1]), body
 
 
-def wait_for(what, deadline: float, run: threading.Thread):
-    while time.monotonic() < deadline:
-        got = what()
-        if got:
-            return got
-        if not run.is_alive():
-            break
-        time.sleep(0.1)
-    return what()
+def running(run: threading.Thread):
+    """A stop_if for a wait on what the run's ranks do: the run ended."""
+    return lambda: None if run.is_alive() else f"the run ended: {getattr(run, 'result', None)}"
 
 
 def raw_reports(run_dir: Path) -> dict[int, list[dict]]:
@@ -81,10 +78,11 @@ def test_every_rank_serves_its_debug_socket_and_reports_its_groups_then_the_run_
     stop = tmp_path / "stop"
     session, rec, run = start(tmp_path, STOP_FILE=stop)
     try:
-        deadline = time.monotonic() + WAIT_S
-        servers = wait_for(lambda: {e.rank: e.path for e in list(rec.events) if isinstance(e, ev.DebugServer)}
-                           if len([e for e in list(rec.events) if isinstance(e, ev.DebugServer)]) >= 2 else None,
-                           deadline, run)
+        deadline = Deadline(WAIT_S, "the run")
+        servers = wait_until(lambda: {e.rank: e.path for e in list(rec.events) if isinstance(e, ev.DebugServer)}
+                             if len([e for e in list(rec.events) if isinstance(e, ev.DebugServer)]) >= 2 else None,
+                             deadline.left(), "both ranks' debug servers", stop_if=running(run),
+                             seen=lambda: [e for e in rec.events if not isinstance(e, ev.LogLines)][-5:])
         assert servers and set(servers) == {0, 1}, [e for e in rec.events if not isinstance(e, ev.LogLines)][-5:]
         folder = fr_env.socket_dir(session.run_dir)
         assert servers == {r: f"{folder}/r{r}.sock" for r in (0, 1)}
@@ -98,7 +96,7 @@ def test_every_rank_serves_its_debug_socket_and_reports_its_groups_then_the_run_
                 assert status == 200
                 d = json.loads(body)
                 return d if {"0", "1"} <= set(d["pg_status"]) else None
-            d = wait_for(dump, deadline, run)
+            d = wait_until(dump, deadline.left(), f"a collective of rank {r} in both groups", stop_if=running(run))
             assert d, "no collective in both groups"
             assert any(e["profiling_name"] == "gloo:all_reduce" and e["process_group"][0] == "1" for e in d["entries"])
 
@@ -112,7 +110,8 @@ def test_every_rank_serves_its_debug_socket_and_reports_its_groups_then_the_run_
                         seen[r].update(x["pgs"])
             ok = all(set(s) >= {"0", "1"} and all(g["enqueued"] > 0 for g in s.values()) for s in seen.values())
             return seen if ok else None
-        seen = wait_for(both_groups_moved, deadline, run)
+        seen = wait_until(both_groups_moved, deadline.left(), "both groups' collectives in every rank's reports",
+                          stop_if=running(run), seen=lambda: raw_reports(session.run_dir))
         assert seen, raw_reports(session.run_dir)
         for r in (0, 1):
             assert seen[r]["0"]["desc"] == "default_pg" and seen[r]["0"]["ranks"] == [0, 1]

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import session as session_mod
-from tests.engine_helpers import run_profile
+from tests.support.engine import run_profile
+
+pytestmark = pytest.mark.main_suite("its c10d torchrun agents run on the test's own interpreter")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
-from tests.engine_helpers import run_profile
+from tests.support.engine import run_profile
+
+pytestmark = pytest.mark.main_suite(
+    "a plain program's ranks under ddptui, and torch's debug server started on the test's own interpreter")
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "prints_known_lines.py"
 INJECT = Path(__file__).resolve().parents[1] / "runners" / "inject"

@@ -13,6 +13,8 @@ from ddptui.runners.launch.profile.errors import ProfileError
 from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.launch.rank_python import default_python
 
+pytestmark = pytest.mark.any_python
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

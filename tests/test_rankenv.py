@@ -8,7 +8,7 @@ import pytest
 from ddptui.runners.launch import rankenv
 from ddptui.runners.inject import ddptui_scope
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.any_python, pytest.mark.timeout(30)]
 
 
 def test_the_rank_sides_names_are_the_only_copy():

@@ -11,6 +11,9 @@ from ddptui.runners.edge import remote_stacks as rs
 from ddptui.runners.edge import srun_exec
 from ddptui.runners.edge import stacks
 from ddptui.runners.evidence import stack_types
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.main_suite("the processes it dumps run on the test's own interpreter")
 
 
 # ---- locality ------------------------------------------------------------------------------------------------
@@ -68,10 +71,7 @@ def test_pyspy_wrapper_says_a_stopped_rank_state_and_runs_py_spy_on_a_running_on
         ran = subprocess.run(rs.pyspy_argv("echo", p.pid), capture_output=True, text=True, timeout=30)
         assert (ran.returncode, ran.stdout.split()) == (0, ["dump", "--pid", str(p.pid), "--json"])
         os.kill(p.pid, signal.SIGSTOP)
-        deadline = time.monotonic() + 10
-        while stacks.stopped_state(p.pid) == "":
-            assert time.monotonic() < deadline, "the process never showed as stopped"
-            time.sleep(0.05)
+        wait_until(lambda: stacks.stopped_state(p.pid) != "", 10, "the process to show as stopped", step=0.05)
         ran = subprocess.run(rs.pyspy_argv("echo", p.pid), capture_output=True, text=True, timeout=30)
         assert ran.returncode == rs.STOPPED and rs.said_state(ran.stdout) == "T (stopped)", ran
         assert stacks.stopped_state(p.pid) == "T (stopped)"
@@ -105,11 +105,9 @@ def test_signal_script_checks_the_handler_on_the_node(tmp_path):
         assert subprocess.run(rs.signal_argv(plain.pid)).returncode == rs.NO_HANDLER
         assert plain.poll() is None  # not signalled
         assert subprocess.run(rs.signal_argv(caught.pid)).returncode == 0
-        deadline = time.monotonic() + 30
-        text = ""
-        while "most recent call first" not in text:
-            assert time.monotonic() < deadline, "no faulthandler dump after the script's SIGUSR1"
-            text += caught.stderr.readline()
+        said: list[str] = []  # its stderr, a line at a time (each read waits for the next line)
+        wait_until(lambda: said.append(caught.stderr.readline()) or "most recent call first" in "".join(said), 30,
+                   "a faulthandler dump after the script's SIGUSR1", step=0, seen=lambda: "".join(said))
         assert caught.poll() is None  # dumped, still running
     finally:
         for p in (plain, caught):

@@ -3,21 +3,20 @@ namespaced hosts (node0: the login node and slurmctld, node1), a plain gloo job 
 from __future__ import annotations
 
 import json
-import random
 import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from ddptui.runners.launch import rankenv
 
 from ddptui.runners.evidence import stack_types
+from tests.support.srun_job import FIXTURE, WAITS_LINE, hello_of, rank_files, start_job
+from tests.support.wait import exited, wait_until
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "allreduce_waits_for_sleeping_rank.py"
-WAITS_LINE = next(i for i, ln in enumerate(FIXTURE.read_text().splitlines(), 1) if "# WAITS_HERE" in ln)
+pytestmark = pytest.mark.main_suite(
+    "a real Slurm cluster on namespaced hosts whose gloo job runs the test's own interpreter")
+
 
 # run on node0 (the login node, where ddptui runs): remote_stacks.collect for one target, its results as JSON
 PROBE = """
@@ -30,47 +29,6 @@ r = res[int(rank)]
 print(json.dumps({"method": r.method, "error": r.error, "node": r.node, "unreachable": r.unreachable,
                   "threads": stack_types.to_json(r), "render": stack_types.render(r)}))
 """
-
-
-def _report(path: Path, kind: str) -> dict | None:
-    """The first `@ddptui` report of `kind` in a rank's output file, once it is there."""
-    if not path.exists():
-        return None
-    for ln in path.read_text(errors="replace").splitlines():
-        if ln.startswith("@ddptui ") and f'"{kind}"' in ln:
-            rep = json.loads(ln.split(" ", 1)[1])
-            if rep.get("k") == kind:
-                return rep
-    return None
-
-
-def _hello(path: Path) -> dict | None:
-    return _report(path, "hello")
-
-
-def start_job(cluster, logs: Path, name: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-    """The plain gloo job, one task on each node, submitted from node0 (the login node) as a user's srun would be."""
-    port = random.randint(20000, 29999)  # inside node0's own namespace: only the test cluster's daemons listen there
-    env = {**rankenv.activation({}), "MASTER_ADDR": cluster.hostnames[0], "MASTER_PORT": str(port),
-           "OMP_NUM_THREADS": "1", **(extra_env or {})}
-    return cluster.on_node(0, ["srun", "-N2", "--ntasks-per-node=1", f"--job-name={name}",
-                               f"--output={logs}/rank%t.out", f"--error={logs}/rank%t.err",
-                               # as a batch script does it: RANK for the injected hello, from Slurm's task id
-                               "/bin/sh", "-c", 'export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS; exec "$@"', "sh",
-                               sys.executable, "-u", str(FIXTURE)], env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-def _wait(cond, timeout: float, what: str, job: subprocess.Popen, logs: Path):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if job.poll() is not None or time.monotonic() > deadline:
-            tails = {p.name: p.read_text(errors="replace")[-800:] for p in sorted(logs.glob("*"))}
-            pytest.fail(f"{what}: srun exited {job.poll()}; rank files: {tails}")
-        time.sleep(0.2)  # the poll's period: rank files are written by slurmstepd on their node
 
 
 def _probe(cluster, hello: dict, err: Path, job_id: str, method: str, timeout: float = 20) -> dict:
@@ -93,13 +51,14 @@ def test_stacks_of_a_rank_on_node1_are_taken_there_through_srun(slurm_hosts_clea
     logs.mkdir()
     job = start_job(cluster, logs, "h4-remote-stacks")
     try:
-        hello = _wait(lambda: _hello(logs / "rank1.out"), 120, "rank 1's hello", job, logs)
+        hello = wait_until(lambda: hello_of(logs / "rank1.out"), 120, "rank 1's hello", step=0.2, stop_if=exited(job),
+                           seen=lambda: rank_files(logs))
         assert hello["node"] == "node1" and hello["host"] == "node1"
         assert hello["host"] != socket.gethostname()  # not this machine's name: the engine treats it as remote
-        _wait(lambda: "met every rank" in (logs / "rank1.out").read_text(), 120, "rank 1 past its first all_reduce",
-              job, logs)
-        job_id = _wait(lambda: next((j[0] for j in cluster.jobs() if j[1] == "RUNNING"), None), 30, "the job id",
-                       job, logs)
+        wait_until(lambda: "met every rank" in (logs / "rank1.out").read_text(), 120,
+                   "rank 1 past its first all_reduce", step=0.2, stop_if=exited(job), seen=lambda: rank_files(logs))
+        job_id = wait_until(lambda: next((j[0] for j in cluster.jobs() if j[1] == "RUNNING"), None), 30, "the job id",
+                            step=0.2, stop_if=exited(job), seen=lambda: rank_files(logs))
         err = logs / "rank1.err"
 
         spy = _probe(cluster, hello, err, job_id, "py-spy")

@@ -1,7 +1,11 @@
 """The replica verdict (runners/evidence/replica.py): which parameter differs, and whether the replicas differed from the first step or drifted apart."""
 from __future__ import annotations
 
+import pytest
+
 from ddptui.runners.evidence import replica
+
+pytestmark = pytest.mark.any_python
 
 
 def _d(*hexes, names=("net.0.weight", "net.0.bias", "net.2.weight")):
@@ -76,15 +80,15 @@ def test_after_a_stall_no_digests_is_one_sentence_that_says_why():
     from ddptui.runners.judge.conclusion import Conclusion
     from ddptui.runners.judge.rank_lifecycle import RankLifecycle
     from ddptui.runners.judge.stack_verdicts import StackVerdicts
-    from tests.test_fr_analysis import _state
-    s = _state()
+    from tests.support.flight_recorder import ranks_at_step_3
+    s = ranks_at_step_3()
     Conclusion(s, RankLifecycle(s), StackVerdicts(s)).conclude("stalled", 3)
     assert s.replica.status == "unavailable"
     assert s.replica.text == ("replicas not compared: the ranks were stopped before they reported their weights (a rank "
                               "reports them when it exits on its own)")
     assert replica.compare({}, 2).text == ("replicas not compared: no rank reported its weights (a "
                                            "DistributedDataParallel model's, at exit)")
-    s = _state()  # digests that came at exit from a stopped run still say when they were taken
+    s = ranks_at_step_3()  # digests that came at exit from a stopped run still say when they were taken
     for r in (0, 1):
         s.tracks[r].digests = SAME
     Conclusion(s, RankLifecycle(s), StackVerdicts(s)).conclude("stalled", 3)

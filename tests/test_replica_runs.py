@@ -10,7 +10,9 @@ from ddptui.runners import events as ev
 from ddptui.runners.launch.profile.load import adhoc_profile
 from ddptui.runners.session import Session
 
-from .engine_helpers import Recorder
+from tests.support.engine import Recorder
+
+pytestmark = pytest.mark.main_suite("its ad-hoc ranks run on the test's own interpreter")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.any_python
+
 ROOT = Path(__file__).resolve().parent.parent
 # The rooms whose modules decide from what they are given: no process, file, socket or thread of their own.
 PURE = ("runners/judge", "runners/evidence", "runners/events.py")

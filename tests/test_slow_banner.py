@@ -1,9 +1,13 @@
 """The dashboard banner says which rank slowed down and by how much, with or without a stack sample."""
 from __future__ import annotations
 
+import pytest
+
 from ddptui.runners import events as ev
 from ddptui.tui.model import RunModel
 from ddptui.tui.widgets.banner import banner_text
+
+pytestmark = pytest.mark.any_python
 
 
 def test_banner_names_the_slow_rank_with_its_numbers():

@@ -11,8 +11,11 @@ import pytest
 
 from ddptui.runners import events as ev
 from ddptui.runners.session import EXIT_OK, EXIT_STALLED
-from tests.engine_helpers import run_profile, script_profile
+from tests.support.engine import run_profile, script_profile
 from ddptui.tui.console import Console
+
+pytestmark = pytest.mark.main_suite(
+    "long end-to-end rank runs (the engine and dashboard under them are in the any_python set)")
 
 
 def launcher_lines(rec) -> list[str]:

@@ -11,9 +11,9 @@ from ddptui.runners import events as ev
 from ddptui.runners.evidence import slurm_state as ss
 from ddptui.runners.judge.judge import EXIT_FAILED, TearDown
 from ddptui.tui.console import Console
-from tests.test_judge import PIDS, W0, at, hello, make, of, say, texts
+from tests.support.judge import PIDS, W0, at, hello, make, of, say, texts
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.any_python, pytest.mark.timeout(30)]
 
 
 def slurm_at(dt: float) -> str:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.test_slurm_runs import FIXTURES, _cli, _extra_env, assert_no_job_left, of, only_run, stop, wait_training
+from tests.support.cli import only_run
+from tests.support.slurm_runs import FIXTURES, assert_no_job_left, cli_argv, cli_env, of, stop, wait_training
+from tests.support.wait import exited, wait_until
+
+pytestmark = pytest.mark.main_suite("a real Slurm cluster whose tasks run the test's own interpreter")
 
 LOOP = FIXTURES / "slurm_procid_ddp_loop.py"  # a plain gloo DDP loop under srun that runs until it is stopped
 UID0 = "scancel by uid 0 (root)"  # the test cluster runs as root: slurmctld logs the kill request's uid 0
@@ -42,7 +45,7 @@ def assert_said_cancelled_from_outside(run: Path, out: str, code: int) -> None:
 
 def cancel_while_training(cluster, runs_dir: Path, *args: str) -> None:
     """ddptui runs `args` on the cluster's login node; once every rank trains, someone else scancels the job."""
-    proc = cluster.on_node(0, _cli(runs_dir, *args), env=_extra_env(), cwd=FIXTURES.parent.parent,
+    proc = cluster.on_node(0, cli_argv(runs_dir, *args), env=cli_env(), cwd=FIXTURES.parent.parent,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         run = wait_training(proc, runs_dir)
@@ -76,15 +79,12 @@ def test_attached_slurm_job_cancelled_from_outside(slurm_clean, runs_dir, tmp_pa
         job_id = running_job(slurm_clean)
         attach = [sys.executable, "-m", "ddptui.tui.cli", "attach", "--slurm", job_id, "--watch", "--runs-dir",
                   str(runs_dir)]
-        proc = slurm_clean.on_node(0, attach, env=_extra_env(),
+        proc = slurm_clean.on_node(0, attach, env=cli_env(),
                                    cwd=FIXTURES.parent.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    text=True)
-        deadline = time.monotonic() + 120
-        while not (runs_dir.exists() and any(runs_dir.iterdir())
-                   and len(of(only_run(runs_dir), "rank_hello")) == 2 and of(only_run(runs_dir), "progress")):
-            assert proc.poll() is None, proc.stdout.read()[-3000:]
-            assert time.monotonic() < deadline, "attached to both ranks"
-            time.sleep(0.2)
+        wait_until(lambda: runs_dir.exists() and any(runs_dir.iterdir()) and len(of(only_run(runs_dir), "rank_hello"))
+                   == 2 and of(only_run(runs_dir), "progress"), 120, "attached to both ranks", step=0.2,
+                   stop_if=exited(proc, proc.stdout.read))
         scancel(slurm_clean, job_id)
         out, _ = proc.communicate(timeout=120)
         job.wait(timeout=60)

@@ -1,4 +1,5 @@
-"""The tests' real Slurm cluster (tests/slurm_cluster.py, tests/netns.py): real srun, sbatch, scancel and gloo DDP."""
+"""The tests' real Slurm cluster (tests/support/slurm_cluster.py, tests/support/netns.py): real srun, sbatch, scancel
+and gloo DDP."""
 from __future__ import annotations
 
 import os
@@ -11,9 +12,13 @@ import psutil
 import pytest
 
 from tests.conftest import leftover_processes
-from tests.netns import NetnsHosts, hosts_file_text
-from tests.slurm_cluster import (SlurmCluster, cannot_run, netns_layout, nodes_idle, parse_squeue,
-                                 single_host_layout, slurm_conf, wait_until)
+from tests.support.netns import NetnsHosts, hosts_file_text
+from tests.support.slurm_cluster import (SlurmCluster, cannot_run, netns_layout, nodes_idle, parse_squeue,
+                                         single_host_layout, slurm_conf)
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.main_suite(
+    "a real Slurm cluster (root, Debian's slurm packages) whose tasks run the test's own interpreter")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -236,7 +241,7 @@ def test_slurm_deps_says_why_it_cannot_install_and_exits_0():
 
 _LEAKY_TEST = '''
 import subprocess
-from tests.slurm_cluster import wait_until
+from tests.support.wait import wait_until
 
 
 def test_leaves_a_job_step_running(slurm_cluster):
@@ -275,7 +280,8 @@ def test_an_outer_allocation_of_the_tests_does_not_leak_into_the_test_cluster(sl
 _OWNER = '''
 import subprocess, sys
 sys.path.insert(0, sys.argv[1])
-from tests.slurm_cluster import SlurmCluster, wait_until
+from tests.support.slurm_cluster import SlurmCluster
+from tests.support.wait import wait_until
 c = SlurmCluster(namespaced=True).start()
 subprocess.Popen(c._argv(0, ["srun", "-N2", "--ntasks-per-node=1", "sleep", "600"]), env=c.node_env(),
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -288,7 +294,7 @@ sys.stdin.read()
 @pytest.mark.timeout(150)
 def test_a_cluster_whose_pytest_was_killed_is_swept_at_the_next_start():
     """A session killed by a timeout leaves its daemons, step, namespaces: the next session's fixture ends them."""
-    from tests.slurm_cluster import _mark, _pids, sweep_orphans
+    from tests.support.slurm_cluster import _mark, _pids, sweep_orphans
 
     if cannot_run(namespaced=True):
         pytest.skip(cannot_run(namespaced=True))
@@ -314,7 +320,7 @@ def test_a_cluster_whose_pytest_was_killed_is_swept_at_the_next_start():
 
 
 def test_only_a_cluster_whose_owner_is_provably_gone_is_an_orphan():
-    from tests.slurm_cluster import _start_time, owner_gone
+    from tests.support.slurm_cluster import _start_time, owner_gone
 
     me = os.getpid()
     assert not owner_gone(f"abc:{me}:{_start_time(me)}")

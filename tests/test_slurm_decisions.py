@@ -11,7 +11,10 @@ from ddptui.runners.evidence import slurm_state as ss
 from ddptui.runners.judge.job_follow import AGENT_EXIT_GRACE, Agent, agent_lost_node, node_of_agent
 from ddptui.runners.judge.judge import EXIT_FAILED, EXIT_OK, TearDown
 from ddptui.runners.evidence.rank_learn import RankLearner, hello_rank
-from tests.test_judge import T0, W0, at, make, of, say, texts
+from tests.support.judge import T0, W0, at, hello_on, job, make, of, say, texts
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.any_python
 
 
 # ---- slurm_state ---------------------------------------------------------------------------------------------
@@ -55,11 +58,6 @@ def test_poll_often_while_waiting_rarely_while_running_and_teardown_waits_for_co
     assert not ss.gone(ss.JobInfo("1", "COMPLETING", "", "n1"))
     assert not ss.gone(ss.JobInfo("1", "RUNNING", "", "n1"))
     assert ss.gone(ss.JobInfo("1", "CANCELLED", "", "n1")) and ss.gone(None)
-
-
-# ---- the judge: the job's states -----------------------------------------------------------------------------
-def job(state, reason="", nodes="", code=""):
-    return ss.JobInfo("42", state, reason, nodes, code)
 
 
 def test_job_state_said_once_per_change():
@@ -146,11 +144,6 @@ def test_agent_lost_node_rule():
     assert agent_lost_node(-9, "SIGKILL", ranks_failed=True, others_running=True)
     assert not agent_lost_node(0, None, ranks_failed=False, others_running=True)
     assert not agent_lost_node(1, None, ranks_failed=False, others_running=False)  # the last one: the run's end
-
-
-def hello_on(j, rank, node, dt=0.5):
-    say(j, rank, dt, "@ddptui " + json.dumps({"k": "hello", "r": rank, "pid": 100 + rank, "host": "h",
-                                               "world": 2, "node": node}))
 
 
 def test_agent_gone_with_no_error_of_its_ranks_is_a_node_lost():
@@ -390,10 +383,7 @@ def test_the_heartbeat_rewrites_its_file_whole_until_stopped(tmp_path):
     beat = tmp_path / "slurm" / "heartbeat"
     hb = Heartbeat(beat, period=0.05).start()
     first = beat.read_text()  # written before start() returns: before sbatch runs
-    deadline = time.monotonic() + 10
-    while beat.read_text() == first:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until(lambda: beat.read_text() != first, 10, "a second beat", step=0.01)
     hb.stop()
     hb._thread.join(5)
     last = beat.read_text()

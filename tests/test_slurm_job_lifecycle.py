@@ -1,7 +1,7 @@
-"""The engine follows and ends a real Slurm job (tests/slurm_cluster.py's cluster): the job's states as events, a pending
-job is no stall, a stop scancels it and leaves nothing. The plan is written here (a batch script a user would write,
-submitted with `sbatch --wait --parsable` as the engine's one process), so what is tested is the engine's lifecycle of
-a job, whatever runner plans it.
+"""The engine follows and ends a real Slurm job (tests/support/slurm_cluster.py's cluster): the job's states as events,
+a pending job is no stall, a stop scancels it and leaves nothing. The plan is written here (a batch script a user
+would write, submitted with `sbatch --wait --parsable` as the engine's one process), so what is tested is the
+engine's lifecycle of a job, whatever runner plans it.
 
 The engine runs in a forked child, as ddptui runs beside a cluster: it makes itself a child subreaper, and in this
 test process, the parent of the fixture's slurmd, it would adopt the steps' daemonized slurmstepd and their
@@ -23,7 +23,10 @@ from ddptui.runners.launch.plan import LaunchPlan, LogSource, ProcSpec, SlurmJob
 from ddptui.runners.launch.profile.load import adhoc_profile
 from ddptui.runners.launch.rankenv import base_env
 from ddptui.runners.session import Session
-from tests.slurm_cluster import free_ports, wait_until
+from tests.support.slurm_cluster import free_ports
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.main_suite("a real Slurm cluster whose tasks run the test's own interpreter")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

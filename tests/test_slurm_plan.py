@@ -20,7 +20,11 @@ from ddptui.runners.launch.rankenv import INJECT_DIR
 from ddptui.runners.session import make_plan, rendezvous_port
 from ddptui.runners.launch.torchrun import plan as torchrun_plan
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [
+    pytest.mark.main_suite(
+        "its ad-hoc srun runs the test's own interpreter on a real Slurm cluster"),
+    pytest.mark.timeout(60),
+]
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -14,25 +14,21 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support.cli import only_run
+from tests.support.wait import exited, wait_until
+from tests.support.slurm_runs import FIXTURES, assert_no_job_left, live, of, stop, wait_training
+
+pytestmark = [
+    pytest.mark.main_suite(
+        "long end-to-end rank runs (the engine and dashboard under them are in the any_python set); on a real"
+        " Slurm cluster whose tasks run the test's own interpreter"),
+]
+
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "tests" / "fixtures"
 PROFILES = ROOT / "profiles"
 
 
 # ---- the CLI on a cluster: on this host (single-host cluster) or on node0 (namespaced hosts) -------------------
-
-def _extra_env() -> dict:
-    return {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-
-
-def _cli(runs_dir: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "ddptui.tui.cli", "--runs-dir", str(runs_dir), *args]
-
-
-def live(cluster, runs_dir: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
-    """ddptui on the login node (node 0): this host, or node0's namespaces on the namespaced cluster."""
-    return cluster.on_node(0, _cli(runs_dir, *args), env={**_extra_env(), **(env or {})}, cwd=ROOT,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def ddptui(cluster, runs_dir: Path, *args: str, timeout: float = 200) -> tuple[int, str]:
@@ -42,44 +38,6 @@ def ddptui(cluster, runs_dir: Path, *args: str, timeout: float = 200) -> tuple[i
     finally:
         stop(proc)
     return proc.returncode, out
-
-
-def only_run(runs_dir: Path) -> Path:
-    (d,) = list(runs_dir.iterdir())
-    return d
-
-
-def events(run: Path) -> list[dict]:
-    return [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if x.strip()]
-
-
-def of(run: Path, kind: str) -> list[dict]:
-    return [e for e in events(run) if e["kind"] == kind]
-
-
-def assert_no_job_left(cluster, within: float = 40) -> None:
-    """squeue empty (nothing RUNNING or COMPLETING; scancel's KillWait is 5 s) and no slurmstepd left."""
-    cluster.wait_no_jobs(timeout=within)
-
-
-def wait_training(proc: subprocess.Popen, runs_dir: Path, timeout: float = 150) -> Path:
-    """Wait until the record has a step of every rank; returns the run folder."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stdout.read()[-3000:]
-        runs = list(runs_dir.iterdir())
-        if runs and (runs[0] / "plan.json").exists() and (runs[0] / "events.jsonl").exists():
-            world = json.loads((runs[0] / "plan.json").read_text())["world_size"]
-            if {e["rank"] for e in of(runs[0], "progress") if e.get("step")} >= set(range(world)):
-                return runs[0]
-        time.sleep(0.3)
-    pytest.fail(f"the ranks did not train within {timeout} s")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
 
 
 def rank_nodes(run: Path) -> dict[int, str]:
@@ -224,10 +182,8 @@ def test_sighup_of_ddptui_stops_its_sbatch_job_and_a_watched_job_is_never_cancel
     try:
         run = wait_training(proc, runs_dir)
         # the job outlives its watcher's bound while ddptui beats: no false cancel
-        deadline = time.monotonic() + 60
-        while time.time() - (_running_since(run) or time.time()) < UNWATCHED + 8:
-            assert time.monotonic() < deadline and proc.poll() is None, proc.stdout.read()[-3000:]
-            time.sleep(0.5)
+        wait_until(lambda: time.time() - (_running_since(run) or time.time()) >= UNWATCHED + 8, 60,
+                   f"the job to run {UNWATCHED + 8} s", step=0.5, stop_if=exited(proc, proc.stdout.read))
         assert [s for _, s, _ in slurm_clean.jobs()] == ["RUNNING"]
         proc.send_signal(signal.SIGHUP)
         out, _ = proc.communicate(timeout=90)
@@ -264,10 +220,8 @@ def test_a_sigkilled_ddptuis_sbatch_job_cancels_itself_within_the_bound(slurm_cl
 
 
 def _wait_no_tasks(within: float) -> None:
-    deadline = time.monotonic() + within
-    while tasks_with_token() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not tasks_with_token(), [" ".join(p.cmdline())[:100] for p in tasks_with_token()]
+    wait_until(lambda: not tasks_with_token(), within, "no task of ours left on any node", step=0.5,
+               seen=lambda: [" ".join(p.cmdline())[:100] for p in tasks_with_token()])
 
 
 @pytest.mark.timeout(300)

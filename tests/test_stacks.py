@@ -12,6 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+pytestmark = pytest.mark.main_suite(
+    "long end-to-end rank runs (the engine and dashboard under them are in the any_python set)")
+
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import runhelp  # noqa: E402
 
@@ -19,6 +22,7 @@ from ddptui.runners.edge import stacks
 from ddptui.runners.evidence import stack_types
 
 from ddptui.runners.evidence import hang_verdict as verdict  # noqa: E402
+from tests.support.wait import wait_until
 
 HANG = runhelp.FIXTURES / "hang_ddp.py"
 HANG_LINE = next(i for i, ln in enumerate(HANG.read_text().splitlines(), 1) if "# HANG_LINE" in ln)
@@ -57,10 +61,9 @@ def sleeper(tmp_path):
         assert p.stdout.readline().strip() == "ready"
         # "ready" comes before the MAIN line: wait until the main thread sleeps there (py-spy reads it without a
         # signal), so a stack taken from now on shows it there however slowly the process got going
-        deadline = time.monotonic() + 30
-        while not _sleeps_at_main(stacks.collect([stacks.Target(0, p.pid, None)], method="py-spy", workers=False)[0]):
-            assert time.monotonic() < deadline, "the sleeper never reached its MAIN line"
-            time.sleep(0.05)  # the poll's period
+        wait_until(lambda: _sleeps_at_main(stacks.collect([stacks.Target(0, p.pid, None)], method="py-spy",
+                                                          workers=False)[0]), 30, "the sleeper at its MAIN line",
+                   step=0.05)
         return p, str(err)
 
     yield start
@@ -145,10 +148,8 @@ def test_a_stopped_process_is_said_stopped_and_neither_traced_nor_signalled(slee
     import signal
     p, err = sleeper("fh")
     os.kill(p.pid, signal.SIGSTOP)
-    deadline = time.monotonic() + 10
-    while _proc_state(p.pid) != "T (stopped)":
-        assert time.monotonic() < deadline, "never stopped"
-        time.sleep(0.05)
+    wait_until(lambda: _proc_state(p.pid) == "T (stopped)", 10, "the process stopped", step=0.05,
+               seen=lambda: _proc_state(p.pid))
     r = stacks.collect([stacks.Target(3, p.pid, err)])[3]
     assert (r.method, r.threads) == ("unavailable: the process is stopped (State: T (stopped))", []), r
     assert (r.state, r.error) == ("T (stopped)", None), r
@@ -177,14 +178,11 @@ def test_bash_wrapper_pid_resolves_to_python_and_non_python_is_refused(tmp_path)
         assert wrapper.stdout.readline().strip() == "ready"
         assert psutil.Process(wrapper.pid).name() == "bash"
         # "ready" comes one line before "# S": collect until the Python process's stack is there
-        deadline = time.monotonic() + 30
-        while True:
+        def collected():
             res = stacks.collect([stacks.Target(0, wrapper.pid, None), stacks.Target(1, plain.pid, None)])
             assert res[0].method == "py-spy" and res[0].pid != wrapper.pid
-            if res[0].threads[0].frames[0].code.endswith("# S"):
-                break
-            assert time.monotonic() < deadline, res[0].threads
-            time.sleep(0.05)  # the poll's period
+            return res if res[0].threads[0].frames[0].code.endswith("# S") else None
+        res = wait_until(collected, 30, "the Python process's stack at its # S line", step=0.05)
         assert res[1].method == f"unavailable: pid {plain.pid} is not a Python process"
         assert runhelp.alive(plain.pid)
     finally:
@@ -230,10 +228,9 @@ def hang(tmp_path_factory):
         ranks = runhelp.rank_pids(p.pid, 2)
         targets = [stacks.Target(r, pid, str(runhelp.rank_file(log_dir, r, "stderr.log"))) for r, pid in ranks.items()]
         # rank 0 runs step 3's forward, then blocks in backward's all-reduce: wait until its stack says so
-        rank0, deadline = [t for t in targets if t.rank == 0], time.monotonic() + 30
-        while verdict.classify(stacks.collect(rank0, method="py-spy", workers=False)[0].threads).category != "collective":
-            assert time.monotonic() < deadline, "rank 0 never blocked in backward's all-reduce"
-            time.sleep(0.1)  # the poll's period, not a guess at how long rank 0 takes
+        rank0 = [t for t in targets if t.rank == 0]
+        wait_until(lambda: verdict.classify(stacks.collect(rank0, method="py-spy", workers=False)[0].threads)
+                   .category == "collective", 30, "rank 0 blocked in backward's all-reduce")
         yield targets
     finally:
         runhelp.kill_session(p, pids)

@@ -1,10 +1,14 @@
 """The dashboard shows the engine's stack verdict only with the stacks it was read from, and never re-decides it."""
 from __future__ import annotations
 
+import pytest
+
 from ddptui.runners import events as ev
 from ddptui.tui.model import RunModel
 from ddptui.tui.widgets.banner import banner_text
 from ddptui.tui.widgets.stacks_view import render_stacks
+
+pytestmark = pytest.mark.any_python
 
 T = 1_700_000_000.0
 SP = "/venv/lib/python3.11/site-packages"

@@ -10,6 +10,8 @@ from ddptui.runners.judge.rank_track import RankTrack
 from ddptui.runners.evidence.stall import (Held, Limit, Quiet, Stall, busy_floor, cpu_share, judge, limit_for, quiet_ranks,
                                   sharing_cores)
 
+pytestmark = pytest.mark.any_python
+
 
 def prof(stall_after="auto", startup_grace=60.0):
     return SimpleNamespace(stall_after=stall_after, startup_grace=startup_grace)

@@ -14,8 +14,11 @@ import pytest
 from ddptui.runners import events as ev
 from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.session import EXIT_STALLED, Session
-from tests.engine_helpers import Recorder
+from tests.support.engine import Recorder
 from ddptui.tui.console import Console
+
+pytestmark = pytest.mark.main_suite(
+    "long end-to-end rank runs (the engine and dashboard under them are in the any_python set)")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -143,9 +146,9 @@ def test_dataloader_worker_hang_names_the_worker_and_its_function(tmp_path, runs
 @pytest.mark.timeout(150)
 def test_d_in_the_dashboard_on_a_healthy_run_shows_stacks_and_no_diagnosis(tmp_path, runs_dir):
     import asyncio
-    import time
 
-    from tests.test_tui_app import SIZE
+    from tests.support.ui import SIZE, until
+    from tests.support.wait import Deadline
     from ddptui.tui.app import DdpApp, LiveSource
     from ddptui.tui.widgets.banner import Banner
 
@@ -154,21 +157,18 @@ def test_d_in_the_dashboard_on_a_healthy_run_shows_stacks_and_no_diagnosis(tmp_p
     async def drive():
         app = DdpApp(source=LiveSource(profile, runs_dir))
         async with app.run_test(size=SIZE) as pilot:
-            end = time.monotonic() + 120
+            deadline = Deadline(120, "the run")
             m = app.model
-            while not (m.ranks and all((rv.step or 0) >= 20 for rv in m.ranks.values())):
-                assert time.monotonic() < end and app.running, "the run did not reach step 20"
-                await pilot.pause(0.1)
+            await until(pilot, lambda: m.ranks and all((rv.step or 0) >= 20 for rv in m.ranks.values()),
+                        deadline.left(), "the run to reach step 20", step=0.1,
+                        stop_if=lambda: None if app.running else "the run ended")
             await pilot.press("d")
-            while m.stacks is None:
-                assert time.monotonic() < end, "no stacks after d"
-                await pilot.pause(0.1)
+            await until(pilot, lambda: m.stacks is not None, deadline.left(), "stacks after d", step=0.1)
             await pilot.pause(0.5)  # the engine's turn after the dump, and a redraw
             banner = str(app.screen.query_one(Banner).render())
             view = str(app.screen.query_one("#stacks-view .stacks-text").render())
             await pilot.press("s")
-            while app.running and time.monotonic() < end:
-                await pilot.pause(0.2)
+            await until(pilot, lambda: not app.running, deadline.left(), "the run to stop after s", step=0.2)
             return m, banner, view
 
     m, banner, view = asyncio.run(drive())

@@ -7,6 +7,8 @@ from ddptui.runners.evidence.steptime import (BASE_STEPS, StepClock, median_step
                                      slowed_together, take_report, weighted_median)
 from ddptui.runners.evidence.words import seconds_words
 
+pytestmark = pytest.mark.any_python
+
 
 def feed(clock: StepClock, durations, start_step=1, start=100.0, every=0.1):
     """Report `durations` (one per step) the way the rank's batching does: a line whenever `every` s passed."""
@@ -170,7 +172,7 @@ def test_progress_and_summary_carry_the_engines_step_time_that_the_slow_down_rul
     import json
 
     from ddptui.runners import events as ev
-    from tests.test_judge import hello, make, of, say
+    from tests.support.judge import hello, make, of, say
     j = make()
     hello(j, 0)
     got, t, step = [], 100.0, 0

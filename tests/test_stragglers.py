@@ -5,6 +5,8 @@ every rank slowed on an overloaded machine is the machine's unless one rank is c
 survives the switch from its launcher's pid to its own."""
 from __future__ import annotations
 
+import pytest
+
 import json
 from pathlib import Path
 
@@ -13,6 +15,8 @@ from ddptui.runners.judge.judge import CollectStacks, Judge
 from ddptui.runners.evidence.lockstep import step_bound
 from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.judge.rank_track import RankTrack, find_slow
+
+pytestmark = pytest.mark.any_python
 
 ROOT = Path(__file__).resolve().parent.parent
 T0, W0 = 1000.0, 1_764_682_000.0

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from ddptui.runners.evidence import parse
 from ddptui.runners.edge.tail import MAX_LINE, FileTail, Lines, Tailer, _has_long_line
 
+pytestmark = pytest.mark.any_python
+
 
 def test_partial_last_line_waits_then_survives(tmp_path):
     f = tmp_path / "out"

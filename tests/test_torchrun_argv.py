@@ -7,7 +7,7 @@ from ddptui.runners.launch import torchrun
 from ddptui.runners.launch.profile.load import adhoc_profile
 from ddptui.runners.launch.torchrun_argv import launcher_end, nnodes, nproc_per_node
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.any_python, pytest.mark.timeout(30)]
 
 
 @pytest.mark.parametrize("argv,end", [

@@ -8,7 +8,10 @@ import pytest
 
 from ddptui.runners import events as ev
 
-from tests.engine_helpers import run_profile
+from tests.support.engine import run_profile
+
+pytestmark = pytest.mark.main_suite(
+    "long end-to-end rank runs (the engine and dashboard under them are in the any_python set)")
 
 
 @pytest.mark.timeout(240)

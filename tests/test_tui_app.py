@@ -1,16 +1,13 @@
 """Pilot tests of the dashboard screens, fed from scripted batches of real events (no processes)."""
 from __future__ import annotations
 
-import asyncio
-import functools
-import threading
 import time
 
 import pytest
 from textual.widgets import DataTable, Input, TabbedContent
 from ddptui.runners import events as ev
 
-from tests.test_tui_model import crash_scenario, diverge_scenario, hang_scenario
+from tests.support.scenes import crash_scenario, diverge_scenario, hang_scenario
 from ddptui.tui.app import DdpApp
 from ddptui.tui.synthetic import SyntheticSource
 from ddptui.tui.screens.run import RunScreen
@@ -18,67 +15,9 @@ from ddptui.tui.widgets.banner import Banner
 from ddptui.tui.widgets.rank_pane import RankPane
 from ddptui.tui.widgets.stacks_view import render_stacks
 from ddptui.tui.widgets.tail_view import TailView
+from tests.support.ui import GatedSource, SIZE, ScriptSource, aio, on_screen, pane_run, screen_text, settle, until
 
-SIZE = (160, 50)
-
-
-def aio(fn):
-    """Run an async test body in a fresh event loop (no asyncio plugin in this venv)."""
-    @functools.wraps(fn)
-    def wrapper(*a, **kw):
-        return asyncio.run(fn(*a, **kw))
-    return wrapper
-
-
-class ScriptSource:
-    """Emits the given batches; with hold=True it then waits like a live run until request_stop()."""
-
-    def __init__(self, batches, kind="replay", hold=False) -> None:
-        self.batches, self.kind, self.hold = batches, kind, hold
-        self.stopped = threading.Event()
-        self.dumps = 0
-        self.emit = None
-        self.emitted = False  # every batch was posted
-
-    def prepare(self, emit):
-        self.emit = emit
-
-    def run(self):
-        for b in self.batches:
-            self.emit(b)
-        self.emitted = True
-        if self.hold:
-            self.stopped.wait(30)
-            self.emit([])
-        return 0
-
-    def request_stop(self):
-        self.stopped.set()
-
-    def request_dump(self):
-        self.dumps += 1
-        return True
-
-    def again(self):
-        return ScriptSource(self.batches, self.kind, self.hold)
-
-
-async def until(pilot, cond, limit: float = 10.0, what: str = "") -> None:
-    """Wait until cond() holds (the app's state, polled as the app runs), then until the screens handled what they
-    were told; fails after `limit` seconds instead of guessing how long drawing takes."""
-    end = time.monotonic() + limit
-    while not cond():
-        assert time.monotonic() < end, f"timed out waiting for {what or cond}"
-        await pilot.pause(0.01)
-    await pilot.pause()  # the screen and its widgets processed every pending message, then the CPU went idle
-
-
-async def settle(pilot, app, limit: float = 10.0) -> None:
-    """The run's batches are folded and drawn: a script that ends, ended (its end handled by the UI); one that holds
-    like a live run emitted everything it had."""
-    held = getattr(app.source, "hold", False)
-    await until(pilot, lambda: app.worker is not None and app.drawn and (
-        (held and app.source.emitted) or not app.running), limit, "the run's events to be drawn")
+pytestmark = pytest.mark.any_python
 
 
 @pytest.mark.timeout(30)
@@ -193,9 +132,7 @@ async def test_quit_while_live_asks_then_stops_and_waits_for_run_to_return():
         await pilot.press("r")  # rerun refused while live
         assert app.runs_started == 1
         await pilot.press("q", "y")
-        end = time.monotonic() + 10
-        while app.is_running and time.monotonic() < end:  # the app leaves once the engine's run() returned
-            await pilot.pause(0.01)
+        await until(pilot, lambda: not app.is_running, 10, "the app to leave once the engine's run() returned")
         assert src.stopped.is_set()
     assert app.engine_done.is_set() and app.run_code == 0
 
@@ -408,83 +345,6 @@ async def test_tail_repaints_only_when_its_lines_change():
 
 
 # -- the newest line of every rank stays on screen (issue 11, item 8) ------------------------------
-
-def screen_text(app) -> str:
-    """What the terminal shows now: the compositor's current strips, as the driver would write them."""
-    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
-
-
-class GatedSource:
-    """Emits one batch per stage; stage i > 0 waits until the test calls release(i), as a live run would."""
-
-    kind = "live"
-
-    def __init__(self, stages) -> None:
-        self.stages = stages
-        self.go = [threading.Event() for _ in stages]
-        self.emit = None
-
-    def prepare(self, emit):
-        self.emit = emit
-
-    def run(self):
-        import time
-        for i, stage in enumerate(self.stages):
-            if i and not self.go[i].wait(30):
-                return 1
-            self.emit(stage(time.time()))
-        return 0
-
-    def release(self, i):
-        self.go[i].set()
-
-    def request_stop(self):
-        for g in self.go:
-            g.set()
-
-    def request_dump(self):
-        return False
-
-    def again(self):
-        return GatedSource(self.stages)
-
-
-def long_line(rank: int, n: int) -> str:
-    return f"r{rank}-line{n:04d} " + "loss 0.1234 grad 5.678 " * 12  # wider than any pane: cropped, never wrapped
-
-
-def pane_run(ranks: int):
-    """60 lines per rank, 10 more while the ranks tab shows, then the ranks exit and the run ends ok."""
-    from ddptui.runners import events as ev
-
-    def first(t):
-        return ([ev.RunStarted("/tmp/panes", "panes", "torchrun", ranks, 70, t)]
-                + [ev.RankState(r, "running", "", t) for r in range(ranks)]
-                + [ev.LogLines(r, "out", t, 0.0, tuple(long_line(r, n) for n in range(60))) for r in range(ranks)]
-                + [ev.Progress(r, 60, 0.5, t, "parsed") for r in range(ranks)])
-
-    def more(t):
-        return ([ev.LogLines(r, "out", t, 0.0, tuple(long_line(r, n) for n in range(60, 70))) for r in range(ranks)]
-                + [ev.Progress(r, 70, 0.4, t, "parsed") for r in range(ranks)])
-
-    def end(t):
-        return ([ev.RankState(r, "exited", "exit 0", t) for r in range(ranks)]
-                + [ev.ProcessExited(f"rank{r}", (r,), 0, None, t) for r in range(ranks)]
-                + [ev.ReplicaVerdict("identical", f"all {ranks} ranks hold byte-identical weights (6 parameters)",
-                                     None, (), (), {}, t),
-                   ev.RunFinished("ok", 0, "", t)])
-    return [first, more, end]
-
-
-async def on_screen(pilot, app, found, limit: float = 5.0):
-    """found(screen text) once it is truthy, or its last value after `limit`: called once the app drew what it was
-    told, it only gives Textual's own refresh (layout, compositor) its turns."""
-    end = time.monotonic() + limit
-    while True:
-        got = found(screen_text(app))
-        if got or time.monotonic() > end:
-            return got
-        await pilot.pause(0.01)
 
 
 async def newest_on_screen(pilot, app, ranks: int, n: int) -> list[int]:

@@ -10,8 +10,13 @@ import pytest
 from ddptui.runners.launch.profile.load import adhoc_profile
 from ddptui.tui.app import DdpApp, LiveSource
 from ddptui.tui.widgets.loss_chart import LossChart
-from tests.test_tui_app import aio, until
-from tests.test_tui_loss_chart import BRAILLE, canvas_cells
+from tests.support.ui import BRAILLE, aio, canvas_cells, until
+
+pytestmark = [
+    pytest.mark.main_suite(
+        "long end-to-end rank runs (the engine and dashboard under them are in the any_python set); its ad-"
+        "hoc ranks run on the test's own interpreter"),
+]
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "ddp_fit_to_tiny_loss.py"
 

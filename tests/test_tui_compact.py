@@ -17,7 +17,10 @@ from ddptui.tui.screens.run import RunScreen
 from ddptui.tui.screens.zoom import ZoomScreen
 from ddptui.tui.widgets.rank_pane import RankPane
 from ddptui.tui.widgets.rank_table import RankTable
-from tests.test_tui_app import ScriptSource, aio, screen_text, settle, until
+from tests.support.ui import ScriptSource, aio, screen_text, settle, until
+from tests.support.scenes import many_ranks
+
+pytestmark = pytest.mark.any_python
 
 
 # -- the order ------------------------------------------------------------------------------------
@@ -126,20 +129,6 @@ def test_retention_is_shared_out_of_a_budget_at_many_ranks():
 
 
 # -- the dashboard at 64 ranks ----------------------------------------------------------------------
-
-def many_ranks(n: int = 64, t: float = 1000.0) -> list:
-    """A 64-rank run (fixed walls): every rank at step 10 printing, rank 17 failed, rank 40 behind in collectives at
-    step 3, rank 50 slow."""
-    b = [ev.RunStarted("/runs/many", "many", "torchrun", n, 100, t)] + [ev.RankState(r, "running", "", t) for r in range(n)]
-    b += [ev.RankHello(r, 5000 + r, "host", n, t + 0.5, f"node{r // 8}") for r in range(n)]
-    b += [ev.LogLines(r, "out", t + 1, 0.0, (f"rank {r} step {10 if r != 40 else 3} loss {0.5 + r / 1000:.3f}",))
-          for r in range(n)]
-    b += [ev.Progress(r, 10 if r != 40 else 3, 0.5 + r / 1000, t + 1, "hook") for r in range(n)]
-    b += [ev.Resources({r: 50.0 + r for r in range(n)}, {r: (200 + r) << 20 for r in range(n)}, t + 1)]
-    b += [ev.RankState(17, "failed", "exit 1", t + 2), ev.ProcessExited("rank17", (17,), 1, None, t + 2),
-          ev.LogLines(17, "err", t + 2, 0.0, ("RuntimeError: injected failure on rank 17",)),
-          ev.RankState(50, "slow", "", t + 2), ev.CollectiveProgress({}, (40,), t + 2)]
-    return [b]
 
 
 def table_rows(app) -> list[str]:

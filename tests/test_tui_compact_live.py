@@ -10,7 +10,10 @@ from ddptui.runners.launch.profile.load import load_profile
 from ddptui.tui.app import DdpApp, LiveSource
 from ddptui.tui.screens.zoom import ZoomScreen
 from ddptui.tui.widgets.rank_table import RankTable
-from tests.test_tui_app import aio, until
+from tests.support.ui import aio, until
+
+pytestmark = pytest.mark.main_suite(
+    "long end-to-end rank runs (the engine and dashboard under them are in the any_python set)")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

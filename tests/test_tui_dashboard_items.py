@@ -12,8 +12,10 @@ from ddptui.tui.replay import ReplaySource
 from ddptui.tui.screens.help import HelpScreen
 from ddptui.tui.screens.picker import PickerScreen
 from ddptui.tui.screens.run import RunScreen
-from tests.test_tui_app import SIZE, ScriptSource, aio, screen_text, settle, until
-from tests.test_tui_model import crash_scenario
+from tests.support.ui import SIZE, ScriptSource, aio, screen_text, settle, until
+from tests.support.scenes import crash_scenario
+
+pytestmark = pytest.mark.any_python
 
 RECORDS = Path(__file__).resolve().parent / "fixtures" / "records"
 TINY = "name: tiny\ndescription: a tiny test profile\nnproc: 2\nworkload:\n  builtin: ddp_mlp\nsteps: 5\n"

@@ -1,7 +1,11 @@
 """The run screen's row split between rank panes and the loss chart (pure decisions of tui/fit.py)."""
 from __future__ import annotations
 
+import pytest
+
 from ddptui.tui.fit import CHART_MIN, PANE_FRAME, TAIL_MIN, Fit, chart_rows, fit
+
+pytestmark = pytest.mark.any_python
 
 
 def tail_rows(box: int, grid_rows: int, f: Fit) -> int:

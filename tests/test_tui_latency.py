@@ -15,7 +15,9 @@ from ddptui.tui.widgets.loss_chart import LossChart
 from ddptui.tui.widgets.pane_body import PaneBody
 from ddptui.tui.widgets.rank_pane import RankPane
 from ddptui.tui.widgets.timeline import TimelineView
-from tests.test_tui_app import aio, screen_text, until
+from tests.support.ui import aio, screen_text, until
+
+pytestmark = pytest.mark.any_python
 
 
 @pytest.mark.timeout(90)

@@ -1,7 +1,6 @@
 """The dashboard driving REAL runs (torchrun, gloo, CPU) through Pilot: clean, hang, crash, quit mid-run."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import psutil
@@ -9,10 +8,13 @@ import pytest
 from textual.widgets import DataTable, TabbedContent
 
 from ddptui.runners.launch.profile.load import load_profile
-from tests.test_tui_app import SIZE, aio, until
+from tests.support.ui import SIZE, aio, until
 from ddptui.tui.app import DdpApp, LiveSource
 from ddptui.tui.widgets.banner import Banner
 from ddptui.tui.widgets.rank_pane import RankPane
+
+pytestmark = pytest.mark.main_suite(
+    "long end-to-end rank runs (the engine and dashboard under them are in the any_python set)")
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -95,18 +97,14 @@ async def test_quit_mid_run_stops_every_rank(runs_dir):
     app = live_app("cpu-ddp", runs_dir, "steps=100000")
     pids: set[int] = set()
     async with app.run_test(size=SIZE) as pilot:
-        end = time.monotonic() + 60
-        while time.monotonic() < end and not (
-                app.model.ranks and all((rv.step or 0) > 2 for rv in app.model.ranks.values())):
-            await pilot.pause(0.2)
+        await until(pilot, lambda: app.model.ranks and all((rv.step or 0) > 2 for rv in app.model.ranks.values()), 60,
+                    "every rank past step 2", step=0.2)
         assert app.running and app.model.ranks and all(rv.step for rv in app.model.ranks.values())
         pids = {rv.pid for rv in app.model.ranks.values() if rv.pid} | {p["pid"] for p in app.model.processes.values()}
         assert len(pids) >= 3  # torchrun + 2 ranks
         await pilot.press("q")
         await pilot.press("y")
-        end = time.monotonic() + 60
-        while app.is_running and time.monotonic() < end:
-            await pilot.pause(0.1)
+        await until(pilot, lambda: not app.is_running, 60, "the app to leave", step=0.1)
     app.shutdown(30)
     assert app.engine_done.is_set()
     alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]

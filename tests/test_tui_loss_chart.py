@@ -10,10 +10,11 @@ from ddptui.tui.app import DdpApp
 from ddptui.tui.model import LOSS_POINTS, RunModel
 from ddptui.tui.widgets.loss_chart import (PALETTE, ChartData, LossChart, axes_for, chart_data, legend_lines,
                                            title_text)
-from tests.test_tui_app import ScriptSource, aio, settle
+from tests.support.ui import BRAILLE, ScriptSource, aio, canvas_cells, settle
+
+pytestmark = pytest.mark.any_python
 
 T0 = 1_700_000_000.0
-BRAILLE = range(0x2800, 0x2900)
 
 
 def decaying(step: int, rank: int = 0, steps: int = 4000) -> float:
@@ -105,15 +106,6 @@ def test_axes_follow_the_chart_size():
         assert len({round(y - x, 6) for x, y in zip(logs, logs[1:])}) == 1, a.yticks  # even in log space
         assert all(len(lab) <= 6 for lab in a.ylabels), a.ylabels
     assert axes_for(d, 150, 14).xlabels == ["0", "500", "1000", "1500", "2000", "2500", "3000", "3500"]
-
-
-# -- on the run screen -------------------------------------------------------------------------------------------
-def canvas_cells(lines: list[str]) -> list[str]:
-    """What lies inside the plot's frame on each row (between the y axis and the right edge of the frame)."""
-    top = next(i for i, ln in enumerate(lines) if "┌" in ln)
-    bottom = next(i for i, ln in enumerate(lines) if "└" in ln)
-    left, right = lines[top].index("┌"), lines[top].index("┐")
-    return [ln[left + 1:right] for ln in lines[top + 1:bottom]]
 
 
 @pytest.mark.timeout(60)

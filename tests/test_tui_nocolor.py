@@ -2,6 +2,8 @@
 size classes (tui/sizes.py)."""
 from __future__ import annotations
 
+import pytest
+
 from rich.color import Color as RichColor
 from rich.segment import Segment
 from rich.style import Style
@@ -12,6 +14,8 @@ from ddptui.tui.marks import mark, marked
 from ddptui.tui.nocolor import (READABLE, STRONG_CONTRAST, TEXT_CONTRAST, contrast, hue_meant, readable_filters,
                                 readable_grey, readable_style)
 from ddptui.tui.sizes import size_classes
+
+pytestmark = pytest.mark.any_python
 
 DARK = Color(0x12, 0x12, 0x12)  # textual-dark's background
 RED = "#ff0000"

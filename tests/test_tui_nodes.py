@@ -9,8 +9,10 @@ from ddptui.runners import events as ev
 from ddptui.tui.app import DdpApp
 from ddptui.tui.widgets.banner import Banner
 from ddptui.tui.widgets.rank_pane import RankPane
-from tests.test_tui_app import SIZE, GatedSource, aio, until
-from tests.test_tui_model import multinode_scenario
+from tests.support.ui import SIZE, GatedSource, aio, until
+from tests.support.scenes import multinode_scenario
+
+pytestmark = pytest.mark.any_python
 
 
 def stages():

@@ -6,6 +6,8 @@ import pytest
 from ddptui.tui.model import Changes
 from ddptui.tui.redraw import CHART_PERIOD, VIEW_PERIOD, RedrawCap
 
+pytestmark = pytest.mark.any_python
+
 
 def lines(*ranks) -> Changes:
     return Changes(set(ranks), True, False, False)

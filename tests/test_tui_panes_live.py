@@ -3,16 +3,18 @@ from __future__ import annotations
 
 import shlex
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from textual.widgets import TabbedContent
 
 from ddptui.runners.launch.profile.load import load_profile
-from tests.test_tui_app import aio, screen_text
-from tests.tmux_term import TMUX, Term
+from tests.support.ui import aio, screen_text, until
+from tests.support.terminal import TMUX, Term
 from ddptui.tui.app import DdpApp, LiveSource
+
+pytestmark = pytest.mark.main_suite(
+    "long end-to-end rank runs (the engine and dashboard under them are in the any_python set)")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,15 +26,6 @@ def chatty_profile(tmp_path: Path, hold: Path) -> Path:
     prof.write_text(f"name: chatty\nnproc: 2\nsteps: 40\nworkload:\n  script: {FIXTURES / 'chatty_ddp.py'}\n"
                     f"  args: ['40']\nenv:\n  HOLD_FILE: {hold}\ntimeout: 120\nstall_after: 300\n")
     return prof
-
-
-async def wait_for(pilot, cond, limit: float) -> bool:
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        if cond():
-            return True
-        await pilot.pause(0.1)
-    return cond()
 
 
 def last_lines_shown(app) -> list[int]:
@@ -48,16 +41,18 @@ async def test_each_pane_ends_on_its_ranks_last_line_live_and_after_the_end(size
     app = DdpApp(source=LiveSource(load_profile(chatty_profile(tmp_path, hold)), runs_dir))
     async with app.run_test(size=size) as pilot:
         # the ranks printed their last line and wait: the panes must show it while the run is live
-        assert await wait_for(pilot, lambda: last_lines_shown(app) == [0, 1] or not app.running, 90)
+        await until(pilot, lambda: last_lines_shown(app) == [0, 1] or not app.running, 90,
+                    "both ranks' last lines on screen", step=0.1)
         assert app.running, screen_text(app)
         assert last_lines_shown(app) == [0, 1], screen_text(app)
         hold.touch()
-        assert await wait_for(pilot, lambda: not app.running, 60), "run did not finish in time"
+        await until(pilot, lambda: not app.running, 60, "the run to finish", step=0.1)
         assert app.run_code == 0, app.run_error
         # the end banner took rows from the grid while the verdict tab was in front
-        assert await wait_for(pilot, lambda: app.screen.query_one(TabbedContent).active == "verdict", 5)
+        await until(pilot, lambda: app.screen.query_one(TabbedContent).active == "verdict", 5, "the verdict tab",
+                    step=0.1)
         await pilot.press("escape")
-        assert await wait_for(pilot, lambda: last_lines_shown(app) == [0, 1], 5), screen_text(app)
+        await until(pilot, lambda: last_lines_shown(app) == [0, 1], 5, "both ranks' last lines on screen", step=0.1)
 
 
 @pytest.mark.skipif(not Path(TMUX).exists(), reason="tmux not installed")

@@ -9,6 +9,9 @@ from ddptui.runners import events as ev
 from ddptui.runners.evidence.words import clock_words
 from ddptui.tui import rate
 from ddptui.tui.model import RunModel
+from tests.support.scenes import batched, told
+
+pytestmark = pytest.mark.any_python
 
 T = 1_764_000_000.0
 
@@ -17,12 +20,6 @@ def started(world: int = 2, steps: int | None = 100) -> RunModel:
     m = RunModel()
     m.apply([ev.RunStarted("runs/x", "p", "torchrun", world, steps, T)])
     return m
-
-
-def batched(rank: int, last: int, wall: float, n: int = 10) -> ev.Progress:
-    """What the engine sends once per turn: every step since the rank's previous event, read at one time."""
-    pts = tuple((s, 1.0 / s) for s in range(last - n + 1, last + 1))
-    return ev.Progress(rank, last, pts[-1][1], wall, "report", pts)
 
 
 # ---- a rank's step time from its Progress read times (a record from before Progress carried the engine's) -------
@@ -223,7 +220,7 @@ def test_no_phase_after_the_first_step_or_the_end():
 def test_phase_reports_become_events_and_are_no_sign_of_life():
     """A `phase` report is a RankPhase event; it neither starts the rank's clock as output nor counts as progress
     (a rank stuck in its rendezvous must still stall), and a word the engine does not know is dropped."""
-    from tests.test_judge import W0, hello, make, of, say
+    from tests.support.judge import W0, hello, make, of, say
     j = make()
     hello(j, 0)
     quiet_since = j.state.tracks[0].last_progress
@@ -250,7 +247,7 @@ def test_an_xla_workers_own_start_up_is_every_replicas_phase_until_its_thread_be
     from ddptui.runners.judge.judge import Judge
     from ddptui.runners.launch.profile.load import load_profile
     from ddptui.runners.launch.registry import traits_of
-    from tests.test_judge import T0, W0, of, say
+    from tests.support.judge import T0, W0, of, say
     path = tmp_path / "xla.yaml"
     path.write_text(f"name: x\nrunner: xla\nnproc: 2\nworkload:\n  script: train.py\n  python: {sys.executable}\n"
                     "backend: xla\ndevice: xla\nxla:\n  pjrt_device: CPU\n  num_devices: 2\n")
@@ -267,7 +264,7 @@ def test_an_xla_workers_own_start_up_is_every_replicas_phase_until_its_thread_be
     assert [(e.rank, e.phase) for e in of(outs, ev.RankPhase)] == [(0, "waiting for first step"),
                                                                   (1, "importing torch")]
     # under torchrun a report without a rank is nobody's (only XLA's worker hosts ranks it cannot name)
-    from tests.test_judge import make
+    from tests.support.judge import make
     j = make()
     assert not of(say(j, None, 1.0, phase(None, "importing torch")), ev.RankPhase)
 
@@ -302,7 +299,7 @@ def test_console_summary_without_progress_or_load_says_nothing_of_them():
 
 
 def test_the_hosts_load_is_sent_each_sample_unless_every_rank_runs_on_another_node():
-    from tests.test_judge import PIDS, T0, make, of
+    from tests.support.judge import PIDS, T0, make, of
     j = make()
     got = of(j.resources({}, host_load=(29.7, 2)), ev.Resources)  # no rank's pid known yet: the load still goes
     assert [(e.cpu, e.load, e.cpus) for e in got] == [({}, 29.7, 2)]
@@ -353,11 +350,6 @@ def test_a_late_rank_sets_the_pace_and_the_run_is_late_only_when_no_rank_steps()
 def rate_view(rank: int, step: int, step_time: float, step_wall: float):
     from ddptui.tui.model import RankView
     return RankView(rank, status="running", step=step, step_time=step_time, step_wall=step_wall)
-
-
-def told(rank: int, last: int, wall: float, samples: int | None, n: int = 10) -> ev.Progress:
-    e = batched(rank, last, wall, n)
-    return ev.Progress(e.rank, e.step, e.loss, e.wall, e.source, e.losses, samples)
 
 
 def test_samples_a_second_are_each_ranks_samples_per_step_over_its_step_time_summed_over_live_ranks():

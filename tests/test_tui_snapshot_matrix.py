@@ -9,10 +9,11 @@ import pytest
 import ddptui.tui.screens.picker as picker
 from ddptui.tui.app import DdpApp
 from ddptui.tui.nocolor import TEXT_CONTRAST, contrast
-from tests.test_tui_app import ScriptSource, aio, pane_run, screen_text, settle, until
-from tests.test_tui_snapshots import PROFILES, replay_app, replayed, utc  # noqa: F401  (utc: autouse fixture)
+from tests.support.ui import ScriptSource, aio, pane_run, screen_text, settle, until
+from tests.support.replay import PROFILES, replay_app, replayed
 
 SIZES = [(80, 24), (160, 48), (220, 60)]
+pytestmark = [pytest.mark.any_python, pytest.mark.usefixtures("utc")]  # tests/conftest.py: the records' zone
 SCENES = {  # the screen each record ends on by itself: the running grid, the Stacks tab, the Crash tab, the Verdict
     "run": ("cpu-ddp", 8.90),
     "stall": ("hang", None),
@@ -72,7 +73,7 @@ def test_snapshot_picker_80x24_with_an_invalid_override(snap_compare, monkeypatc
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_snapshot_compact_64_ranks(snap_compare, monkeypatch, size, nocolor):
     """64 ranks (fixed walls, no clock): the compact view, rank 17 failed, 40 behind and 50 slow on top."""
-    from tests.test_tui_compact import many_ranks
+    from tests.support.scenes import many_ranks
     _color(nocolor, monkeypatch)
 
     async def shown(pilot) -> None:

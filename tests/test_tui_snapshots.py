@@ -1,44 +1,16 @@
 """SVG snapshots of the main screens, made deterministic by replaying committed run records at a fixed size."""
 from __future__ import annotations
 
-import os
-import time
-from pathlib import Path
 
 import pytest
 
 import ddptui.tui.screens.picker as picker
 from ddptui.tui.app import DdpApp
 from ddptui.tui.replay import ReplaySource
+from tests.support.replay import PROFILES, replay_app, replayed
 
-RECORDS = Path(__file__).resolve().parent / "fixtures" / "records"
-PROFILES = Path(__file__).resolve().parent.parent / "profiles"
 SIZE = (160, 50)
-
-
-@pytest.fixture(autouse=True)
-def utc():
-    """The rank logs carry local wall times; replay them in the zone they were recorded in."""
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if old is None:
-        os.environ.pop("TZ", None)
-    else:
-        os.environ["TZ"] = old
-    time.tzset()
-
-
-def replay_app(name: str, until: float | None = None) -> DdpApp:
-    return DdpApp(source=ReplaySource(RECORDS / name, until=until))
-
-
-async def replayed(pilot) -> None:
-    """The whole record replayed, its end handled and everything drawn (the chart too: the end is not held back)."""
-    from tests.test_tui_app import until
-    app = pilot.app
-    await until(pilot, lambda: app.worker is not None and not app.running and app.drawn, 30, "the replay to be drawn")
+pytestmark = [pytest.mark.any_python, pytest.mark.usefixtures("utc")]  # tests/conftest.py: the records' zone
 
 
 @pytest.mark.timeout(60)
@@ -70,41 +42,41 @@ def test_snapshot_crash_panel(snap_compare):
 
 def held_app(batches) -> DdpApp:
     """A live run that emitted these batches and goes on (a Slurm job as the engine reports it)."""
-    from tests.test_tui_app import ScriptSource
+    from tests.support.ui import ScriptSource
     return DdpApp(source=ScriptSource(batches, kind="live", hold=True))
 
 
 async def held(pilot) -> None:
-    from tests.test_tui_app import settle
+    from tests.support.ui import settle
     await settle(pilot, pilot.app)
 
 
 @pytest.mark.timeout(60)
 def test_snapshot_slurm_job_pending(snap_compare):
-    from tests.test_tui_model import multinode_scenario
+    from tests.support.scenes import multinode_scenario
     assert snap_compare(held_app(multinode_scenario(pending_only=True)), terminal_size=SIZE, run_before=held)
 
 
 @pytest.mark.timeout(60)
 def test_snapshot_two_nodes_grouped_and_one_lost(snap_compare):
     """2 nodes x 2 ranks placed cyclically (rank r on node r % 2): the grid shows node0's ranks 0, 2 then node1's."""
-    from tests.test_tui_model import multinode_scenario
+    from tests.support.scenes import multinode_scenario
     assert snap_compare(held_app(multinode_scenario(cyclic=True, lost=True)), terminal_size=SIZE, run_before=held)
 
 
 @pytest.mark.timeout(60)
 def test_snapshot_eight_nodes(snap_compare):
-    from tests.test_tui_model import multinode_scenario
+    from tests.support.scenes import multinode_scenario
     assert snap_compare(held_app(multinode_scenario(nodes=8, per=2)), terminal_size=SIZE, run_before=held)
 
 
 @pytest.mark.timeout(60)
 def test_snapshot_collectives_laggard(snap_compare):
     """2 nodes x 2 ranks, a subgroup of the even ranks; rank 3 has not entered the all_reduce #57 the others wait in."""
-    from tests.test_tui_collectives import behind_batch, collectives_scenario
+    from tests.support.collectives_scene import behind_batch, collectives_scenario
 
     async def collectives_tab(pilot) -> None:
-        from tests.test_tui_app import until
+        from tests.support.ui import until
         from ddptui.tui.widgets.collectives_view import CollRow
         await held(pilot)
         await pilot.press("o")

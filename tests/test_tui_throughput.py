@@ -8,7 +8,9 @@ from ddptui.runners import events as ev
 from ddptui.tui.app import DdpApp
 from ddptui.tui.widgets.rank_pane import RankPane
 from ddptui.tui.widgets.tail_view import TailView
-from tests.test_tui_app import GatedSource, aio, on_screen, screen_text
+from tests.support.ui import GatedSource, aio, on_screen, screen_text
+
+pytestmark = pytest.mark.any_python
 
 
 def starting(t0: float):

@@ -9,11 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.tmux_term import TMUX, Term
+from tests.support.terminal import TMUX, Term
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.skipif(not Path(TMUX).exists(), reason="tmux not installed")
+pytestmark = [
+    pytest.mark.main_suite(
+        "long end-to-end rank runs (the engine and dashboard under them are in the any_python set)"),
+    pytest.mark.skipif(not Path(TMUX).exists(), reason="tmux not installed"),
+]
 
 
 @pytest.mark.timeout(150)

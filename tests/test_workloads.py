@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -16,7 +15,10 @@ import pytest
 from ddptui.runners.evidence import hang_verdict
 
 from ddptui.runners.edge import stacks
-from tests.engine_helpers import loss_steps, reported_steps, strict_reports as reports
+from tests.support.engine import loss_steps, reported_steps, strict_reports as reports
+from tests.support.wait import exited, wait_until
+
+pytestmark = pytest.mark.main_suite("the built-in workloads, run on the test's own interpreter")
 
 REPO = Path(__file__).resolve().parents[1]
 INJECT = REPO / "runners" / "inject"
@@ -66,14 +68,9 @@ class Torchrun:
         return (self.tmp / "launcher.err").read_text(errors="replace")
 
     def wait_for(self, local: int, needle: str, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if needle in self.out(local):
-                return True
-            if self.proc.poll() is not None:
-                return needle in self.out(local)
-            time.sleep(0.2)
-        return False
+        return wait_until(lambda: needle in self.out(local), timeout, f"local rank {local} to print {needle!r}",
+                          step=0.2, stop_if=exited(self.proc),
+                          seen=lambda: self.out(local) + self.err(local) + self.launcher())
 
     def kill(self) -> None:
         # torchrun puts every rank in its own session: a group kill of the launcher does not reach them.
@@ -157,15 +154,12 @@ def test_hang_blocks_the_other_rank(launch):
     assert run.wait_for(1, "[rank 1] injecting hang at step 2", 100), run.out(1) + run.err(1) + run.launcher()
     pids = {x["r"]: x["pid"] for r in (0, 1) for x in reports(run.out(r)) if x["k"] == "hello"}
     # rank 0 runs step 3 up to the all-reduce its peer never joins: wait until its stack says it waits there
-    rank0, deadline = [stacks.Target(0, pids[0], None)], time.monotonic() + 60
-    while hang_verdict.classify(stacks.collect(rank0, method="py-spy", workers=False)[0].threads).category != "collective":
-        assert time.monotonic() < deadline and run.proc.poll() is None, "rank 0 never blocked in the all-reduce"
-        time.sleep(0.1)  # the poll's period
+    rank0 = [stacks.Target(0, pids[0], None)]
+    wait_until(lambda: hang_verdict.classify(stacks.collect(rank0, method="py-spy", workers=False)[0].threads)
+               .category == "collective", 60, "rank 0 to block in the all-reduce", stop_if=exited(run.proc))
     # both ranks are quiet now; their report threads write what was pending (steps 1-2)
-    deadline = time.monotonic() + 30
-    while not all(2 in loss_steps(reports(run.out(r))) for r in (0, 1)):
-        assert time.monotonic() < deadline, run.out(0) + run.out(1)
-        time.sleep(0.05)
+    wait_until(lambda: all(2 in loss_steps(reports(run.out(r))) for r in (0, 1)), 30, "steps 1-2 reported by both",
+               step=0.05, seen=lambda: run.out(0) + run.out(1))
     before = run.out(0)
     assert run.proc.poll() is None
     for r in (0, 1):

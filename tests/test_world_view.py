@@ -20,7 +20,7 @@ from ddptui.runners.launch.torchrun_argv import max_nodes, node_rank, rdzv_backe
 from ddptui.tui.console import Console
 from ddptui.tui.model import RunModel
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.any_python, pytest.mark.timeout(30)]
 
 T0, W0 = 1000.0, 1_764_682_000.0
 C10D = ["torchrun", "--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d", "--rdzv-endpoint=node0:29400",
@@ -232,7 +232,7 @@ def test_the_dashboard_panes_say_the_global_rank_and_the_unseen_one():
 
     from ddptui.tui.app import DdpApp
     from ddptui.tui.widgets.rank_pane import RankPane
-    from tests.test_tui_app import SIZE, ScriptSource, settle
+    from tests.support.ui import SIZE, ScriptSource, settle
 
     summary = {"profile": "adhoc", "runner": "torchrun", "world_size": 2, "unseen": [0], "status": "ok", "ranks": {}}
     batches = [[ev.RunStarted("/r", "adhoc", "torchrun", 2, None, W0, here=1),

@@ -10,6 +10,8 @@ from ddptui.runners.evidence.hints import HintMatcher, by_code
 from ddptui.runners.evidence.stack_types import Frame
 from ddptui.runners.evidence.hang_verdict import Where
 
+pytestmark = pytest.mark.any_python
+
 # Recorded from the reference's pattern 2 (DDP over xla://, gradient_as_bucket_view=True) on 2 PJRT CPU replicas.
 KEY0 = ("RendezvousKey{run_id=RunId: 0, global_devices=[0,1], num_local_participants=2, "
         "collective_op_kind=cross_replica, op_id=0}")

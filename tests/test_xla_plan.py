@@ -15,6 +15,8 @@ from ddptui.runners.launch.profile.workload import WORKLOADS_DIR
 from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.launch.rankenv import INJECT_DIR
 
+pytestmark = pytest.mark.any_python
+
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"
 SCRIPT = ROOT / "scripts" / "xla-venv.sh"

@@ -10,7 +10,7 @@ import pytest
 
 from ddptui.runners import events as ev
 
-from .engine_helpers import run_profile
+from tests.support.engine import run_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 6
@@ -27,6 +27,8 @@ def _xla_venv() -> Path | None:
 
 VENV = _xla_venv()
 pytestmark = [
+    pytest.mark.main_suite(
+        "long end-to-end rank runs (the engine and dashboard under them are in the any_python set)"),
     pytest.mark.xla,
     pytest.mark.skipif(VENV is None, reason="the torch_xla venv is not built: run `make xla-venv` (scripts/xla-venv.sh)"),
 ]
@@ -161,7 +163,7 @@ def _adhoc(script, runs_dir, *overrides):
     from ddptui.runners.launch.profile.load import adhoc_profile
     from ddptui.runners.session import Session
 
-    from .engine_helpers import Recorder
+    from tests.support.engine import Recorder
 
     profile = adhoc_profile([str(VENV / "bin" / "python"), str(FIXTURES / script)],
                             ["runner=xla", "nproc=2", *overrides])
@@ -272,7 +274,7 @@ def test_xla_and_ddp_paths_digest_the_same_model_alike(runs_dir):
     from ddptui.runners.launch.profile.load import adhoc_profile
     from ddptui.runners.session import Session
 
-    from .engine_helpers import Recorder
+    from tests.support.engine import Recorder
 
     code, rec, xla = _adhoc("xla_seeded_model_one_step.py", runs_dir, "startup_grace=300")
     assert code == 0, [e.to_json() for e in rec.events if not isinstance(e, (ev.LogLines, ev.Progress))][-6:]

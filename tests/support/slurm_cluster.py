@@ -15,7 +15,8 @@ from pathlib import Path
 
 import psutil
 
-from tests.netns import NamespacesUnavailable, NetnsHosts, cannot_make_namespaces
+from tests.support.wait import WaitTimeout, wait_until
+from tests.support.netns import NamespacesUnavailable, NetnsHosts, cannot_make_namespaces
 
 DAEMONS = ("slurmctld", "slurmd", "slurmstepd")
 MARK = "DDPTUI_TEST_SLURM"  # in every daemon's environment: "<cluster uid>:<owner pid>:<owner start time>"
@@ -142,18 +143,6 @@ def _fds(pid: int) -> list[str]:
     return out
 
 
-def wait_until(cond, timeout: float, what: str, step: float = 0.1):
-    """Poll cond() until it returns something truthy; TimeoutError naming what did not happen."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{what} not within {timeout:.0f} s")
-        time.sleep(step)
-
-
 @dataclass
 class SlurmCluster:
     """One cluster: start() once, tests use env/nodes/conf_path/run/on_node, stop() leaves nothing behind."""
@@ -211,11 +200,10 @@ class SlurmCluster:
                 return p.read_text(errors="replace")
             except OSError:
                 return ""
-        deadline = time.monotonic() + timeout
-        while not all(needle in text(logs / f"rank{r}.out") for r in (0, 1)):
-            assert job.poll() is None, f"srun exited {job.returncode}: {[text(p)[-500:] for p in logs.iterdir()]}"
-            assert time.monotonic() < deadline, f"both tasks printed {needle!r} within {timeout} s"
-            time.sleep(0.2)
+        wait_until(lambda: all(needle in text(logs / f"rank{r}.out") for r in (0, 1)), timeout,
+                   f"both tasks to print {needle!r}", step=0.2,
+                   stop_if=lambda: None if job.poll() is None else
+                   f"srun exited {job.returncode}: {[text(p)[-500:] for p in logs.iterdir()]}")
         return next(j[0] for j in self.jobs() if j[1] == "RUNNING")
 
     def free_port(self, node: int = 0) -> int:
@@ -339,7 +327,7 @@ class SlurmCluster:
             try:
                 self.cancel_all()
                 self.wait_no_jobs(timeout=30)
-            except (TimeoutError, RuntimeError, subprocess.TimeoutExpired):
+            except (WaitTimeout, RuntimeError, subprocess.TimeoutExpired):
                 pass  # the fallback below ends whatever is left
             try:
                 self.run(["scontrol", "shutdown"], timeout=30)
@@ -355,7 +343,7 @@ class SlurmCluster:
                     p.wait(timeout=10)
         try:
             wait_until(lambda: not self.steps_left(), 15, "the test cluster's slurmstepd gone")
-        except TimeoutError:
+        except WaitTimeout:
             for pid in self.steps_left():  # started by our slurmd (it holds our log file): ours to end
                 try:
                     os.kill(pid, signal.SIGKILL)

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 import uuid
+
+from tests.support.wait import wait_until
 
 TMUX = shutil.which("tmux") or "/usr/bin/tmux"
 
@@ -34,13 +35,10 @@ class Term:
 
     def wait_until(self, ready, limit: float, what: str) -> str:
         """The first screen `ready` accepts: a capture can land mid-redraw, so a test waits for every part it reads."""
-        end = time.monotonic() + limit
-        while time.monotonic() < end:
+        def accepted() -> str | None:
             s = self.screen()
-            if ready(s):
-                return s
-            time.sleep(0.25)
-        raise AssertionError(f"{what} never appeared; screen:\n{self.screen()}")
+            return s if ready(s) else None
+        return wait_until(accepted, limit, f"{what} on the screen", step=0.25, seen=lambda: "\n" + self.screen())
 
     def close(self) -> None:
         subprocess.run([TMUX, "-L", self.sock, "kill-server"], capture_output=True, timeout=10)

@@ -7,8 +7,9 @@ from ddptui.runners import events as ev
 from ddptui.runners.launch.profile.load import load_profile
 from ddptui.runners.session import Session
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ROOT / "profiles"
+INJECT = ROOT / "runners" / "inject"  # what the ranks import first (sitecustomize, ddptui_report)
 
 
 class Recorder:
@@ -30,7 +31,7 @@ class Recorder:
         return [ln for e in self.of(ev.LogLines) if e.rank == rank for ln in e.lines]
 
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def script_profile(tmp_path: Path, script: str, env: dict, nproc: int = 2, timeout: int = 120, **fields) -> Path:
@@ -51,6 +52,22 @@ def run_profile(name_or_path, runs_dir: Path, overrides=(), **kw):
     session = Session(profile, runs_dir, emit=rec, **kw)
     code = session.run()
     return code, rec, session
+
+
+class SharedRuns:
+    """Runs of a shipped profile that tests in several modules read and none changes: one run per (profile,
+    overrides) a session (fixture shared_run), where each test made its own."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.done = root, {}
+
+    def get(self, name: str, overrides=()):
+        key = (name, tuple(overrides))
+        if key not in self.done:
+            runs_dir = self.root / f"{len(self.done)}-{name}"
+            runs_dir.mkdir()
+            self.done[key] = run_profile(name, runs_dir, overrides)
+        return self.done[key]
 
 
 def strict_reports(text: str) -> list[dict]:
