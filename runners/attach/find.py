@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from . import probe as attach_probe
 from .output import RankOutput
 
 
@@ -373,7 +374,7 @@ def _read(p: psutil.Process) -> Proc | None:
         if isinstance(e, psutil.NoSuchProcess) and not isinstance(e, psutil.ZombieProcess):
             return None
         env, err = None, _why(e)
-    return Proc(p.pid, ppid, cmd, env, ctime, err, is_spawn_child(cmd) and _maps_torch(p.pid))
+    return Proc(p.pid, ppid, cmd, env, ctime, err, is_spawn_child(cmd) and attach_probe.maps_torch(p.pid))
 
 
 def _why(e: psutil.Error) -> str:
@@ -383,14 +384,6 @@ def _why(e: psutil.Error) -> str:
         return ("access denied: another user's process (run ddptui as that user or as root to read its "
                 "environment)")
     return str(e) or type(e).__name__
-
-
-def _maps_torch(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/maps", "rb") as f:
-            return any(b"libtorch" in ln for ln in f)
-    except OSError:
-        return False
 
 
 def snapshot() -> dict[int, Proc]:
@@ -541,7 +534,6 @@ def find_slurm_job(job_id: str) -> AttachedJob:
     from ..edge import srun_exec
     from ..evidence import slurm_state
     from ..inject.ddptui_node import node_name
-    from . import probe as attach_probe
 
     job_id = str(job_id).strip()
     if not job_id.isdigit():

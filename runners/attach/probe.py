@@ -41,7 +41,8 @@ def _fd(pid: str, fd: int) -> list:
     return [link, mode, ""]
 
 
-def _torch(pid: str) -> bool:
+def maps_torch(pid) -> bool:
+    """Whether the process has libtorch mapped (a torch program; attach/find asks it of a spawned child too)."""
     try:
         with open(f"/proc/{pid}/maps", "rb") as f:
             return any(b"libtorch" in ln for ln in f)
@@ -77,7 +78,7 @@ def main(argv: list) -> int:
         spawn = "--multiprocessing-fork" in cmd
         sys.stdout.write(json.dumps({"pid": int(pid), "ppid": int(fields[1]), "cmdline": cmd,
                                      "env": {k: env[k] for k in KEEP if k in env},
-                                     "start": boot + int(fields[19]) / tick, "torch": spawn and _torch(pid),
+                                     "start": boot + int(fields[19]) / tick, "torch": spawn and maps_torch(pid),
                                      "fd1": _fd(pid, 1), "fd2": _fd(pid, 2)}) + "\n")
     sys.stdout.flush()
     return 0
