@@ -340,6 +340,31 @@ class CollectiveProgress(Event):
 
 
 @dataclass(frozen=True)
+class AttemptStarted(Event):
+    """An attempt of the run began: attempt 0 at the start, then one per restart of its launcher (torchrun's elastic
+    agent restarting the worker group, `TORCHELASTIC_RESTART_COUNT`; Slurm requeueing the job, `SLURM_RESTART_COUNT`).
+    Events after it up to the next AttemptStarted belong to it."""
+
+    kind: ClassVar[str] = "attempt_started"
+    attempt: int  # 0, 1, ... as the launcher counts them
+    why: str  # "" for attempt 0; "torchrun restarted the worker group (2/3 restarts left)", "Slurm requeued job 12"
+    wall: float
+
+
+@dataclass(frozen=True)
+class AttemptEnded(Event):
+    """An attempt ended, with its own verdict: status as RunFinished's ("ok", "failed", "stalled", ...), the one-line
+    verdict (a crash's root cause, a hang's culprit and collective) and the stacks folder taken during it ("" if none)."""
+
+    kind: ClassVar[str] = "attempt_ended"
+    attempt: int
+    status: str
+    verdict: str
+    wall: float
+    stacks: str = ""
+
+
+@dataclass(frozen=True)
 class RunFinished(Event):
     kind: ClassVar[str] = "run_finished"
     status: str  # "ok" | "failed" | "stalled" | "replicas differ" | "stopped" | "cancelled" (Slurm, not ddptui)
@@ -354,7 +379,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     for cls in (
         RunStarted, ProcessStarted, RankHello, RankRenumbered, DebugServer, RankPhase, LogLines, Progress, RankState,
         ProcessExited, Resources, HintRaised, StallDetected, StallCleared, StacksCollected, HangVerdict, CrashVerdict,
-        ReplicaVerdict, JobState, NodeLost, CollectiveProgress, RunFinished,
+        ReplicaVerdict, JobState, NodeLost, CollectiveProgress, AttemptStarted, AttemptEnded, RunFinished,
     )
 }
 
