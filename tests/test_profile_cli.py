@@ -178,3 +178,20 @@ def test_the_longest_name_allowed_makes_its_run_folders(tmp_path):
     name = "n" * MAX_NAME_BYTES
     first, second = new_run_dir(tmp_path, name), new_run_dir(tmp_path, name)  # the second in the same second: -2
     assert first.is_dir() and second.is_dir() and first != second
+
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("args", [["profiles"], ["cpu-ddp", "--dry-run"]])
+def test_output_into_a_pipe_its_reader_closed_ends_quietly(args):
+    """`ddptui profiles | head -0`: the reader is gone before anything is written; no BrokenPipeError traceback, exit
+    141 as a shell reports SIGPIPE."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "ddptui.tui.cli", *args], stdout=w, stderr=subprocess.PIPE,
+                              timeout=50)
+    finally:
+        os.close(w)
+    err = proc.stderr.decode()
+    assert "Traceback" not in err and "Exception ignored" not in err and proc.returncode == 141, (proc.returncode, err)

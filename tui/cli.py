@@ -67,10 +67,15 @@ def _fail(msg: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        return _main(list(sys.argv[1:] if argv is None else argv))
+        rc = _main(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()  # here, not at the interpreter's exit, where a closed pipe would be a traceback
+        return rc
     except KeyboardInterrupt:  # Ctrl-C before a run installed its handlers (or in the dashboard's own code)
         print("ddptui: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `ddptui profiles | head`: the reader went; say nothing more (Python's documented way)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a shell reports a process ended by SIGPIPE
 
 
 def _main(argv: list[str]) -> int:
