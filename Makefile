@@ -31,7 +31,7 @@ lint: $(STAMP)
 	BIN=$(BIN) bash scripts/lint.sh
 
 test: $(STAMP) lint xla-venv slurm-deps
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=25 tests
 	$(MAKE) --no-print-directory test-pythons
 
 # The engine's and the dashboard's own tests (modules marked any_python) on Python 3.10, 3.12 and 3.13, each in a
