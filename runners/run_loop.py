@@ -56,12 +56,14 @@ class RunLoop(abc.ABC):
     A subclass starts the run (`_start`), makes one turn (`_poll`), concludes it (`_end`) and closes it (`_close`)."""
 
     def __init__(self, profile, runs_root: Path | str = "runs", emit: Callable[[list], None] | None = None,
-                 pyspy: str | None = None, stack_method: str = "auto", runner: RunnerTraits = PLAIN) -> None:
+                 pyspy: str | None = None, stack_method: str = "auto", runner: RunnerTraits = PLAIN,
+                 record_dir: Path | str | None = None) -> None:
         """runner: what the profile's runner declares of its ranks (the plain default: ranks are processes of their
-        own, as an attached job's are)."""
+        own, as an attached job's are). record_dir: the record's folder, fixed by whoever started this engine (the
+        batch job ddptui submitted), instead of a new one under runs_root."""
         self.profile = profile
         self.emit_fn = emit or (lambda batch: None)
-        self.run_dir = new_run_dir(Path(runs_root), profile.name)
+        self.run_dir = Path(record_dir) if record_dir is not None else new_run_dir(Path(runs_root), profile.name)
         self.record = RunRecord(self.run_dir)
         self.pyspy, self.stack_method = pyspy, stack_method
         self._started_mono = time.monotonic()
@@ -412,11 +414,19 @@ class RunLoop(abc.ABC):
                                      self.stack_collections, self.survivors)
         if preflight:  # why the run never started, in its end event too (the dashboard's banner says it)
             summary["preflight"] = [{"code": p.code, "message": p.message, "fix": p.fix} for p in preflight]
+        ended = self._attempt_ended(summary, wall)
         path = self.record.write_json("summary.json", summary)
         self._emit_progress()  # steps read in the last drain: before the end, never after it
+        for e in ended:
+            self._emit(e)
         self._emit(ev.RunFinished(status, exit_code, str(path), wall, summary))
         self._flush()
         return RunResult(status, exit_code)
+
+
+    def _attempt_ended(self, summary: dict, wall: float) -> list:
+        """The events that end this run's attempt, its summary completed in place (a requeued Slurm job's engine)."""
+        return []
 
 
 def slurm_words_first(got: list) -> list:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import socket
 import time
@@ -16,11 +17,10 @@ from .edge.slurm_job import SlurmJobWatch
 from .edge.tail import Tailer
 from .evidence import fr_records, signals, slurm_state
 from .evidence.hints import HintMatcher
+from .judge import slurm_attempts
 from .judge.job_follow import Agent, node_of_agent
 from .judge.judge import CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED, EXIT_USAGE, TearDown  # noqa: F401
 from .launch import fr_env
-from .launch.heartbeat import Heartbeat
-from .launch.heartbeat import path as heartbeat_path
 from .launch.plan import LaunchPlan
 from .launch.registry import runner_for, traits_of
 from .launch.slurm import prepare
@@ -52,12 +52,14 @@ class Session(RunLoop):
     asks for a teardown, then torn down (bounded) and concluded."""
 
     def __init__(self, profile, runs_root: Path | str = "runs", emit: Callable[[list], None] | None = None,
-                 pyspy: str | None = None, stack_method: str = "auto") -> None:
-        super().__init__(profile, runs_root, emit, pyspy, stack_method, runner=traits_of(profile))
+                 pyspy: str | None = None, stack_method: str = "auto", record_dir: Path | str | None = None) -> None:
+        """record_dir: the record's folder when it is fixed already (the engine in a batch job ddptui submitted)."""
+        super().__init__(profile, runs_root, emit, pyspy, stack_method, runner=traits_of(profile),
+                         record_dir=record_dir)
+        self._attempt: ev.AttemptStarted | None = None  # the engine of a ddptui batch job: which attempt of it this is
         self.plan: LaunchPlan | None = None
         self._subreaper = False  # this run made the process a subreaper (undone when it ends)
         self._sockets: str | None = None  # the folder of the ranks' debug sockets (runners/launch/fr_env.py), removed at the end
-        self._heartbeat: Heartbeat | None = None  # runners/launch/heartbeat.py: while an sbatch job of this run may be alive
         self._next_discover = self._next_sample = self._next_check = self._next_job = 0.0
 
     # ---- start ---------------------------------------------------------------------------------------
@@ -67,14 +69,22 @@ class Session(RunLoop):
         port = rendezvous_port(p)
         plan = self.plan = make_plan(p, self.run_dir, port, os.getpid())
         self.record.write_json("plan.json", plan.to_json())
-        if plan.job is not None:  # the folder Slurm writes rank files into, the batch script: before sbatch/srun
+        if plan.job is not None:  # the folder Slurm writes rank files into: before srun
+            if plan.job.mode == "sbatch":  # the engine runs in the job: `ddptui PROFILE` submits (tui/slurm_submit.py)
+                self._launcher_line("ddptui: a Slurm batch run is submitted by `ddptui PROFILE [--no-ui]`, whose engine"
+                                    " runs in the job; follow it with `ddptui attach RUN_DIR`")
+                return self._finish("failed", EXIT_USAGE)
             prepare(plan, self.run_dir)
-            if plan.job.mode == "sbatch":  # the batch script's watcher cancels the job once this stops
-                self._heartbeat = Heartbeat(heartbeat_path(self.run_dir)).start()
         here = plan.ranks_here
         self._carry_out(self.judge.begin(plan.world_size, len(plan.procs), here, now=now()))
         self._emit(ev.RunStarted(str(self.run_dir), p.name, p.runner, self.world, p.steps, time.time(),
                                  len(here) if self.judge.state.partial else None))
+        if plan.job is not None and plan.job.attempt is not None:  # each run of the batch script: one attempt
+            self.record.attempt = plan.job.attempt
+            self._attempt = slurm_attempts.started(plan.job.attempt, plan.job.job_id, time.time())
+            self._emit(self._attempt)
+            if plan.job.attempt:
+                self._launcher_line(f"ddptui: {self._attempt.why}: attempt {plan.job.attempt} of this record")
         self._sockets, problem = fr_env.prepare(p, self.run_dir)  # before any rank starts: they bind in it
         if problem:
             self._launcher_line(f"ddptui: {problem}")
@@ -202,8 +212,6 @@ class Session(RunLoop):
         if self._subreaper:
             procs.stop_subreaping()
         fr_env.remove(self._sockets)
-        if self._heartbeat is not None:  # after teardown: a job scancel did not end is ended by its watcher
-            self._heartbeat.stop()
 
     def _teardown(self, why: str | None = None) -> dict:
         """Tear every process down (bounded), and say which ones outlived SIGKILL."""
@@ -220,6 +228,22 @@ class Session(RunLoop):
             self.survivors.append(line)
             self._launcher_line(f"ddptui: {line}")
         return td
+
+    def _attempt_ended(self, summary: dict, wall: float) -> list:
+        """A batch job's attempt ends with the run: its verdict, and summary.json's `attempts` with the earlier ones
+        (read from the summary the previous attempt left in the record)."""
+        if self._attempt is None:
+            return []
+        end = slurm_attempts.ended(self._attempt.attempt, summary, wall)
+        summary["attempts"] = slurm_attempts.timeline(self._earlier_attempts(), self._attempt, end)
+        return [end]
+
+    def _earlier_attempts(self) -> list:
+        try:
+            earlier = json.loads((self.run_dir / "summary.json").read_text()).get("attempts")
+        except (OSError, ValueError, AttributeError):
+            return []
+        return earlier if isinstance(earlier, list) else []
 
     # ---- where the ranks' stacks and records are -----------------------------------------------------
     def _stderr_path(self, rank: int) -> str | None:

@@ -68,11 +68,9 @@ def test_every_runner_but_xla_gives_the_ranks_flight_recorder_and_a_socket_folde
     p = profile(tmp_path, f"runner: {runner}\n")
     run_dir = tmp_path / "runs" / "20261203-120000-p"
     envs = rank_envs(p, run_dir)
-    if runner == "slurm" and not envs[0]:  # sbatch: ddptui's variables are exported by the batch script
-        script = make_plan(p, run_dir, 0, 1).job.script_text
-        assert "export TORCH_FR_BUFFER_SIZE=2000\n" in script
-        assert f"export DDPTUI_SOCKETS={fr_env.socket_dir(run_dir)}\n" in script
-        return
+    if runner == "slurm" and not envs[0]:  # sbatch: the engine in the job gives them to its srun step
+        from ddptui.runners.launch import slurm
+        envs = [slurm.plan(p, run_dir, 0, 1, environ={"SLURM_JOB_ID": "4", "DDPTUI_SLURM_ENGINE": "4"}).procs[0].env]
     for env in envs:
         assert env["TORCH_FR_BUFFER_SIZE"] == "2000"
         assert env["DDPTUI_SOCKETS"] == fr_env.socket_dir(run_dir)
@@ -102,8 +100,9 @@ def test_opting_out_leaves_every_variable_out(tmp_path):
         for env in rank_envs(p, tmp_path / "run"):
             assert not FR_VARS & set(env), (runner, sorted(FR_VARS & set(env)))
     p = profile(tmp_path, "runner: slurm\nflight_recorder: false\nslurm: {submit: sbatch}\n")
-    script = make_plan(p, tmp_path / "run", 0, 1).job.script_text
-    assert "TORCH_FR" not in script and "DDPTUI_SOCKETS" not in script
+    from ddptui.runners.launch import slurm
+    env = slurm.plan(p, tmp_path / "run", 0, 1, environ={"SLURM_JOB_ID": "4", "DDPTUI_SLURM_ENGINE": "4"}).procs[0].env
+    assert not FR_VARS & set(env) and "DDPTUI_SOCKETS" not in env  # the engine in the job gives its step none
 
 
 @pytest.mark.parametrize("extra", ["backend: nccl\n", "device: cuda\n", "backend: nccl\ndevice: cuda\n"])

@@ -367,44 +367,34 @@ def test_a_node_lost_during_a_stall_is_a_failed_run_not_a_stalled_one():
     assert j.job.status("stopped", EXIT_FAILED) == ("stopped", EXIT_FAILED)
 
 
-# ---- the heartbeat of a batch job's watcher (runners/launch/heartbeat.py) ---------------------------------------------
-@pytest.mark.parametrize("value, after", [(None, 60), ("", 60), ("30", 30), ("10", 10), ("9", 60), ("-5", 60),
-                                          ("1e3", 60), ("soon", 60)])
-def test_the_unwatched_bound_is_whole_seconds_of_at_least_10(value, after):
-    from ddptui.runners.launch.heartbeat import unwatched_after
-    assert unwatched_after({} if value is None else {"DDPTUI_UNWATCHED_AFTER": value}) == after
+# ---- a ddptui batch job: its record found from Slurm, its attempts (runners/judge/slurm_attempts.py) ---------------
+def test_the_record_of_a_ddptui_batch_job_is_read_from_its_name_and_stdout():
+    from ddptui.runners.evidence.slurm_state import ddptui_record
+    line = ("JobId=12 JobName=ddptui-20261205-1-slurm-ddp UserId=root(0) JobState=RUNNING "
+            "StdErr=/shared/runs/20261205-1-slurm-ddp/slurm/batch.out StdOut=/shared/runs/20261205-1-slurm-ddp/slurm/batch.out")
+    assert ddptui_record(line, "12") == "/shared/runs/20261205-1-slurm-ddp"
+    assert ddptui_record(line, "13") is None
+    assert ddptui_record(line.replace("JobName=ddptui-20261205-1-slurm-ddp", "JobName=mine"), "12") is None
+    assert ddptui_record(line.replace("slurm/batch.out", "slurm-12.out"), "12") is None
 
 
-@pytest.mark.timeout(30)
-def test_the_heartbeat_rewrites_its_file_whole_until_stopped(tmp_path):
-    import time
-
-    from ddptui.runners.launch.heartbeat import Heartbeat
-    beat = tmp_path / "slurm" / "heartbeat"
-    hb = Heartbeat(beat, period=0.05).start()
-    first = beat.read_text()  # written before start() returns: before sbatch runs
-    wait_until(lambda: beat.read_text() != first, 10, "a second beat", step=0.01)
-    hb.stop()
-    hb._thread.join(5)
-    last = beat.read_text()
-    time.sleep(0.2)
-    assert beat.read_text() == last and last.split()[0].isdigit() and not list(beat.parent.glob(".heartbeat*"))
-
-
-def test_the_batch_script_runs_the_watcher_and_srun_stays_its_last_command(tmp_path, monkeypatch):
-    import shlex
-    import subprocess
-
-    from ddptui.runners.launch.heartbeat import path
-    from ddptui.runners.launch.profile.find import find_profile
-    from ddptui.runners.launch.profile.load import load_profile
-    from ddptui.runners.session import make_plan
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    monkeypatch.setenv("DDPTUI_UNWATCHED_AFTER", "25")
-    run = tmp_path / "r"
-    text = make_plan(load_profile(find_profile("slurm-ddp")), run, 0, 1).job.script_text
-    assert f"cat {shlex.quote(str(path(run)))}" in text and "-ge 25 ]" in text and 'scancel "$SLURM_JOB_ID"' in text
-    srun = text.index("\nsrun ")
-    assert text[:srun].split("\n")[-1].startswith("trap 'kill $watcher") and "\nwatcher=$!\n" in text[:srun]
-    assert shlex.split(text[srun + 1:])[-1].endswith("ddp_mlp.py")  # srun is the last command: the job's exit
-    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0  # it parses
+def test_attempts_keep_the_earlier_ones_and_say_each_verdict():
+    from ddptui.runners.judge import slurm_attempts as sa
+    s0 = sa.started(0, "12", 100.0)
+    assert s0.why == ""
+    e0 = sa.ended(0, {"status": "failed", "crash": {"text": "rank 1 failed first: RuntimeError"},
+                      "stacks": []}, 110.0)
+    first = sa.timeline([], s0, e0)
+    assert first == [{"attempt": 0, "why": "", "started": 100.0, "ended": 110.0, "status": "failed",
+                      "verdict": "rank 1 failed first: RuntimeError", "stacks": ""}]
+    s1 = sa.started(1, "12", 200.0)
+    assert s1.why == "Slurm requeued job 12"
+    e1 = sa.ended(1, {"status": "stalled", "hang": {"text": "rank 1 is stuck"}, "stacks": ["/r/stacks/01-attempt1-stall"]},
+                  230.0)
+    both = sa.timeline(first, s1, e1)
+    assert [(a["attempt"], a["status"], a["verdict"], a["stacks"]) for a in both] == [
+        (0, "failed", "rank 1 failed first: RuntimeError", ""), (1, "stalled", "rank 1 is stuck",
+                                                                 "/r/stacks/01-attempt1-stall")]
+    ok = sa.ended(1, {"status": "ok", "replica": {"status": "identical", "text": "identical"}}, 1.0)
+    assert ok.verdict == "trained to the end"
+    assert len(sa.timeline(both, s1, ok)) == 2  # attempt 1 again (its summary rewritten): one entry per attempt

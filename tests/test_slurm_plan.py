@@ -61,65 +61,75 @@ def test_srun_argv(argv, start, name, out):
 
 # ---------------------------------------------------------------- sbatch
 
-def test_sbatch_plan_srun_launch(tmp_path, monkeypatch):
+def test_sbatch_plan_submits_a_job_whose_batch_script_is_the_engine(tmp_path, monkeypatch):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     run = tmp_path / "20261203-120000-slurm-ddp"
-    p = shipped("slurm-ddp", "slurm.partition=debug", "slurm.time=5", "slurm.sbatch_args=--exclusive")
+    sets = ("slurm.partition=debug", "slurm.time=5", "slurm.sbatch_args=--exclusive --requeue")
+    p = shipped("slurm-ddp", *sets)
     plan = make_plan(p, run, rendezvous_port(p), 4242)
     (proc,) = plan.procs
-    assert plan.runner == "slurm" and plan.world_size == 2 and proc.name == "sbatch"
-    assert list(proc.argv) == ["sbatch", "--wait", "--parsable", "--job-name=ddptui-20261203-120000-slurm-ddp",
-                               f"--output={run}/slurm/batch.out", "--nodes=2", "--ntasks-per-node=1",
-                               "--partition=debug", "--time=5", "--exclusive", f"{run}/slurm/job.sbatch"]
-    assert proc.env == {} and proc.stdout_rank is None and proc.ranks == (0, 1)
+    assert plan.runner == "slurm" and plan.world_size == 2 and proc.name == "sbatch" and plan.sources == ()
+    assert list(proc.argv) == ["sbatch", "--parsable", "--job-name=ddptui-20261203-120000-slurm-ddp",
+                               f"--output={run}/slurm/batch.out", "--open-mode=append", "--nodes=2",
+                               "--ntasks-per-node=1", "--partition=debug", "--time=5", "--exclusive", "--requeue",
+                               f"{run}/slurm/job.sbatch"]
     job = plan.job
-    assert (job.mode, job.launch, job.name, job.job_id, job.script) == (
-        "sbatch", "srun", "ddptui-20261203-120000-slurm-ddp", None, f"{run}/slurm/job.sbatch")
+    assert (job.mode, job.launch, job.name, job.job_id, job.script, job.attempt) == (
+        "sbatch", "srun", "ddptui-20261203-120000-slurm-ddp", None, f"{run}/slurm/job.sbatch", None)
     lines = job.script_text.splitlines()
-    assert lines[0] == "#!/bin/bash"
-    exports = {ln.split("=", 1)[0][len("export "):]: shlex.split(ln.split("=", 1)[1])[0]
-               for ln in lines if ln.startswith("export ")}
-    assert exports["DDPTUI"] == "1" and exports["DDPTUI_PID"] == "4242" and exports["DDP_STEPS"] == "30"
-    assert exports["PYTHONPATH"].split(os.pathsep)[0] == str(INJECT_DIR) and exports["OMP_NUM_THREADS"]
-    srun = shlex.split(job.script_text[job.script_text.index("\nsrun ") + 1:])
-    assert srun[:6] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
-                        f"--output={run}/slurm/rank%t.out", f"--error={run}/slurm/rank%t.err"]
-    assert srun[6:8] == ["bash", "-c"] and srun[9] == "_" and srun[10:] == [p.workload.python, "-u",
-                                                                          p.workload.script_path]
-    wrapper = srun[8]
-    for piece in ('RANK="$SLURM_PROCID"', 'WORLD_SIZE="$SLURM_NTASKS"', 'LOCAL_RANK="$SLURM_LOCALID"',
-                  'MASTER_ADDR="${addr:-$first}"', 'MASTER_PORT="$port"', "NodeAddr=", 'exec "$@"'):
-        assert piece in wrapper, piece
-    assert [(s.path, s.rank, s.stream, s.learn_rank) for s in plan.sources] == [
-        (f"{run}/slurm/rank0.out", 0, "out", False), (f"{run}/slurm/rank0.err", 0, "err", False),
-        (f"{run}/slurm/rank1.out", 1, "out", False), (f"{run}/slurm/rank1.err", 1, "err", False),
-        (f"{run}/slurm/batch.out", None, "out", False)]
+    assert lines[0] == "#!/bin/bash" and 'export DDPTUI_SLURM_ENGINE="$SLURM_JOB_ID"' in lines
+    engine = shlex.split(lines[-1])
+    assert engine[0] == "exec" and engine[2:6] == ["-m", "ddptui.tui.cli", "--no-ui", "--record"]
+    assert engine[6] == str(run) and engine[-1] == os.path.abspath(p.source)
+    assert [engine[i + 1] for i, w in enumerate(engine) if w == "--set"] == list(sets)
 
 
-def test_sbatch_plan_torchrun_launch(tmp_path, monkeypatch):
-    monkeypatch.setenv("SLURM_JOB_ID", "99")  # forced sbatch: a job of its own even inside an allocation
+def test_the_engine_in_the_job_runs_a_step_and_a_requeue_is_its_next_attempt(tmp_path):
+    """Inside the job it submitted (DDPTUI_SLURM_ENGINE = SLURM_JOB_ID) the profile's submit: sbatch and sbatch_args
+    give way to a step of that job; SLURM_RESTART_COUNT names the attempt, whose files are its own."""
+    run = tmp_path / "run"
+    p = shipped("slurm-ddp", "slurm.submit=sbatch", "slurm.sbatch_args=--requeue")
+    env = {"SLURM_JOB_ID": "7", "DDPTUI_SLURM_ENGINE": "7"}
+    first = slurm.plan(p, run, 0, 1, environ=env)
+    assert (first.job.mode, first.job.job_id, first.job.attempt) == ("step", "7", 0)
+    assert [s.path for s in first.sources][:2] == [f"{run}/slurm/rank0.out", f"{run}/slurm/rank0.err"]
+    again = slurm.plan(p, run, 0, 1, environ={**env, "SLURM_RESTART_COUNT": "2"})
+    (proc,) = again.procs
+    assert again.job.attempt == 2 and proc.stdout == f"{run}/raw/srun-attempt2.out"
+    assert f"--output={run}/slurm/attempt2/rank%t.out" in proc.argv
+    assert f"{run}/slurm/attempt2/port." in proc.argv[proc.argv.index("-c") + 1]
+    assert {s.path for s in again.sources} == {f"{run}/slurm/attempt2/rank{r}.{x}" for r in (0, 1)
+                                               for x in ("out", "err")}
+    assert any("attempt 2 (Slurm requeued the job" in n for n in again.notes)
+    slurm.prepare(again, run)
+    assert (run / "slurm" / "attempt2").is_dir()
+    other = slurm.plan(p, run, 0, 1, environ={"SLURM_JOB_ID": "8", "DDPTUI_SLURM_ENGINE": "7"})
+    assert other.job.mode == "sbatch"  # another job's engine mark: not this job's engine
+
+
+def test_torchrun_launch_in_the_job(tmp_path):
     run = tmp_path / "r"
     p = shipped("slurm-torchrun", "nproc=2", "slurm.port=29555")
-    plan = slurm.plan(p, run, 0, 1)
-    assert plan.job.mode == "sbatch" and plan.job.launch == "torchrun" and plan.world_size == 4
-    text = plan.job.script_text
-    srun = shlex.split(text[text.index("\nsrun ") + 1:])
-    assert srun[:7] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=2",
+    forced = slurm.plan(p, run, 0, 1, environ={"SLURM_JOB_ID": "99"})  # submit sbatch: a job of its own
+    assert forced.job.mode == "sbatch" and forced.job.launch == "torchrun" and forced.world_size == 4
+    plan = slurm.plan(p, run, 0, 1, environ={"SLURM_JOB_ID": "99", "DDPTUI_SLURM_ENGINE": "99"})
+    srun = list(plan.procs[0].argv)
+    assert srun[:1] + srun[2:8] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=2",
                         f"--output={run}/slurm/agent%n.out", f"--error={run}/slurm/agent%n.err"]
-    wrapper = srun[9]
+    wrapper = srun[10]
     assert "port=29555\n" in wrapper and "pf=" not in wrapper
     for piece in ("-m torch.distributed.run --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d",
                   '--rdzv-endpoint="${addr:-$first}:$port"', '--rdzv-id="$SLURM_JOB_ID"',
                   '--local-addr="${own:-$SLURMD_NODENAME}"', f'--log-dir={run}/torchrun/node"$SLURM_NODEID"',
                   '--redirects=3 "$@"'):
         assert piece in wrapper, piece
-    assert srun[11:] == [p.workload.script_path]
+    assert srun[12:] == [p.workload.script_path]
     by_rank = {(s.rank, s.stream): s for s in plan.sources if s.rank is not None}
     assert len(by_rank) == 8 and all(s.learn_rank for s in by_rank.values())  # c10d: node rank = arrival order
     assert by_rank[(3, "out")].path == f"{run}/torchrun/node1/*/attempt_*/1/stdout.log"
     launcher = sorted(s.path for s in plan.sources if s.rank is None)
     assert launcher == sorted([f"{run}/slurm/agent0.out", f"{run}/slurm/agent0.err", f"{run}/slurm/agent1.out",
-                               f"{run}/slurm/agent1.err", f"{run}/slurm/batch.out"])
+                               f"{run}/slurm/agent1.err"])
 
 
 # ---------------------------------------------------------------- steps
@@ -169,7 +179,7 @@ def test_task0_hands_its_free_port_to_the_others(tmp_path):
     """Task 0 binds a free port on the first node and writes it into the run directory; the others wait for it."""
     p = shipped("slurm-ddp")
     (tmp_path / "slurm").mkdir()
-    text = slurm.port_lines(p, tmp_path) + 'echo "$port"'
+    text = slurm.port_lines(p, tmp_path / "slurm") + 'echo "$port"'
     # as in an srun task that ddptui started: its activation is there, and a task of a step counts as a rank
     env = {**os.environ, "SLURM_JOB_ID": "8", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
            "DDPTUI": "1", "PYTHONPATH": str(INJECT_DIR)}
@@ -181,7 +191,7 @@ def test_task0_hands_its_free_port_to_the_others(tmp_path):
     assert first.returncode == 0 and waiter.returncode == 0
     assert got == first.stdout.strip() and 1024 <= int(got) <= 65535
     assert (tmp_path / "slurm" / "port.8.0").read_text().strip() == got
-    own = subprocess.run(["bash", "-c", slurm.port_lines(p, tmp_path, unless_set="MASTER_PORT") + 'echo "$port"'],
+    own = subprocess.run(["bash", "-c", slurm.port_lines(p, tmp_path / "slurm", unless_set="MASTER_PORT") + 'echo "$port"'],
                          env={**env, "SLURM_PROCID": "1", "MASTER_PORT": "4321"}, capture_output=True, text=True,
                          timeout=30)
     assert own.stdout.strip() == "4321"
@@ -234,10 +244,11 @@ def test_dry_run_prints_the_batch_script(tmp_path):
                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    assert "argv: sbatch --wait --parsable" in text
-    assert "slurm: sbatch (sbatch --wait), launch torchrun, job name ddptui-<time>-slurm-torchrun" in text
-    assert "  | #!/bin/bash" in text and "  | export DDPTUI=1" in text and "  | export PYTHONPATH=" in text
-    assert "--rdzv-backend=c10d" in text and not list(tmp_path.iterdir())  # nothing written
+    assert "argv: sbatch --parsable" in text
+    assert "slurm: sbatch (sbatch, its engine in the job), launch torchrun, job name ddptui-<time>-slurm-torchrun" \
+        in text
+    assert "  | #!/bin/bash" in text and "-m ddptui.tui.cli --no-ui --record" in text
+    assert not list(tmp_path.iterdir())  # nothing written
     step = subprocess.run([sys.executable, "-m", "ddptui.tui.cli", "slurm-ddp", "--dry-run"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60, env={**env, "SLURM_JOB_ID": "5"})
     assert step.returncode == 0 and "[srun] ranks 0,1" in step.stdout and "env:  DDPTUI=1" in step.stdout

@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.cli import only_run
 from tests.support.wait import exited, wait_until
-from tests.support.slurm_runs import FIXTURES, assert_no_job_left, live, of, stop, wait_training
+from tests.support.slurm_runs import FIXTURES, assert_no_job_left, cli_env, live, of, stop, wait_training
 
 pytestmark = [
     pytest.mark.main_suite(
@@ -74,9 +74,9 @@ def test_shipped_profile_trains_on_two_nodes(slurm_clean, runs_dir, profile):
     world = json.loads((run / "plan.json").read_text())["world_size"]
     nodes = rank_nodes(run)
     assert set(nodes) == set(range(world)) and set(nodes.values()) == set(slurm_clean.nodes), nodes
-    states = job_states(run)
-    assert "RUNNING" in states and states[-1] == "COMPLETED", states
+    assert "RUNNING" in job_states(run), job_states(run)  # the engine ran inside the job
     assert_no_job_left(slurm_clean)
+    assert slurm_clean.job_state(summary["job"]["id"]) == "COMPLETED"
 
 
 @pytest.mark.timeout(240)
@@ -143,9 +143,8 @@ def test_rank_killed_on_node2_is_the_root_cause_and_the_job_is_cancelled(slurm_c
     assert crash["text"].startswith(("rank 1 failed first: killed by SIGKILL (sender unknown: ",
                                      "rank 1 failed first: killed by SIGKILL (not ")), crash
     assert " at step 5, no Python exception" in crash["text"], crash
-    state = job_states(run)[-1]
-    assert state == "CANCELLED", job_states(run)  # ddptui ended it (no --kill-on-bad-exit racing its scancel)
-    assert_no_job_left(slurm_clean)
+    assert_no_job_left(slurm_clean)  # the engine in the job ended its step, then itself (exit 1): the job FAILED
+    assert slurm_clean.job_state(json.loads((run / "summary.json").read_text())["job"]["id"]) == "FAILED"
 
 
 # ---- teardown -------------------------------------------------------------------------------------------------
@@ -160,63 +159,82 @@ def test_sigint_leaves_no_job_and_no_process(slurm_clean, runs_dir):
         out, _ = proc.communicate(timeout=90)
     finally:
         stop(proc)
-    assert proc.returncode == 1 and "status: stopped (exit 1)" in out, out[-3000:]
-    assert_no_job_left(slurm_clean, within=5)  # ddptui waited for scancel to finish before exiting
+    assert proc.returncode == 1 and "status: stopped (exit 1)" in out, out[-3000:]  # the engine in the job stopped
+    assert_no_job_left(slurm_clean, within=15)
     assert not tasks_with_token(), [" ".join(p.cmdline())[:100] for p in tasks_with_token()]
 
 
-UNWATCHED = 10  # DDPTUI_UNWATCHED_AFTER for these tests: the batch job cancels itself 10 s after ddptui's last beat
-
-
-def _running_since(run: Path) -> float | None:
-    """When the record first said the job was RUNNING (wall time)."""
-    return next((e["wall"] for e in of(run, "job_state") if e["state"] == "RUNNING"), None)
-
-
-@pytest.mark.timeout(240)
-def test_sighup_of_ddptui_stops_its_sbatch_job_and_a_watched_job_is_never_cancelled_by_its_watcher(slurm_clean,
-                                                                                                  runs_dir):
-    """A closed terminal (SIGHUP): before, ddptui died at once and the sbatch job trained on, nobody watching."""
-    proc = live(slurm_clean, runs_dir, "slurm-ddp", "--no-ui", "--set", "steps=100000",
-                env={"DDPTUI_UNWATCHED_AFTER": str(UNWATCHED)})
+def attach_slurm(cluster, job: str) -> tuple[int, str]:
+    """`ddptui attach --slurm JOB --no-ui` from another shell on the login node, until it returns."""
+    viewer = cluster.on_node(0, [sys.executable, "-m", "ddptui.tui.cli", "attach", "--slurm", job, "--no-ui"],
+                             env=cli_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        run = wait_training(proc, runs_dir)
-        # the job outlives its watcher's bound while ddptui beats: no false cancel
-        wait_until(lambda: time.time() - (_running_since(run) or time.time()) >= UNWATCHED + 8, 60,
-                   f"the job to run {UNWATCHED + 8} s", step=0.5, stop_if=exited(proc, proc.stdout.read))
-        assert [s for _, s, _ in slurm_clean.jobs()] == ["RUNNING"]
-        proc.send_signal(signal.SIGHUP)
-        out, _ = proc.communicate(timeout=90)
+        out, _ = viewer.communicate(timeout=150)
     finally:
-        stop(proc)
-    assert proc.returncode == 1 and "status: stopped (exit 1)" in out, out[-3000:]
-    assert "(cancelled by ddptui)" in out and "no heartbeat" not in (run / "slurm" / "batch.out").read_text()
-    assert json.loads((run / "summary.json").read_text())["status"] == "stopped"
-    assert "stop requested (SIGHUP)" in (run / "launcher.log").read_text()  # no terminal here: a plain SIGHUP
-    assert_no_job_left(slurm_clean, within=5)
-    assert not tasks_with_token(), [" ".join(p.cmdline())[:100] for p in tasks_with_token()]
+        stop(viewer)
+    return viewer.returncode, out
+
+
+def _job_id(out: str) -> str:
+    return re.search(r"submitted Slurm job (\d+)", out).group(1)
 
 
 @pytest.mark.timeout(240)
-def test_a_sigkilled_ddptuis_sbatch_job_cancels_itself_within_the_bound(slurm_clean, runs_dir):
-    """No handler runs on SIGKILL: before, the job stayed RUNNING with nobody watching (40 s and more)."""
-    from ddptui.runners.launch.heartbeat import PERIOD
-    proc = live(slurm_clean, runs_dir, "slurm-ddp", "--no-ui", "--set", "steps=100000",
-                env={"DDPTUI_UNWATCHED_AFTER": str(UNWATCHED)})
+def test_a_killed_submitter_leaves_the_job_judging_its_hang_and_another_shell_follows_it(slurm_clean, runs_dir):
+    """The engine runs in the job: SIGKILL its submitter once the job runs, and nobody watches when rank 1 stops
+    before an all_reduce; the job takes stacks and Flight Recorder, stops itself (on_stall: stop), writes the record;
+    `ddptui attach --slurm JOB` from another shell follows it to its end. Before, the job trained on unwatched."""
+    proc = live(slurm_clean, runs_dir, "slurm-ddp", "--no-ui", "--set", f"workload.script={FIXTURES / 'hang_ddp.py'}",
+                "--set", "env.HANG_STEP=5", "--set", "stall_after=8", "--set", "replica_check=false")
     try:
-        run = wait_training(proc, runs_dir)
+        said = wait_until(lambda: slurm_clean.jobs() and [s for _, s, _ in slurm_clean.jobs()] == ["RUNNING"]
+                          and proc.stdout.readline(), 60, "the job running, its submitter's first line", step=0.2,
+                          stop_if=exited(proc, proc.stdout.read))
         proc.kill()
-        killed = time.monotonic()
         proc.wait(10)
     finally:
         stop(proc)
-    # the last beat up to PERIOD before the kill, the watcher looks every PERIOD, then Slurm's KillWait (5 s)
-    assert_no_job_left(slurm_clean, within=UNWATCHED + 2 * PERIOD + 5 + 15)
-    took = time.monotonic() - killed
-    said = (run / "slurm" / "batch.out").read_text()
-    assert f"ddptui: no heartbeat from ddptui for {UNWATCHED} s: nobody watches this job; scancel" in said, said
-    assert took <= UNWATCHED + 2 * PERIOD + 5 + 15, took
+    job = _job_id(said)
+    assert [s for _, s, _ in slurm_clean.jobs()] == ["RUNNING"]  # the job outlived its submitter
+    code, out = attach_slurm(slurm_clean, job)
+    run = only_run(runs_dir)
+    assert f"was submitted by ddptui: its engine runs in the job and writes {run}" in out, out[-3000:]
+    assert code == 3 and "status: stalled (exit 3)" in out, out[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "stalled" and summary["hang"]["culprits"] == [1], summary
+    (stacks,) = [e for e in of(run, "stacks") if e["why"] == "stall"]
+    assert (Path(stacks["path"]) / "rank1.txt").exists() and (Path(stacks["path"]) / "fr").is_dir(), stacks
+    assert summary["attempts"][0]["status"] == "stalled" and len(summary["attempts"]) == 1, summary["attempts"]
+    assert_no_job_left(slurm_clean)
+    assert slurm_clean.job_state(job) == "FAILED"  # the engine stopped the run and exited 3
     _wait_no_tasks(30)
+
+
+@pytest.mark.timeout(240)
+def test_a_requeued_job_is_the_next_attempt_of_the_same_record(slurm_clean, runs_dir):
+    """A plain script fails in the job's first run; `scontrol requeue` starts the batch script again (Slurm holds a
+    requeued job 120 s: the test moves its start to now), its engine appends attempt 1 to the record and it trains."""
+    code, out = ddptui(slurm_clean, runs_dir, "slurm-ddp", "--no-ui", "--set", "slurm.sbatch_args=--requeue",
+                       "--set", f"workload.script={FIXTURES / 'fail_first_attempt.py'}", "--set", "replica_check=false")
+    assert code == 1, out[-3000:]
+    job, run = _job_id(out), only_run(runs_dir)
+    first = json.loads((run / "summary.json").read_text())
+    assert first["crash"]["root_rank"] == 1 and [a["attempt"] for a in first["attempts"]] == [0], first
+    assert_no_job_left(slurm_clean)
+    assert slurm_clean.run(["scontrol", "requeue", job]).returncode == 0
+    slurm_clean.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
+    code, out = attach_slurm(slurm_clean, job)
+    assert code == 0 and "status: ok (exit 0)" in out, out[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    (a0, a1) = summary["attempts"]
+    assert (a0["attempt"], a0["status"], a1["attempt"], a1["status"]) == (0, "failed", 1, "ok"), summary["attempts"]
+    assert "rank 1" in a0["verdict"] and a1["why"] == f"Slurm requeued job {job}", summary["attempts"]
+    started = [e["attempt"] for e in of(run, "attempt_started")]
+    ended = [(e["attempt"], e["status"]) for e in of(run, "attempt_ended")]
+    assert started == [0, 1] and ended == [(0, "failed"), (1, "ok")], (started, ended)
+    assert "the data shard is not there yet" in (run / "slurm" / "rank1.err").read_text()  # attempt 0's, kept
+    assert "step 10 loss" in (run / "slurm" / "attempt1" / "rank1.out").read_text()
+    assert_no_job_left(slurm_clean)
 
 
 def _wait_no_tasks(within: float) -> None:
@@ -263,10 +281,8 @@ def test_dry_run_shows_the_batch_script(runs_dir):
                         "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=50)
     assert p.returncode == 0, p.stdout + p.stderr
     out = p.stdout
-    assert "argv: sbatch --wait --parsable" in out and "--job-name=ddptui-" in out, out
+    assert "argv: sbatch --parsable" in out and "--job-name=ddptui-" in out, out
     script = [ln.strip()[2:] for ln in out.splitlines() if ln.strip().startswith("| ")]
     assert script and script[0] == "#!/bin/bash", out  # the batch script's own text, line by line
-    assert any(ln.startswith("srun ") and "--nodes=2" in ln for ln in script), script
-    assert any(ln.startswith("export PYTHONPATH=") for ln in script), script  # every variable ddptui adds
-    assert "MASTER_PORT=" in out and 'RANK="$SLURM_PROCID"' in out, out
+    assert script[-1].startswith("exec ") and "ddptui.tui.cli --no-ui --record" in script[-1], script
     assert not list(runs_dir.iterdir())  # nothing ran, nothing written

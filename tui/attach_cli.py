@@ -5,6 +5,7 @@ import argparse
 import os
 import signal
 import sys
+from pathlib import Path
 
 USAGE = "ddptui attach (PID | --slurm JOB) [--no-ui | --watch] [--stall-after S] [--stack-every S] [--runs-dir DIR]"
 DESCRIPTION = """\
@@ -79,6 +80,14 @@ def main(argv: list[str]) -> int:
         return _fail("attach: give a PID or --slurm JOB (one of them)")
     if args.stall_after <= 0 or (args.stack_every is not None and args.stack_every <= 0):
         return _fail("attach: --stall-after and --stack-every take seconds above 0")
+    if args.slurm and args.slurm.strip().isdigit():
+        from ..runners.edge.slurm_job import record_of
+        record, _ = record_of(args.slurm.strip())
+        if record is not None:  # ddptui submitted it: its engine in the job judges it; follow that engine
+            from .slurm_submit import follow
+            print(f"ddptui: job {args.slurm.strip()} was submitted by ddptui: its engine runs in the job and writes"
+                  f" {record}; following it (Ctrl-C detaches)", flush=True)
+            return follow(args.slurm.strip(), Path(record), stops=False)
     from ..runners.attach.find import NotAJob
     try:
         job = find(args)

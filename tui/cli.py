@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a profile field (dotted keys reach into mappings), repeatable")
     p.add_argument("--runs-dir", default=os.environ.get("DDPTUI_RUNS", "runs"), help="where run records go")
+    p.add_argument("--record", metavar="RUN_DIR", help="write the run's record into RUN_DIR (the engine a ddptui batch"
+                   " job starts: a requeue's next attempt appends to it)")
     p.add_argument("--summary", metavar="FILE", help="also write the machine-readable summary here")
     p.add_argument("--py-spy", dest="pyspy", metavar="PATH", help="py-spy executable to use for stacks")
     p.add_argument("--stacks", choices=("auto", "py-spy", "debug-server", "faulthandler"), default="auto",
@@ -45,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-_VALUED = ("--runs-dir", "--set", "--summary", "--py-spy", "--stacks")
+_VALUED = ("--runs-dir", "--record", "--set", "--summary", "--py-spy", "--stacks")
 
 
 def _first_positional(argv: list[str]) -> int | None:
@@ -116,10 +118,15 @@ def _main(argv: list[str]) -> int:
         if profile is None:
             return _fail("--dry-run needs a PROFILE or a command after '--'")
         return _dry_run(profile, args.runs_dir)
+    from .slurm_submit import is_batch, submit
+    if profile is not None and is_batch(profile) and not args.record:
+        return submit(profile, args.runs_dir)  # the engine runs in the job; this follows it
     if args.no_ui:
         if profile is None:
             return _fail("--no-ui needs a PROFILE or a command after '--'")
-        return run_headless(profile, args.runs_dir, args.summary, args.pyspy, args.stacks)
+        return run_headless(profile, args.runs_dir, args.summary, args.pyspy, args.stacks, args.record)
+    if args.record:
+        return _fail("--record is for the headless engine (--no-ui)")
     from .app import run_app
     return run_app(path if path is not None else profile, args.overrides, args.runs_dir) or 0
 
@@ -135,7 +142,7 @@ def _dry_run(profile, runs_dir: str) -> int:
 
 
 def run_headless(profile, runs_dir: str, summary_path: str | None = None, pyspy: str | None = None,
-                 stacks: str = "auto") -> int:
+                 stacks: str = "auto", record_dir: str | None = None) -> int:
     from ..runners.session import Session
     from . import pidfile
     from .console import Console
@@ -146,7 +153,8 @@ def run_headless(profile, runs_dir: str, summary_path: str | None = None, pyspy:
     stopper.install()  # before the session exists: a stop that comes early is kept and delivered
     old_usr1 = signal.getsignal(signal.SIGUSR1)
     try:
-        session = Session(profile, runs_dir, emit=console.handle, pyspy=pyspy, stack_method=stacks)
+        session = Session(profile, runs_dir, emit=console.handle, pyspy=pyspy, stack_method=stacks,
+                          record_dir=record_dir)
         signal.signal(signal.SIGUSR1, lambda s, f: session.request_dump())
         stopper.attach(session, timeout=profile.timeout)
         pidfile.write(session.run_dir)

@@ -37,6 +37,7 @@ class RunRecord:
         self.dir.mkdir(parents=True, exist_ok=True)
         self._events = open(self.dir / "events.jsonl", "a", encoding="utf-8")
         self._logs: dict[int | None, TextIO] = {}
+        self.attempt = 0  # a later attempt on the same record (a requeued Slurm job) names its stacks folders
 
     def write_json(self, name: str, data) -> Path:
         path = self.dir / name
@@ -57,9 +58,11 @@ class RunRecord:
         return path
 
     def stacks(self, n: int, why: str, rank_files: dict[int, str], fr: dict[int, dict], taken: dict) -> Path:
-        """The run's `n`th collection of stacks, taken for `why`: stacks/<NN>-<why>/ with rank<R>.txt (`rank_files`),
+        """The run's `n`th collection of stacks, taken for `why`: stacks/<NN>-<why>/ (stacks/<NN>-attempt<K>-<why>/ in a
+        later attempt) with rank<R>.txt (`rank_files`),
         each rank's Flight Recorder dump (`write_fr`) and stacks.json (`taken`). Returns the folder."""
-        folder = self.dir / "stacks" / f"{n:02d}-{why.replace(' ', '-')}"
+        tag = f"attempt{self.attempt}-" if self.attempt else ""
+        folder = self.dir / "stacks" / f"{n:02d}-{tag}{why.replace(' ', '-')}"
         folder.mkdir(parents=True, exist_ok=True)
         for rank, text in rank_files.items():
             (folder / f"rank{rank}.txt").write_text(text, encoding="utf-8")

@@ -183,6 +183,32 @@ class SlurmJobWatch:
         return slurm_state.gone(self.poll()) if self.job_id is not None else True
 
 
+def submit(argv: list[str], cwd: str) -> tuple[str | None, str]:
+    """Run `sbatch --parsable ...`: (the job id, "") or (None, why it failed, in sbatch's words)."""
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=cwd, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"{argv[0]}: {e}"
+    job = slurm_state.sbatch_job_id(r.stdout) if r.returncode == 0 else None
+    return job, "" if job else (r.stderr or r.stdout).strip()[:300] or f"sbatch exited {r.returncode}"
+
+
+def record_of(job_id: str) -> tuple[str | None, str]:
+    """The record of a job ddptui submitted (its engine writes it), or (None, "") for another job; (None, why) when
+    Slurm could not be asked."""
+    watch = SlurmJobWatch(SlurmJob("sbatch", "srun", "", job_id))
+    out = watch._run(["scontrol", "show", "job", job_id, "-o"])
+    if out is None:
+        return None, watch.error or "scontrol failed"
+    return slurm_state.ddptui_record(out, job_id), ""
+
+
+def signal_engine(job_id: str, sig: str) -> str | None:
+    """Signal the engine a ddptui batch job runs (the batch step only: it tears its own step down); why not, or None."""
+    watch = SlurmJobWatch(SlurmJob("sbatch", "srun", "", job_id))
+    return None if watch._run(["scancel", "--batch", f"--signal={sig}", job_id]) is not None else watch.error
+
+
 def _user(uid: int) -> str:
     """The user name of a uid on this machine, "" when it has none."""
     import pwd

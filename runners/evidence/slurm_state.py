@@ -226,3 +226,17 @@ def slurm_time(text: str) -> float | None:
     except ValueError:
         return None
     return wall + (float(f"0.{frac}") if frac.isdigit() else 0.0)
+
+
+def ddptui_record(out: str, job_id: str) -> str | None:
+    """The record a ddptui-submitted batch job writes, from `scontrol show job ID -o`: its name is ddptui-<record's
+    folder name> and its StdOut that folder's slurm/batch.out (runners/launch/slurm.py); None for any other job."""
+    for line in out.splitlines():
+        fields = dict(_FIELD.findall(line))
+        if fields.get("JobId") != job_id:
+            continue
+        name, out_path = fields.get("JobName", ""), fields.get("StdOut", "")
+        parts = out_path.rsplit("/", 3)
+        if len(parts) == 4 and parts[2:] == ["slurm", "batch.out"] and name == f"ddptui-{parts[1]}":
+            return out_path[: -len("/slurm/batch.out")]
+    return None

@@ -38,13 +38,15 @@ class ProcSpec:
 class SlurmJob:
     """What the engine needs to follow and end a Slurm job or step that one of the plan's processes starts."""
 
-    mode: str  # "sbatch": the process is `sbatch --wait --parsable` (job id: its first stdout line);
+    mode: str  # "sbatch": the process is `sbatch --parsable` (job id: its first stdout line), whose batch script
+    #            starts ddptui's engine in the job (runners/launch/slurm.py); nothing else of the run is on this side;
     #            "step": the process is `srun` inside an allocation (job id known now, from SLURM_JOB_ID)
     launch: str  # "srun": one task per rank; "torchrun": one torchrun agent per node
     name: str  # --job-name (sbatch) / step name (srun) ddptui gave it: how squeue finds it
     job_id: str | None = None  # known at plan time in "step" mode
     script: str | None = None  # path of the batch script written for "sbatch" mode (its text is in the run record)
     script_text: str | None = None  # that script's text: the plan is data, the session writes it (slurm.prepare)
+    attempt: int | None = None  # the engine inside a ddptui-submitted batch job: which attempt (SLURM_RESTART_COUNT)
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,9 @@ class LaunchPlan:
                 out.append(f"  rank {s.rank} {s.stream}: {s.path}")
         if self.job is not None:
             j = self.job
-            out.append(f"\nslurm: {j.mode} ({'sbatch --wait' if j.mode == 'sbatch' else 'an srun step'}), launch"
-                       f" {j.launch}, job name {j.name}" + (f", job id {j.job_id}" if j.job_id else ""))
+            how = "sbatch, its engine in the job" if j.mode == "sbatch" else "an srun step"
+            out.append(f"\nslurm: {j.mode} ({how}), launch {j.launch}, job name {j.name}"
+                       + (f", job id {j.job_id}" if j.job_id else ""))
             if j.script_text is not None:
                 out.append(f"batch script {j.script}:")
                 out += [f"  | {line}" for line in j.script_text.rstrip("\n").split("\n")]

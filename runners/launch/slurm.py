@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import heartbeat, srun_argv, torchrun_argv
+from . import srun_argv, torchrun_argv
 from .plan import LaunchPlan, LogSource, ProcSpec, SlurmJob
 from .profile.errors import _Loc
 from .profile.model import SLURM_KEYS, SLURM_LAUNCH, SLURM_SUBMIT, Profile, SlurmOptions
@@ -31,26 +32,50 @@ _RANK_VARS = ('RANK="$SLURM_PROCID" WORLD_SIZE="$SLURM_NTASKS" LOCAL_RANK="$SLUR
               'NODE_RANK="$SLURM_NODEID" GROUP_RANK="$SLURM_NODEID"')
 
 
+# In the batch script ddptui submits: the job id whose engine this is. The engine started there runs the ranks as a
+# step of its own job, whatever the profile's slurm.submit says (that was the submitter's choice).
+ENGINE_ENV = "DDPTUI_SLURM_ENGINE"
+
+
+def in_job_engine(environ: Mapping[str, str]) -> bool:
+    """This ddptui is the engine the batch script of a ddptui-submitted job started."""
+    job = environ.get("SLURM_JOB_ID")
+    return bool(job) and environ.get(ENGINE_ENV) == job
+
+
+def attempt_of(environ: Mapping[str, str]) -> int:
+    """Which attempt of a requeued batch job this is: SLURM_RESTART_COUNT (unset or not a count: 0)."""
+    count = environ.get("SLURM_RESTART_COUNT", "").strip()
+    return int(count) if count.isdigit() else 0
+
+
 def submit_mode(submit: str, environ: Mapping[str, str]) -> tuple[str, str | None]:
-    """('step', job id) inside an allocation (SLURM_JOB_ID set) unless sbatch is forced, else ('sbatch', None)."""
+    """('step', job id) inside an allocation (SLURM_JOB_ID set) unless sbatch is forced, else ('sbatch', None); the
+    engine of a ddptui-submitted job always runs a step of that job."""
     job = environ.get("SLURM_JOB_ID") or None
-    if submit == "step" or (submit == "auto" and job is not None):
+    if submit == "step" or (submit == "auto" and job is not None) or in_job_engine(environ):
         return "step", job
     return "sbatch", None
+
+
+def attempt_dir(run_dir: Path, attempt: int) -> Path:
+    """Where Slurm writes an attempt's rank files (and task 0 its port file): RUN/slurm, then RUN/slurm/attemptK for
+    a requeued job's attempt K, so a requeue never truncates the earlier attempt's files (nor reads its port)."""
+    return run_dir / "slurm" if attempt == 0 else run_dir / "slurm" / f"attempt{attempt}"
 
 
 def job_name(run_dir: Path) -> str:
     return f"ddptui-{run_dir.name}"
 
 
-def port_lines(profile: Profile, run_dir: Path, unless_set: str | None = None) -> str:
+def port_lines(profile: Profile, out: Path, unless_set: str | None = None) -> str:
     """bash that sets $port: slurm.port, or with auto a port free on the first node now. Task 0 (on the first node)
     binds port 0 there and writes what it got into the run directory; the other tasks read it (no job-id formula:
-    two jobs, or two clusters' job 1, on one node must not meet on one port). unless_set: a variable that, when
-    the user exported it, is the port already."""
+    two jobs, or two clusters' job 1, on one node must not meet on one port). out: the attempt's folder (attempt_dir).
+    unless_set: a variable that, when the user exported it, is the port already."""
     if profile.slurm.port != "auto":
         return f"port={profile.slurm.port}\n"
-    pf = shlex.quote(str(run_dir / "slurm" / "port.")) + '"$SLURM_JOB_ID.$SLURM_STEP_ID"'
+    pf = shlex.quote(str(out / "port.")) + '"$SLURM_JOB_ID.$SLURM_STEP_ID"'
     py = shlex.quote(profile.workload.python)
     pick = "import socket; s = socket.socket(); s.listen(); print(s.getsockname()[1])"  # listen binds a free port
     # -S: no site, so not the injected sitecustomize either (a python in an srun step would say its hello into $pf)
@@ -63,24 +88,29 @@ def port_lines(profile: Profile, run_dir: Path, unless_set: str | None = None) -
     return f'port="${{{unless_set}:-}}"\nif [ -z "$port" ]; then\n{body}fi\n'
 
 
-def rank_wrapper(profile: Profile, run_dir: Path, keep_user_master: bool = False) -> str:
+def rank_wrapper(profile: Profile, out: Path, keep_user_master: bool = False) -> str:
     """`bash -c` text every srun task runs before the rank program: the env:// variables from Slurm's.
     keep_user_master: an ad-hoc command keeps MASTER_ADDR/MASTER_PORT its user exported."""
     if keep_user_master:
         master = 'MASTER_ADDR="${MASTER_ADDR:-${addr:-$first}}" MASTER_PORT="$port"'
-        ports = port_lines(profile, run_dir, unless_set="MASTER_PORT")
+        ports = port_lines(profile, out, unless_set="MASTER_PORT")
     else:
         master = 'MASTER_ADDR="${addr:-$first}" MASTER_PORT="$port"'
-        ports = port_lines(profile, run_dir)
+        ports = port_lines(profile, out)
     local = f" LOCAL_WORLD_SIZE={profile.nproc}" if not keep_user_master else ""
     return _FIRST_NODE + ports + f"export {master} {_RANK_VARS}{local}\n" + 'exec "$@"'
 
 
-def agent_wrapper(profile: Profile, run_dir: Path) -> str:
+def torchrun_dir(run_dir: Path, attempt: int) -> Path:
+    """The torchrun agents' log folders of an attempt: RUN/torchrun/nodeN, then RUN/torchrun/attemptK/nodeN."""
+    return run_dir / "torchrun" if attempt == 0 else run_dir / "torchrun" / f"attempt{attempt}"
+
+
+def agent_wrapper(profile: Profile, run_dir: Path, attempt: int = 0) -> str:
     """`bash -c` text of the one task per node that becomes its torchrun agent (the program follows as "$@")."""
     torchrun = " ".join(shlex.quote(w) for w in launcher_prefix(profile.workload.python))
-    log_dir = shlex.quote(str(run_dir / "torchrun" / "node"))
-    return (_FIRST_NODE + _OWN_NODE + port_lines(profile, run_dir)
+    log_dir = shlex.quote(str(torchrun_dir(run_dir, attempt) / "node"))
+    return (_FIRST_NODE + _OWN_NODE + port_lines(profile, attempt_dir(run_dir, attempt))
             + f"exec {torchrun} --nnodes={profile.nnodes} --nproc-per-node={profile.nproc} --rdzv-backend=c10d"
             f' --rdzv-endpoint="${{addr:-$first}}:$port" --rdzv-id="$SLURM_JOB_ID"'
             f' --local-addr="${{own:-$SLURMD_NODENAME}}" --log-dir={log_dir}"$SLURM_NODEID" --redirects=3 "$@"')
@@ -99,60 +129,71 @@ SRUN_OWN = {("-N", "--nodes"): "nnodes", ("-n", "--ntasks"): "nproc x nnodes", (
             ("-l", "--label"): "ddptui (lines are read from per-rank files)", ("-J", "--job-name"): "ddptui"}
 
 
-def srun_line(profile: Profile, run_dir: Path, step_name: str | None) -> list[str]:
+def srun_line(profile: Profile, run_dir: Path, step_name: str | None, attempt: int = 0) -> list[str]:
     """The srun that starts the ranks (launch srun) or one torchrun agent per node (launch torchrun).
 
-    No --kill-on-bad-exit: ddptui reads the first failure and ends the job itself (scancel, CANCELLED), after
-    taking what it needs; srun killing the step first raced it (the job then ended FAILED, by Slurm's hand)."""
-    s, out = profile.slurm, run_dir / "slurm"
+    No --kill-on-bad-exit: ddptui reads the first failure and ends the step itself (scancel), after taking what it
+    needs; srun killing the step first raced it."""
+    s, out = profile.slurm, attempt_dir(run_dir, attempt)
     argv = ["srun"] + ([f"--job-name={step_name}"] if step_name else [])
     if s.launch == "torchrun":
         argv += [f"--nodes={profile.nnodes}", f"--ntasks={profile.nnodes}", "--ntasks-per-node=1",
                  f"--cpus-per-task={profile.nproc}",
                  f"--output={out}/agent%n.out", f"--error={out}/agent%n.err", *s.srun_args,
-                 "bash", "-c", agent_wrapper(profile, run_dir), "_", *workload_target(profile)]
+                 "bash", "-c", agent_wrapper(profile, run_dir, attempt), "_", *workload_target(profile)]
     else:
         argv += [f"--nodes={profile.nnodes}", f"--ntasks={profile.world_size}",
                  f"--ntasks-per-node={profile.nproc}",
                  f"--output={out}/rank%t.out", f"--error={out}/rank%t.err", *s.srun_args,
-                 "bash", "-c", rank_wrapper(profile, run_dir), "_", *workload_argv(profile)]
+                 "bash", "-c", rank_wrapper(profile, out), "_", *workload_argv(profile)]
     return argv
 
 
-def batch_script(profile: Profile, run_dir: Path, env: Mapping[str, str]) -> str:
+def engine_argv(profile: Profile, run_dir: Path, python: str | None = None) -> list[str]:
+    """The ddptui the batch script starts: headless, on the same profile file and --set overrides, writing the record
+    into `run_dir` (a requeue's attempt appends to it)."""
+    argv = [python or sys.executable, "-m", "ddptui.tui.cli", "--no-ui", "--record", str(run_dir)]
+    for item in profile.overrides:
+        argv += ["--set", item]
+    return argv + [os.path.abspath(profile.source)]
+
+
+def batch_script(profile: Profile, run_dir: Path) -> str:
+    """The batch job ddptui submits: its engine, which runs the ranks as a step of this job and judges them there,
+    whoever watches (or nobody)."""
     lines = ["#!/bin/bash",
              f"# ddptui run {run_dir.name}, profile {profile.name}: launch {profile.slurm.launch},"
              f" {profile.nnodes} node(s) x {profile.nproc} rank(s)",
-             "# sbatch also exports the environment ddptui was started with (its default, --export=ALL);"
-             " ddptui's own variables:"]
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
-    lines += heartbeat.watcher_lines(heartbeat.path(run_dir), heartbeat.unwatched_after())
-    lines.append("trap 'kill $watcher 2>/dev/null' EXIT  # srun stays the last command: its exit is the job's")
-    lines.append(shlex.join(srun_line(profile, run_dir, None)))
+             "# The engine runs in the job: it starts the ranks with srun, follows and judges them (stacks, Flight",
+             "# Recorder, the profile's on_stall) and writes the record; `ddptui attach` follows it from anywhere.",
+             "# A requeue (SLURM_RESTART_COUNT) starts it again on the same record: the next attempt.",
+             f'export {ENGINE_ENV}="$SLURM_JOB_ID"',
+             "exec " + shlex.join(engine_argv(profile, run_dir))]
     return "\n".join(lines) + "\n"
 
 
 def sbatch_line(profile: Profile, run_dir: Path, name: str, script: Path) -> list[str]:
+    """--open-mode=append: a requeued job's engine adds to batch.out (Slurm truncates it by default)."""
     s = profile.slurm
-    argv = ["sbatch", "--wait", "--parsable", f"--job-name={name}", f"--output={run_dir / 'slurm' / 'batch.out'}",
-            f"--nodes={profile.nnodes}", f"--ntasks-per-node={profile.nproc}"]
+    argv = ["sbatch", "--parsable", f"--job-name={name}", f"--output={run_dir / 'slurm' / 'batch.out'}",
+            "--open-mode=append", f"--nodes={profile.nnodes}", f"--ntasks-per-node={profile.nproc}"]
     argv += [f"--{flag}={value}" for flag, value in (("partition", s.partition), ("time", s.time),
                                                     ("account", s.account)) if value is not None]
     return argv + [*s.sbatch_args, str(script)]
 
 
-def rank_files(run_dir: Path, world: int) -> list[LogSource]:
-    out = run_dir / "slurm"
+def rank_files(out: Path, world: int) -> list[LogSource]:
     return [LogSource(str(out / f"rank{r}.{stream}"), r, stream) for r in range(world) for stream in ("out", "err")]
 
 
-def _sources(profile: Profile, run_dir: Path) -> list[LogSource]:
+def _sources(profile: Profile, run_dir: Path, attempt: int = 0) -> list[LogSource]:
+    out = attempt_dir(run_dir, attempt)
     if profile.slurm.launch == "srun":
-        return rank_files(run_dir, profile.world_size)
+        return rank_files(out, profile.world_size)
     sources = []
     for node in range(profile.nnodes):  # c10d: a node's agent gets its group rank on arrival, the hello says which
-        sources += rank_sources(run_dir / "torchrun" / f"node{node}", node, profile.nproc, learn_rank=True)
-        sources += [LogSource(str(run_dir / "slurm" / f"agent{node}.{s}"), None, s) for s in ("out", "err")]
+        sources += rank_sources(torchrun_dir(run_dir, attempt) / f"node{node}", node, profile.nproc, learn_rank=True)
+        sources += [LogSource(str(out / f"agent{node}.{s}"), None, s) for s in ("out", "err")]
     return sources
 
 
@@ -173,21 +214,31 @@ def plan(profile: Profile, run_dir: Path, port: int = 0, dashboard_pid: int | No
              "the ranks meet at the first node's Slurm NodeAddr, port "
              + ("free there at start (task 0 writes it to slurm/port.JOB.STEP)" if s.port == "auto" else str(s.port))]
     if mode == "step":
-        argv = srun_line(profile, run_dir, name)
-        proc = ProcSpec("srun", tuple(argv), env, cwd, ranks, str(raw / "srun.out"), str(raw / "srun.err"))
-        notes.append(f"inside allocation {job_id}: a step of it (srun exports ddptui's environment to the tasks)")
-        if s.partition or s.account or s.time:
+        engine = in_job_engine(environ)
+        attempt = attempt_of(environ) if engine else 0
+        argv = srun_line(profile, run_dir, name, attempt)
+        tag = f"-attempt{attempt}" if attempt else ""
+        proc = ProcSpec("srun", tuple(argv), env, cwd, ranks, str(raw / f"srun{tag}.out"),
+                        str(raw / f"srun{tag}.err"))
+        if engine:
+            notes.append(f"the engine of batch job {job_id}, inside it: the ranks are a step of the job"
+                         + (f"; attempt {attempt} (Slurm requeued the job; its files under"
+                            f" {attempt_dir(run_dir, attempt)})" if attempt else ""))
+        else:
+            notes.append(f"inside allocation {job_id}: a step of it (srun exports ddptui's environment to the tasks)")
+        if (s.partition or s.account or s.time) and not engine:
             notes.append("slurm.partition/time/account are the allocation's own here: not applied to the step")
-        job = SlurmJob("step", s.launch, name, job_id)
-        return LaunchPlan("slurm", profile.world_size, (proc,), tuple(_sources(profile, run_dir)), tuple(notes), job)
+        job = SlurmJob("step", s.launch, name, job_id, attempt=attempt if engine else None)
+        return LaunchPlan("slurm", profile.world_size, (proc,), tuple(_sources(profile, run_dir, attempt)),
+                          tuple(notes), job)
     script = run_dir / "slurm" / "job.sbatch"
     argv = sbatch_line(profile, run_dir, name, script)
     proc = ProcSpec("sbatch", tuple(argv), {}, cwd, ranks, str(raw / "sbatch.out"), str(raw / "sbatch.err"))
-    notes.append("submitted with sbatch --wait: it ends when the job ends, with the job's exit code; its first"
-                 " stdout line is the job id")
-    sources = _sources(profile, run_dir) + [LogSource(str(run_dir / "slurm" / "batch.out"), None, "out")]
-    job = SlurmJob("sbatch", s.launch, name, None, str(script), batch_script(profile, run_dir, env))
-    return LaunchPlan("slurm", profile.world_size, (proc,), tuple(sources), tuple(notes), job)
+    notes.append("submitted with sbatch: the batch script starts ddptui's engine inside the job (it runs the ranks"
+                 " as a step and judges them there, watched or not); this ddptui prints the job id and the record,"
+                 " then follows the record")
+    job = SlurmJob("sbatch", s.launch, name, None, str(script), batch_script(profile, run_dir))
+    return LaunchPlan("slurm", profile.world_size, (proc,), (), tuple(notes), job)
 
 
 def _adhoc_plan(profile: Profile, run_dir: Path, dashboard_pid: int | None,
@@ -204,7 +255,7 @@ def _adhoc_plan(profile: Profile, run_dir: Path, dashboard_pid: int | None,
     notes, sources = [], []
     if not srun_argv.has(argv, srun_argv.OUTPUT_FLAGS):
         head += [f"--output={run_dir / 'slurm' / 'rank%t.out'}", f"--error={run_dir / 'slurm' / 'rank%t.err'}"]
-        sources = rank_files(run_dir, profile.world_size)
+        sources = rank_files(run_dir / "slurm", profile.world_size)
         notes.append(f"added --output/--error {run_dir / 'slurm'}/rank%t.*: every rank's output is read from its"
                      " own file (the run directory must be on a filesystem the nodes share)")
     else:
@@ -213,7 +264,7 @@ def _adhoc_plan(profile: Profile, run_dir: Path, dashboard_pid: int | None,
             head.append("--label")
         notes.append(f"the command chose its own output flags{' (added --label)' if added else ''}: lines srun"
                      " prints are attributed by its 'N: ' label; what its flags send to files elsewhere is not read")
-    wrapped = argv[:start] + ["bash", "-c", rank_wrapper(profile, run_dir, keep_user_master=True), "_"] + argv[start:]
+    wrapped = argv[:start] + ["bash", "-c", rank_wrapper(profile, run_dir / "slurm", keep_user_master=True), "_"] + argv[start:]
     wrapped[1:1] = head
     notes.append("the program runs under a bash wrapper that exports RANK/WORLD_SIZE/LOCAL_RANK/NODE_RANK from"
                  " SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID/SLURM_NODEID, and MASTER_ADDR/MASTER_PORT (the first"
@@ -233,6 +284,8 @@ def prepare(plan: LaunchPlan, run_dir: Path) -> None:
     if plan.job is None:
         return
     (run_dir / "slurm").mkdir(parents=True, exist_ok=True)
+    if plan.job.attempt:
+        attempt_dir(run_dir, plan.job.attempt).mkdir(parents=True, exist_ok=True)
     if plan.job.script is not None and plan.job.script_text is not None:
         path = Path(plan.job.script)
         path.write_text(plan.job.script_text)
@@ -361,5 +414,5 @@ def _check(f: _Fields, profile: Profile, environ: Any = None) -> None:
     if s.submit == "step" and not environ.get("SLURM_JOB_ID"):
         raise at("submit").error("slurm.submit", "step needs an allocation and SLURM_JOB_ID is not set: run ddptui"
                                                  " inside salloc/sbatch, or use submit: auto or sbatch")
-    if s.sbatch_args and s.submit == "step":
+    if s.sbatch_args and s.submit == "step" and not in_job_engine(environ):
         raise at("sbatch_args").error("slurm.sbatch_args", "submit: step runs srun inside the allocation, no sbatch")

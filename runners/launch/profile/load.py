@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,7 @@ def load_profile(path: str | Path, overrides: Sequence[str] = ()) -> Profile:
         raise root.loc.error(None, f"expected a mapping of fields at the top level, got {_got(root)}")
     for item in overrides:
         _apply_override(root, item)
-    return _build(root, file, Path(os.path.abspath(p.parent)), p.stem)
+    return replace(_build(root, file, Path(os.path.abspath(p.parent)), p.stem), overrides=tuple(overrides))
 
 
 def adhoc_profile(command: Sequence[str], overrides: Sequence[str] = ()) -> Profile:

@@ -135,6 +135,8 @@ class Profile:
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
     # PyTorch's Flight Recorder in the ranks (not XLA) and a debug server per rank on a unix socket (runners/launch/fr_env.py)
     flight_recorder: bool = True
+    # the --set KEY=VALUE it was loaded with: the engine a ddptui batch job starts loads the same file the same way
+    overrides: tuple[str, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -149,6 +151,7 @@ class Profile:
 
     def to_json(self) -> dict[str, Any]:
         d = json.loads(json.dumps(asdict(self)))  # tuples → lists
+        del d["overrides"]  # how it was loaded, not what it is
         d["world_size"] = self.world_size
         return d
 
