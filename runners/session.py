@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import events as ev
-from .edge import procs
+from .edge import control, procs
 from .edge.clock import now
 from .edge.preflight import check as preflight_check
 from .edge.slurm_job import SlurmJobWatch
@@ -58,11 +58,17 @@ class Session(RunLoop):
         self._subreaper = False  # this run made the process a subreaper (undone when it ends)
         self._sockets: str | None = None  # the folder of the ranks' debug sockets (runners/launch/fr_env.py), removed at the end
         self._heartbeat: Heartbeat | None = None  # runners/launch/heartbeat.py: while an sbatch job of this run may be alive
+        self.channel: control.Channel | None = None  # runners/edge/control.py: viewers in other processes ask through it
         self._next_discover = self._next_sample = self._next_check = self._next_job = 0.0
 
     # ---- start ---------------------------------------------------------------------------------------
     def _start(self) -> RunResult | None:
         p = self.profile
+        try:  # first: the record is this engine's (engine.lock) and answers viewers from now on
+            self.channel = control.Channel(self.run_dir, self.request_dump, self.request_stop).open()
+        except control.ChannelError as e:
+            self._launcher_line(f"ddptui: {e}")
+            return self._finish("failed", EXIT_USAGE)
         self.record.write_json("profile.json", p.to_json())
         port = rendezvous_port(p)
         plan = self.plan = make_plan(p, self.run_dir, port, os.getpid())
@@ -199,6 +205,8 @@ class Session(RunLoop):
             self._teardown()
 
     def _release(self) -> None:
+        if self.channel is not None:  # after the summary: a viewer that sees the lock free sees the run's end
+            self.channel.close()
         if self._subreaper:
             procs.stop_subreaping()
         fr_env.remove(self._sockets)
