@@ -25,7 +25,10 @@ class _Tail:
     def __init__(self, path: Path) -> None:
         self.path, self.offset, self.partial = path, 0, b""
 
-    def lines(self) -> list[str]:
+    def lines(self, size: int | None = None) -> list[str]:
+        """size: the file's size as just seen (None: unknown); a file that did not grow is not opened."""
+        if size is not None and size <= self.offset:
+            return []
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)
@@ -55,7 +58,9 @@ class RecordReader:
         self.bad = 0  # lines that did not decode
         self.finished: ev.RunFinished | None = None
 
-    def _find_logs(self) -> None:
+    def _find_logs(self) -> dict[int | None, int]:
+        """Every log's size now (one scandir: at 1,024 ranks only the files that grew are opened)."""
+        sizes: dict[int | None, int] = {}
         with os.scandir(self.run_dir) as it:
             for entry in it:
                 m = _LOG.match(entry.name)
@@ -64,9 +69,14 @@ class RecordReader:
                 rank = int(m.group(1)) if m.group(1) is not None else None
                 if rank not in self.logs:
                     self.logs[rank] = _Tail(Path(entry.path))
+                try:
+                    sizes[rank] = entry.stat().st_size
+                except OSError:
+                    pass
+        return sizes
 
     def read(self) -> list[ev.Event]:
-        self._find_logs()
+        sizes = self._find_logs()
         items: list[tuple[float, int, ev.Event]] = []
         for line in self.events.lines():
             if not line.strip():
@@ -81,7 +91,7 @@ class RecordReader:
         for rank, tail in self.logs.items():
             group: list[str] = []
             key: tuple[float, str] | None = None
-            for raw in tail.lines():
+            for raw in tail.lines(sizes.get(rank)):
                 got = log_line(raw)
                 if got is None:
                     self.bad += 1

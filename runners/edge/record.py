@@ -1,6 +1,7 @@
 """The run record on disk: written as the run goes, so nothing already read is lost; read back for replay."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pickle
@@ -120,11 +121,20 @@ def log_line(raw: str) -> tuple[float, str, str] | None:
     """(wall, stream, text) of one line of a rank<N>.log / launcher.log, or None when it is not in that format."""
     m = _LOG_LINE.match(raw.rstrip("\n"))
     if m:
-        try:
-            return datetime.fromisoformat(m.group(1)).timestamp(), m.group(2), m.group(3)
-        except ValueError:  # a well-shaped but impossible time (month 13)
-            pass
+        wall = _wall(m.group(1))
+        if wall is not None:
+            return wall, m.group(2), m.group(3)
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _wall(stamp: str) -> float | None:
+    """A log line's time (one stamp serves every line of a read: parsed once); None for a well-shaped but impossible
+    time (month 13)."""
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
 
 
 def _read_events(path: Path, notes: list[str]) -> list[Event]:
