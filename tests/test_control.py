@@ -41,6 +41,8 @@ def test_what_a_run_dir_is_decided_from_what_was_seen():
                                                   "socket is stale")
     assert decide(facts(lock_held=False, socket_there=False, socket_uid=None, engine_pid=None)).line == \
         "R: the engine (pid unknown) died: the record is incomplete"
+    copy = decide(facts(names_run="/runs/orig"))  # a copied record: never the original's socket
+    assert copy.state == "copy" and "names the run /runs/orig, not this record" in copy.line
     assert decide(facts(answered_pid=None)).state == "busy"
     two = decide(facts(answered_pid=43))
     assert two.state == "two-engines" and "pid 42" in two.line and "pid 43" in two.line
@@ -57,6 +59,15 @@ def test_a_path_too_long_for_a_unix_socket_puts_it_in_the_runtime_folder(tmp_pat
     p = control.socket_path(deep)
     assert p.parent == control.Path(f"/tmp/ddptui-{os.getuid()}") and len(str(p)) < 100
     assert control.socket_path(deep) == p and control.socket_path(tmp_path / ("y" * 120)) != p
+    edge = tmp_path.resolve() / ("e" * (control.SUN_PATH_MAX - len(str(tmp_path.resolve())) - len("/control.sock") - 1))
+    edge.mkdir()
+    assert len(str(control.socket_path(edge))) == control.SUN_PATH_MAX and control.socket_path(edge).parent == edge
+    (edge / "events.jsonl").write_text("")
+    ch = control.Channel(edge, lambda: None, lambda why: None).open()  # bound at the longest path a socket takes
+    try:
+        assert control.ask(edge, "ping")["ok"]
+    finally:
+        ch.close()
 
 
 # ---- the channel served for real ---------------------------------------------------------------------------------

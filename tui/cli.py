@@ -201,7 +201,7 @@ def _subcommand(name: str, rest: list[str]) -> int:
     if name == "dump":
         from ..runners.edge import control
         state = control.state_of(run_dir)
-        if state.state in ("foreign", "two-engines"):
+        if state.state in ("foreign", "two-engines", "copy"):
             return _fail(state.line)
         if state.state == "live":
             control.ask(run_dir, "dump")

@@ -33,7 +33,7 @@ class ChannelError(Exception):
 def socket_path(run_dir: Path) -> Path:
     """Where a record's socket goes: in the record, or (a path too long for a unix socket) in the user's runtime
     folder, named by a hash of the record's path."""
-    here = Path(run_dir).resolve() / SOCKET
+    here = Path(run_dir).resolve() / SOCKET  # (bound first as ".cXXXXXXXX/s" beside it: the same length)
     if len(os.fsencode(str(here))) <= SUN_PATH_MAX:
         return here
     runtime = os.environ.get("XDG_RUNTIME_DIR")
@@ -191,7 +191,7 @@ def _bind_private(path: Path) -> socket.socket:
     """A listening socket at `path`, mode 0600 from the moment it is there: bound in a private folder beside it
     (0700), made 0600, then renamed into place."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    folder = tempfile.mkdtemp(prefix=".ctl-", dir=path.parent)
+    folder = tempfile.mkdtemp(prefix=".c", dir=path.parent)  # ".cXXXXXXXX/s": no longer than the socket's own name
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         tmp = os.path.join(folder, "s")
@@ -290,11 +290,12 @@ class Facts:
     my_uid: int
     engine_pid: int | None  # engine.json's
     answered_pid: int | None  # the pid a ping was answered for (None: not asked, or no answer)
+    names_run: str | None = None  # the run engine.json names when it is not this one (a copied record)
 
 
 @dataclass(frozen=True)
 class RecordState:
-    """`state`: not-a-record | foreign | live | finished | dead | busy | two-engines; `line`: says it, one line."""
+    """`state`: not-a-record | copy | foreign | live | finished | dead | busy | two-engines; `line`: says it."""
     state: str
     line: str
     pid: int | None = None
@@ -311,6 +312,9 @@ def decide(f: Facts) -> RecordState:
     who = f"pid {pid}" if pid else "pid unknown"
     if not f.is_record:
         return RecordState("not-a-record", f"{d}: not a ddptui run record (no events.jsonl)")
+    if f.names_run is not None:
+        return RecordState("copy", f"{d}: it names the run {f.names_run}, not this record (its engine.json: a copy "
+                                   "of a record is no live run); nothing signalled", pid)
     if f.socket_there and f.socket_uid is not None and f.socket_uid != f.my_uid:
         return RecordState("foreign", f"{d}: its control socket belongs to {_user(f.socket_uid)}, not to you; "
                                       "nothing asked or signalled", pid)
@@ -339,6 +343,10 @@ def look(run_dir: Path, ping: bool = True) -> Facts:
     """What a RUN_DIR holds now (I/O; `decide` says what it is). A foreign socket is never connected to."""
     run_dir = Path(run_dir)
     info = read_info(run_dir)
+    named = info.get("run_dir")
+    if isinstance(named, str) and named != str(run_dir.resolve()):  # a copy: its socket and lock are another run's
+        return Facts(str(run_dir), (run_dir / "events.jsonl").is_file(), (run_dir / "summary.json").exists(), False,
+                     False, None, os.getuid(), None, None, named)
     sock = Path(info.get("socket") or socket_path(run_dir))
     try:
         st = os.lstat(sock)
