@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import events as ev
-from .edge import procs
+from .edge import control, procs
 from .edge.clock import now
 from .edge.preflight import check as preflight_check
 from .edge.slurm_job import SlurmJobWatch
@@ -60,11 +60,17 @@ class Session(RunLoop):
         self.plan: LaunchPlan | None = None
         self._subreaper = False  # this run made the process a subreaper (undone when it ends)
         self._sockets: str | None = None  # the folder of the ranks' debug sockets (runners/launch/fr_env.py), removed at the end
+        self.channel: control.Channel | None = None  # runners/edge/control.py: viewers in other processes ask through it
         self._next_discover = self._next_sample = self._next_check = self._next_job = 0.0
 
     # ---- start ---------------------------------------------------------------------------------------
     def _start(self) -> RunResult | None:
         p = self.profile
+        try:  # first: the record is this engine's (engine.lock) and answers viewers from now on
+            self.channel = control.Channel(self.run_dir, self.request_dump, self.request_stop).open()
+        except control.ChannelError as e:
+            self._launcher_line(f"ddptui: {e}")
+            return self._finish("failed", EXIT_USAGE)
         self.record.write_json("profile.json", p.to_json())
         port = rendezvous_port(p)
         plan = self.plan = make_plan(p, self.run_dir, port, os.getpid())
@@ -209,6 +215,8 @@ class Session(RunLoop):
             self._teardown()
 
     def _release(self) -> None:
+        if self.channel is not None:  # after the summary: a viewer that sees the lock free sees the run's end
+            self.channel.close()
         if self._subreaper:
             procs.stop_subreaping()
         fr_env.remove(self._sockets)

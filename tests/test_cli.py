@@ -286,17 +286,18 @@ def test_pid_file_check_decisions(tmp_path):
 
 @pytest.mark.timeout(150)
 def test_dump_of_a_copied_record_signals_neither_the_original_run_nor_a_dashboard(runs_dir, tmp_path):
-    """`cp -r` of a live run's record keeps its ddptui.pid: `ddptui dump COPY` must not reach the original run. A pid
-    file naming a dashboard (which has no SIGUSR1 handler: SIGUSR1 would kill it) is refused too."""
+    """`cp -r` of a live run's record keeps its ddptui.pid (and its engine.json, its control.sock): `ddptui dump COPY`
+    must not reach the original run. A dashboard (which has no SIGUSR1 handler: SIGUSR1 would kill it) is asked
+    through its control channel, never signalled, whatever its pid file says."""
     import shlex
-    import shutil
 
     from tests.support.terminal import TMUX, Term
     with live_ddptui(runs_dir, *train_args()) as proc:
         wait_for_rank1(runs_dir, "step 3")
         run = only_run(runs_dir)
         copy = tmp_path / "copied" / run.name
-        shutil.copytree(run, copy)
+        copy.parent.mkdir()
+        subprocess.run(["cp", "-r", str(run), str(copy)], check=True)  # as `cp -r` copies it: its control.sock too
         p = ddptui("dump", str(copy), runs_dir=runs_dir)
         assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
         assert f"it names the run {run.resolve()}, not this record" in p.stderr and "nothing signalled" in p.stderr
@@ -322,8 +323,10 @@ def test_dump_of_a_copied_record_signals_neither_the_original_run_nor_a_dashboar
         forged = {"pid": dash.pid, "create_time": dash.create_time(), "run_dir": str(run.resolve())}
         (run / "ddptui.pid").write_text(json.dumps(forged))
         p = ddptui("dump", str(run), runs_dir=dash_runs)
-        assert p.returncode == 2 and "does not handle SIGUSR1" in p.stderr and "nothing signalled" in p.stderr
-        time.sleep(1.0)
+        # the dashboard's engine serves its control channel: asked there, never signalled (the forged pid file is
+        # not read; its refusal of a dashboard's pid is the unit test above)
+        assert p.returncode == 0 and f"asked its engine (pid {dash.pid})" in p.stdout, p.stderr
+        wait_until(lambda: list(run.glob("stacks/01-on-request/stacks.json")), 30, "the dashboard's run's stacks")
         assert dash.is_running() and not _pending_signals(dash.pid)
         (run / "ddptui.pid").unlink()
         term.keys("q")

@@ -340,8 +340,9 @@ class DdpApp(App):
             return
         self._quitting = True
         self.source.request_stop()
-        self.notify("detaching; the job runs on…" if getattr(self.source, "kind", "") == "attach"
-                    else "stopping every rank…", timeout=30)
+        kind = getattr(self.source, "kind", "")
+        self.notify("detaching; the job runs on…" if kind == "attach" else "leaving; the run goes on…"
+                    if kind == "follow" else "stopping every rank…", timeout=30)
         self.set_timer(JOIN_SECONDS, lambda: self.exit(return_code=1))
 
     def leave_on_signal(self, why: str) -> None:
@@ -354,6 +355,9 @@ class DdpApp(App):
             from .screens.confirm_stop_job import ConfirmStopJob
             what, can = self.source.stop_words()
             self.push_screen(ConfirmStopJob(what, can), self._confirmed_stop_job)
+            return
+        if self.running and getattr(self.source, "kind", "") == "follow":  # another process's engine: asked
+            self.notify(self.source.stop_run(), markup=False)
             return
         if self.running:
             self.source.request_stop()
@@ -462,6 +466,14 @@ def run_app(profile_path, overrides: Sequence[str] = (), runs_root: Path = Path(
 def run_attach(job, runs_root, stall_after: float, stack_every: float, pyspy: str | None = None) -> int:
     """The dashboard on a job ddptui did not launch (`ddptui attach PID`): q detaches, the job runs on."""
     source = AttachSource(job, Path(runs_root), stall_after, stack_every, pyspy)
+    app = DdpApp(source=source)
+    _run(app)
+    return app.run_code or 0
+
+
+def run_follow(source) -> int:
+    """The dashboard on a ddptui run's record another process's engine writes (`ddptui attach RUN_DIR`): q leaves,
+    the run goes on; d and s go to its engine through the control channel."""
     app = DdpApp(source=source)
     _run(app)
     return app.run_code or 0

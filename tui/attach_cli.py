@@ -1,4 +1,5 @@
-"""`ddptui attach PID | --slurm JOB [--no-ui | --watch]`: find the job, then watch it headless or in the dashboard."""
+"""`ddptui attach RUN_DIR | PID | --slurm JOB [--no-ui | --watch]`: a ddptui run's record followed (tui/follow.py), or
+a job ddptui did not launch found, then watched headless or in the dashboard."""
 from __future__ import annotations
 
 import argparse
@@ -7,9 +8,15 @@ import signal
 import sys
 from pathlib import Path
 
-USAGE = "ddptui attach (PID | --slurm JOB) [--no-ui | --watch] [--stall-after S] [--stack-every S] [--runs-dir DIR]"
+USAGE = ("ddptui attach (RUN_DIR | PID | --slurm JOB) [--no-ui | --watch] [--stall-after S] [--stack-every S] "
+         "[--runs-dir DIR]")
 DESCRIPTION = """\
-Watch a PyTorch job ddptui did not launch: a torchrun agent's pid, a rank's pid or any process of the job, or a
+A RUN_DIR (a ddptui run's record, live or finished): follow it as its engine writes it, with everything the
+dashboard that launched it shows; d and s reach the engine through its control channel (RUN_DIR/control.sock);
+leaving never stops the run. Headless (--no-ui or --watch, the same): the console's lines until the run ends or
+Ctrl-C (SIGUSR1: stacks now); exit: the run's code, 1 when its engine died before the end.
+
+Otherwise watch a PyTorch job ddptui did not launch: a torchrun agent's pid, a rank's pid or any process of the job, or a
 Slurm job. Its ranks are found from the process tree, their output files followed, their CPU and RSS sampled and
 their stacks read with py-spy; the same stall, hang and crash verdicts and run record (RUNS_DIR/<time>-attach-<id>/)
 as a launched run. ddptui never signals the job: Ctrl-C detaches; only the dashboard's s stops it, after asking,
@@ -24,7 +31,8 @@ STALL_AFTER = 30.0
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ddptui attach", usage=USAGE, description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("pid", nargs="?", help="any process of the job (the torchrun agent, a rank, ...)")
+    p.add_argument("pid", nargs="?", help="a ddptui run's record (RUN_DIR), or any process of a job ddptui did not "
+                                          "launch (the torchrun agent, a rank, ...)")
     p.add_argument("--slurm", metavar="JOB", help="a Slurm job id: every step and node of it")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--no-ui", action="store_true",
@@ -78,6 +86,8 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     if bool(args.pid) == bool(args.slurm):
         return _fail("attach: give a PID or --slurm JOB (one of them)")
+    if args.pid and not args.slurm and not args.pid.strip().isdigit():  # a record, not a pid
+        return follow(Path(args.pid), args.no_ui or args.watch)
     if args.stall_after <= 0 or (args.stack_every is not None and args.stack_every <= 0):
         return _fail("attach: --stall-after and --stack-every take seconds above 0")
     if args.slurm and args.slurm.strip().isdigit():
@@ -126,3 +136,42 @@ def headless(job, runs_dir: str, watch: bool, stall_after: float, stack_every: f
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def follow(run_dir: Path, headless: bool) -> int:
+    """A ddptui run's record: one clear line and 2 when it is no record, another user's, or its engine died or is
+    not alone (nothing asked or signalled); else followed until it ends or the viewer leaves."""
+    from ..runners.edge import control
+    state = control.state_of(run_dir)
+    if not (state.usable or (state.state == "dead" and not headless)):
+        return _fail(f"attach: {state.line}" + ("; `ddptui replay` shows what it holds" if state.state == "dead"
+                                                 else ""))
+    from .follow import FollowSource
+    source = FollowSource(run_dir)
+    if not headless:
+        from .app import run_follow
+        return run_follow(source)
+    from . import hangup
+    from .console import Console
+    console = Console()
+    source.prepare(console.handle)
+    terminals = hangup.terminals()
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}
+
+    def leave(s, f) -> None:
+        if s == signal.SIGHUP:
+            hangup.detach(terminals)
+        source.request_stop()
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, leave)
+    signal.signal(signal.SIGUSR1, lambda s, f: source.request_dump())
+    try:
+        code = source.run()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if source.left:
+        print(f"ddptui: left the run; it goes on (ddptui attach {run_dir} to watch it again)", file=sys.stderr)
+    elif source.died:
+        print(f"ddptui: attach: {source.died}", file=sys.stderr)
+    return code

@@ -11,10 +11,12 @@ USAGE = """\
 ddptui [PROFILE] [options]                 open the dashboard (profile picker without PROFILE)
 ddptui PROFILE --no-ui [options]           run headless: rank-prefixed lines, summary, exit code
 ddptui PROFILE --dry-run [--set K=V ...]   print the launch plan (argv, env, cwd of every process)
+ddptui PROFILE --detach [options]          start the run's engine in the background: prints its record and pid
 ddptui [--no-ui] [--set K=V ...] -- CMD... wrap any launch: torchrun ... (per-rank logs), or a rank
                                            program spawned nproc x nnodes times with env:// variables
 ddptui replay RUN_DIR [--no-ui]            reopen a finished run from its record
 ddptui dump RUN_DIR                        ask the live ddptui of that run to collect stacks now
+ddptui attach RUN_DIR [--no-ui | --watch]  watch a live (or finished) ddptui run from its record
 ddptui attach (PID | --slurm JOB) [--no-ui | --watch]   watch a job ddptui did not launch (attach --help)
 ddptui profiles                            list the profiles found (shipped and ./profiles)"""
 
@@ -34,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("profile", nargs="?", help="profile name (profiles/NAME.yaml) or path")
     p.add_argument("--no-ui", action="store_true", help="run headless")
     p.add_argument("--dry-run", action="store_true", help="print the launch plan and exit")
+    p.add_argument("--detach", action="store_true",
+                   help="run the engine in the background (its own session): print the record and its pid, return")
+    p.add_argument("--engine-ready-fd", type=int, default=None, help=argparse.SUPPRESS)  # tui/detach.py's
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a profile field (dotted keys reach into mappings), repeatable")
     p.add_argument("--runs-dir", default=os.environ.get("DDPTUI_RUNS", "runs"), help="where run records go")
@@ -47,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-_VALUED = ("--runs-dir", "--record", "--set", "--summary", "--py-spy", "--stacks")
+_VALUED = ("--runs-dir", "--record", "--set", "--summary", "--py-spy", "--stacks", "--engine-ready-fd")
 
 
 def _first_positional(argv: list[str]) -> int | None:
@@ -90,9 +95,9 @@ def _main(argv: list[str]) -> int:
     sub = _first_positional(argv)
     if sub is not None and argv[sub] in ("replay", "dump", "profiles"):
         return _subcommand(argv[sub], argv[sub + 1:])
-    if argv[:1] == ["attach"]:
+    if sub is not None and argv[sub] == "attach":  # (`ddptui --runs-dir D attach ...` as well)
         from .attach_cli import main as attach_main
-        return attach_main(argv[1:])
+        return attach_main(argv[:sub] + argv[sub + 1:])
     args = _parser().parse_args(argv)
     if args.profile and command:
         return _fail("give either a PROFILE or a command after '--', not both")
@@ -121,10 +126,16 @@ def _main(argv: list[str]) -> int:
     from .slurm_submit import is_batch, submit
     if profile is not None and is_batch(profile) and not args.record:
         return submit(profile, args.runs_dir)  # the engine runs in the job; this follows it
+    if args.detach and args.engine_ready_fd is None:
+        if profile is None:
+            return _fail("--detach needs a PROFILE or a command after '--'")
+        from .detach import run_detached
+        return run_detached(argv, command)
     if args.no_ui:
         if profile is None:
             return _fail("--no-ui needs a PROFILE or a command after '--'")
-        return run_headless(profile, args.runs_dir, args.summary, args.pyspy, args.stacks, args.record)
+        return run_headless(profile, args.runs_dir, args.summary, args.pyspy, args.stacks, args.record,
+                            args.engine_ready_fd)
     if args.record:
         return _fail("--record is for the headless engine (--no-ui)")
     from .app import run_app
@@ -142,7 +153,9 @@ def _dry_run(profile, runs_dir: str) -> int:
 
 
 def run_headless(profile, runs_dir: str, summary_path: str | None = None, pyspy: str | None = None,
-                 stacks: str = "auto", record_dir: str | None = None) -> int:
+                 stacks: str = "auto", record_dir: str | None = None, ready_fd: int | None = None) -> int:
+    """record_dir: the record's folder, fixed by whoever asked for the run (the engine inside a Slurm batch job);
+    ready_fd: a detached engine's (tui/detach.py): its output goes to the record, the record's path to that fd."""
     from ..runners.session import Session
     from . import pidfile
     from .console import Console
@@ -158,6 +171,9 @@ def run_headless(profile, runs_dir: str, summary_path: str | None = None, pyspy:
         signal.signal(signal.SIGUSR1, lambda s, f: session.request_dump())
         stopper.attach(session, timeout=profile.timeout)
         pidfile.write(session.run_dir)
+        if ready_fd is not None:
+            from .detach import engine_ready
+            engine_ready(ready_fd, session.run_dir)
         try:
             code = session.run()
         finally:
@@ -193,6 +209,14 @@ def _subcommand(name: str, rest: list[str]) -> int:
     if not (run_dir / "events.jsonl").exists():
         return _fail(f"{run_dir}: not a ddptui run record (no events.jsonl)")
     if name == "dump":
+        from ..runners.edge import control
+        state = control.state_of(run_dir)
+        if state.state in ("foreign", "two-engines", "copy"):
+            return _fail(state.line)
+        if state.state == "live":
+            control.ask(run_dir, "dump")
+            print(f"asked its engine (pid {state.pid}) to collect stacks; they land in {run_dir / 'stacks'}")
+            return 0
         from .pidfile import live_ddptui
         pid, why = live_ddptui(run_dir)  # a stale pid file can name a reused pid: signal only that run's ddptui
         if pid is None:

@@ -5,24 +5,31 @@ import asyncio
 import json
 import sys
 import time
+from pathlib import Path
 
 from textual import events as tev
 from textual.widgets import TabbedContent
 
 from .app import DdpApp
+from .follow import FollowSource
 from .synthetic import SyntheticSource
 
 
 async def _measure(ranks: int, rate: int, seconds: float, presses: int, size: tuple[int, int],
-                   collectives: bool = True, other: str = "ranks", period: float = 0.02) -> dict:
-    source = SyntheticSource(ranks=ranks, lines_per_s=rate, seconds=seconds + 30, collectives=collectives,
-                             period=period)
+                   collectives: bool = True, other: str = "ranks", period: float = 0.02,
+                   follow: str | None = None) -> dict:
+    source: SyntheticSource | FollowSource
+    if follow:  # a viewer of a record another process writes: its reading counts as the dashboard's CPU
+        source = FollowSource(Path(follow))
+    else:
+        source = SyntheticSource(ranks=ranks, lines_per_s=rate, seconds=seconds + 30, collectives=collectives,
+                                 period=period)
     app = DdpApp(source=source)
     lat: list[float] = []
     async with app.run_test(size=size) as pilot:
         await pilot.pause(1.0)  # let the load build up
         t_start = time.perf_counter()
-        cpu0, gen0 = time.process_time(), source.thread_cpu
+        cpu0, gen0 = time.process_time(), getattr(source, "thread_cpu", 0.0)
         model, driver = app.model, app._driver
         assert model is not None and driver is not None  # the source started, the test driver runs
         lines0 = model.lines_seen
@@ -41,7 +48,7 @@ async def _measure(ranks: int, rate: int, seconds: float, presses: int, size: tu
             lat.append(time.perf_counter() - t0)
             await asyncio.sleep(max(0.0, seconds / presses - lat[-1]))
         elapsed = time.perf_counter() - t_start
-        ui_cpu = (time.process_time() - cpu0) - (source.thread_cpu - gen0)
+        ui_cpu = (time.process_time() - cpu0) - (getattr(source, "thread_cpu", 0.0) - gen0)
         lines = model.lines_seen - lines0
         view = "rows" if getattr(app.screen, "compact_on", False) else "panes"  # the compact view or the pane grid
         source.request_stop()
@@ -58,13 +65,13 @@ async def _measure(ranks: int, rate: int, seconds: float, presses: int, size: tu
 
 def measure_latency(ranks: int = 16, rate: int = 1000, seconds: float = 6.0, presses: int = 30,
                     size: tuple[int, int] = (160, 50), collectives: bool = True, other: str = "ranks",
-                    period: float = 0.02) -> dict:
+                    period: float = 0.02, follow: str | None = None) -> dict:
     """Keypress (t: toggle timeline) → next repaint, in ms, while ranks × rate log lines/s stream in (and, with
     `collectives`, every rank's Flight Recorder numbers every 2 s, as with flight_recorder on). `other`: the tab
     the timeline alternates with ("collectives": its live rows are drawn half the time). `period`: how often the
     synthetic engine sends a batch (0.25: the engine's read turn while ranks only trickle, as at 1,024 ranks x 10
     lines/s, where each batch holds every rank's lines and progress of the turn)."""
-    return asyncio.run(_measure(ranks, rate, seconds, presses, size, collectives, other, period))
+    return asyncio.run(_measure(ranks, rate, seconds, presses, size, collectives, other, period, follow))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The run record on disk: written as the run goes, so nothing already read is lost; read back for replay."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pickle
@@ -112,15 +113,31 @@ def read_log(path: Path, skipped: list | None = None) -> Iterator[tuple[float, s
     (and appended to `skipped`). Split on \n only: a rank's line may hold a \r (progress bars)."""
     with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
         for raw in f:
-            m = _LOG_LINE.match(raw.rstrip("\n"))
-            if m:
-                try:
-                    yield datetime.fromisoformat(m.group(1)).timestamp(), m.group(2), m.group(3)
-                    continue
-                except ValueError:  # a well-shaped but impossible time (month 13)
-                    pass
-            if skipped is not None:
+            got = log_line(raw)
+            if got is not None:
+                yield got
+            elif skipped is not None:
                 skipped.append(raw)
+
+
+def log_line(raw: str) -> tuple[float, str, str] | None:
+    """(wall, stream, text) of one line of a rank<N>.log / launcher.log, or None when it is not in that format."""
+    m = _LOG_LINE.match(raw.rstrip("\n"))
+    if m:
+        wall = _wall(m.group(1))
+        if wall is not None:
+            return wall, m.group(2), m.group(3)
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _wall(stamp: str) -> float | None:
+    """A log line's time (one stamp serves every line of a read: parsed once); None for a well-shaped but impossible
+    time (month 13)."""
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
 
 
 def _read_events(path: Path, notes: list[str]) -> list[Event]:
@@ -134,30 +151,35 @@ def _read_events(path: Path, notes: list[str]) -> list[Event]:
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            d = json.loads(line)
-        except RecursionError:  # the decoder's nesting is bounded by the interpreter's recursion limit
-            bad.append((i, "JSON nested too deep"))
-            continue
-        except ValueError:
-            if cut and i == len(lines):
-                notes.append(f"events.jsonl: line {i}, the last, is cut short (ddptui stopped while writing it)")
-            else:
-                bad.append((i, "not JSON"))
-            continue
-        try:
-            why = _decode_problem(d)
-        except RecursionError:
-            why = "a value nested too deep"
-        if isinstance(why, str):
-            bad.append((i, why))
+        got = event_line(line)
+        if got == NOT_JSON and cut and i == len(lines):
+            notes.append(f"events.jsonl: line {i}, the last, is cut short (ddptui stopped while writing it)")
+        elif isinstance(got, str):
+            bad.append((i, got))
         else:
-            out.append(why)
+            out.append(got)
     if bad:
         (i, why), n = bad[0], len(bad)
         notes.append(f"events.jsonl: {n} malformed line{'s' if n > 1 else ''} left out "
                      f"(line {i}: {why}{'; ...' if n > 1 else ''})")
     return out
+
+
+NOT_JSON = "not JSON"
+
+
+def event_line(line: str) -> Event | str:
+    """The event one line of events.jsonl holds, or why it holds none (NOT_JSON: it does not decode)."""
+    try:
+        d = json.loads(line)
+    except RecursionError:  # the decoder's nesting is bounded by the interpreter's recursion limit
+        return "JSON nested too deep"
+    except ValueError:
+        return NOT_JSON
+    try:
+        return _decode_problem(d)
+    except RecursionError:
+        return "a value nested too deep"
 
 
 def _decode_problem(d) -> Event | str:

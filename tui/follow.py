@@ -1,0 +1,196 @@
+"""A live (or finished) run's record followed from another process: what is there, then what the engine adds each
+turn, as event batches for the console or the dashboard; stacks and stop go to the engine through its control
+channel (runners/edge/control.py), and a viewer that leaves never stops the run."""
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..runners import events as ev
+from ..runners.edge import control
+from ..runners.edge.record import event_line, log_line
+
+POLL = 0.25  # seconds between looks at the record: the engine flushes it once a loop turn (IDLE_POLL)
+LOCK_EVERY = 1.0  # seconds between looks at whether the engine still holds the record, while nothing comes
+_LOG = re.compile(r"(?:rank(\d+)|launcher)\.log\Z")
+
+
+class _Tail:
+    """One file of the record read as it grows: its complete lines only."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.partial = path, 0, b""
+
+    def lines(self, size: int | None = None) -> list[str]:
+        """size: the file's size as just seen (None: unknown); a file that did not grow is not opened."""
+        if size is not None and size <= self.offset:
+            return []
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return []
+        if not data:
+            return []
+        self.offset += len(data)
+        data = self.partial + data
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self.partial = data
+            return []
+        self.partial = data[cut + 1:]
+        return data[:cut].decode("utf-8", errors="replace").split("\n")
+
+
+class RecordReader:
+    """What a record holds beyond what was read before, in time order (the same order as a replay,
+    runners.edge.record.replay_events, read through its own line readers)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.events = _Tail(self.run_dir / "events.jsonl")
+        self.logs: dict[int | None, _Tail] = {}
+        self.bad = 0  # lines that did not decode
+        self.finished: ev.RunFinished | None = None
+
+    def _find_logs(self) -> dict[int | None, int]:
+        """Every log's size now (one scandir: at 1,024 ranks only the files that grew are opened)."""
+        sizes: dict[int | None, int] = {}
+        with os.scandir(self.run_dir) as it:
+            for entry in it:
+                m = _LOG.match(entry.name)
+                if m is None:
+                    continue
+                rank = int(m.group(1)) if m.group(1) is not None else None
+                if rank not in self.logs:
+                    self.logs[rank] = _Tail(Path(entry.path))
+                try:
+                    sizes[rank] = entry.stat().st_size
+                except OSError:
+                    pass
+        return sizes
+
+    def read(self) -> list[ev.Event]:
+        sizes = self._find_logs()
+        items: list[tuple[float, int, ev.Event]] = []
+        for line in self.events.lines():
+            if not line.strip():
+                continue
+            e = event_line(line)
+            if isinstance(e, str):
+                self.bad += 1
+                continue
+            if isinstance(e, ev.RunFinished):
+                self.finished = e
+            items.append((getattr(e, "wall", 0.0), len(items), e))
+        for rank, tail in self.logs.items():
+            group: list[str] = []
+            key: tuple[float, str] | None = None
+            for raw in tail.lines(sizes.get(rank)):
+                got = log_line(raw)
+                if got is None:
+                    self.bad += 1
+                    continue
+                wall, stream, text = got
+                if key is not None and (wall, stream) != key:
+                    items.append((key[0], len(items), ev.LogLines(rank, key[1], key[0], 0.0, tuple(group))))
+                    group = []
+                key = (wall, stream)
+                group.append(text)
+            if group and key is not None:
+                items.append((key[0], len(items), ev.LogLines(rank, key[1], key[0], 0.0, tuple(group))))
+        items.sort(key=lambda x: (x[0], x[1]))
+        return [e for _, _, e in items]
+
+
+class FollowSource:
+    """The dashboard's and the console's source for a record another process's engine writes (`ddptui attach
+    RUN_DIR`): request_stop leaves (the run goes on), stop_run asks the engine to stop it, request_dump asks for
+    stacks. run() returns the run's exit code, 1 when its engine died before the end, 0 when the viewer left."""
+
+    kind = "follow"
+
+    def __init__(self, run_dir: Path, chunk: int = 500, poll: float = POLL) -> None:
+        self.run_dir, self.chunk, self.poll = Path(run_dir), chunk, poll
+        self._leave = threading.Event()
+        self.emit: Callable[[list], None] = lambda batch: None
+        self.left = False  # the viewer left before the run ended
+        self.died: str | None = None  # the line said when the engine died before the end
+
+    def prepare(self, emit: Callable[[list], None]) -> None:
+        self.emit = emit
+
+    def run(self) -> int:
+        reader = RecordReader(self.run_dir)
+        got = reader.read()
+        for i in range(0, len(got), self.chunk):
+            self.emit(got[i:i + self.chunk])
+        next_lock = 0.0
+        while reader.finished is None:
+            if self._leave.wait(self.poll):
+                self.left = True
+                return 0
+            got = reader.read()
+            if got:
+                self.emit(got)
+                continue
+            mono = time.monotonic()
+            if mono < next_lock:
+                continue
+            next_lock = mono + LOCK_EVERY
+            if not control.lock_held(self.run_dir):
+                got = reader.read()  # what it wrote before it let go
+                if reader.finished is None:
+                    self.died = self._died_line()
+                    wall = time.time()
+                    got += [ev.LogLines(None, "err", wall, 0.0, (f"ddptui: {self.died}",)),
+                            ev.RunFinished("incomplete", 1, "", wall, {})]
+                if got:
+                    self.emit(got)
+                if reader.finished is None:
+                    return 1
+        self._last_words(reader)
+        return reader.finished.exit_code
+
+    def _last_words(self, reader: RecordReader) -> None:
+        """The engine flushes the record's files one after the other: once it let go of the record (at most a
+        moment after its end), what it wrote after the end was read."""
+        end = time.monotonic() + 2.0
+        while control.lock_held(self.run_dir) and time.monotonic() < end and not self._leave.wait(0.05):
+            pass
+        got = reader.read()
+        if got:
+            self.emit(got)
+
+    def _died_line(self) -> str:
+        if (self.run_dir / "summary.json").exists():
+            return f"{self.run_dir}: the record has summary.json but no run_finished event: it is incomplete"
+        pid = control.read_info(self.run_dir).get("pid", "unknown")
+        return f"the engine (pid {pid}) died: the record is incomplete"
+
+    def request_stop(self) -> None:
+        """Leave: stop following (the run goes on)."""
+        self._leave.set()
+
+    def request_dump(self) -> bool:
+        try:
+            control.ask(self.run_dir, "dump")
+        except control.ChannelError:
+            return False
+        return True
+
+    def stop_run(self) -> str:
+        """Ask the engine to stop the run (as `s` in the dashboard that launched it): what happened, in words."""
+        try:
+            control.ask(self.run_dir, "stop")
+        except control.ChannelError as e:
+            return f"cannot stop it: {e}"
+        return "asked the engine to stop every rank…"
+
+    def again(self) -> FollowSource:
+        return FollowSource(self.run_dir, self.chunk, self.poll)
