@@ -64,6 +64,18 @@ def glog_wall(month: int, day: int, h: int, m: int, s: int, frac: str, now: floa
     return t
 
 
+def glog_line(line: str, now: float | None = None) -> tuple[float, str] | None:
+    """(wall time of its stamp, message) of a glog-style line of torch.distributed.elastic; None for another line."""
+    g = _GLOG.match(line)
+    if g is None:
+        return None
+    month, day, hour, minute, second = (int(x) for x in g.groups()[:5])
+    try:
+        return glog_wall(month, day, hour, minute, second, g.group(6), now=now), g.group(7)
+    except (ValueError, OverflowError):
+        return None
+
+
 class TorchrunLog:
     """Fed torchrun's stderr line by line; remembers what the lines say and returns the lines to show."""
 

@@ -107,7 +107,7 @@ def headline(model: RunModel) -> Text:
             t.append(f"   fix: {p['fix']}\n")
     if len(model.attempts) > 1:  # the launcher restarted the ranks: every attempt, how it ended
         t.append(f"attempts ({len(model.attempts)}; torchrun restarted every rank after a failure):\n", style="bold")
-        for a, row in zip(model.attempts, timeline(model.attempts)):
+        for a, row in zip(model.attempts, timeline(model.attempts), strict=True):
             t.append(f"  {row}\n", style="" if a["status"] in ("ok", "running") else "yellow")
     rep = model.replica
     if rep is not None:
