@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
+from ddptui.runners.evidence.hints import HintMatcher
 from ddptui.runners.evidence.launcher_log import TorchrunLog
 from ddptui.runners.judge.judge import CRASH_GRACE, EXIT_FAILED, EXIT_OK, CollectStacks, EndAttempt, Judge, \
     Launcher, TearDown
@@ -176,3 +177,22 @@ def test_the_wrapped_torchruns_own_max_restarts_is_read_before_its_script():
     assert script_start(argv) == 5 and max_restarts(argv) == 3
     assert max_restarts(["python", "-m", "torch.distributed.run", "--max_restarts=1", "t.py"]) == 1
     assert max_restarts(["torchrun", "t.py", "--max-restarts", "4"]) == 0
+
+
+def test_a_restarted_attempt_refused_in_connectfullmesh_raises_the_stale_store_hint():
+    j, _ = judge(1)
+    j.matcher = HintMatcher()
+    crash_attempt(j, 1.0, PIDS, 0)
+    assert not [h for h in j.hints if h["code"] == "restart-stale-store"]  # attempt 0's crash is no restart's
+    for r in (0, 1):
+        hello(j, r, 10.0, 1, 900 + r)
+    say(j, 0, 12.0, "RuntimeError: Gloo connectFullMesh failed with [pair.cc:152] timed out connecting: SO_ERROR: "
+        "Connection refused, remote=[127.0.0.1]:4483$0", stream="err")
+    at(j, 12.5)
+    j.deaths([(900, W0 + 12.4, 1)], own=set())
+    at(j, 13.0)
+    j.deaths([(901, W0 + 12.9, -15)], own=set())
+    j.settle()
+    j.conclude(None, None, [Launcher("torchrun", 1)])
+    (hint,) = [h for h in j.hints if h["code"] == "restart-stale-store"]
+    assert hint["rank"] == 0 and "PrefixStore" in hint["fix"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import events as ev
+from ..evidence.hints import RESTART_STALE_STORE, STALE_STORE_NEEDLE
 from ..evidence.launcher_log import TorchrunLog
 from ..evidence.words import ranks_text
 from .conclusion import Conclusion
@@ -106,6 +107,8 @@ class Attempts:
 
     def _ended(self, verdict: dict[str, Any], wall: float) -> None:
         s = self.s
+        if s.attempt > 0 and verdict["status"] == "failed" and STALE_STORE_NEEDLE in verdict["verdict"]:
+            s.raise_hint(RESTART_STALE_STORE.code, (verdict.get("crash") or {}).get("root_rank"), verdict["verdict"])
         entry = {"attempt": s.attempt, "began": self.began, "ended": wall, "why": self.why, **verdict}
         self.history.append(entry)
         s.emit(ev.AttemptEnded(s.attempt, verdict["status"], verdict["verdict"], wall, verdict["stacks"]))
