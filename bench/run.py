@@ -1,7 +1,7 @@
 """`make bench`: ddptui's overhead, ingest throughput, stall latency, memory, start-up and UI latency,
 measured side by side with what users would run instead (bare torchrun, torchrun --tee, a plain pipe).
 
-  .venv/bin/python bench/run.py [--quick] [--repeats N] [--only overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach,many,viewer]
+  .venv/bin/python bench/run.py [--quick] [--repeats N] [--only overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach,many,viewer,restarts]
 
 Writes bench/results.md (docs/performance.md is made from it) and bench/results.json; with --only, the
 sections not run keep their figures from the results.json already there (each section says when it was measured).
@@ -28,6 +28,7 @@ from pathlib import Path
 import fr_overhead  # bench/ is this script's folder, first on sys.path
 import attach_cost  # noqa: E402
 import multinode
+import restart_pace
 import ui_many
 import ui_viewer
 from ingest_engine import count_lines
@@ -800,6 +801,8 @@ def write_report(res: dict, cfg) -> str:
         L += ui_many.report(res["many"], fmt3)
     if "viewer" in res:
         L += ui_viewer.report(res["viewer"], fmt3)
+    if "restarts" in res:
+        L += restart_pace.report(res["restarts"], fmt3)
     return "\n".join(L) + "\n"
 
 
@@ -834,7 +837,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 repeat, smaller sizes (smoke run)")
     ap.add_argument("--repeats", type=int, default=None)
-    ap.add_argument("--only", default="overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach,many,viewer")
+    ap.add_argument("--only", default="overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach,many,"
+                                      "viewer,restarts")
     ap.add_argument("--out", default=str(BENCH / "results.md"))
     ap.add_argument("--report-only", action="store_true", help="re-render results.md from the JSON next to it")
     cfg = ap.parse_args()
@@ -881,7 +885,8 @@ def main() -> int:
              ("fr", lambda c, w, r: fr_overhead.bench(c, w, r, log, mmm)),
              ("attach", lambda c, w, r: attach_cost.bench(c, w, r, log, mmm)),
              ("many", lambda c, w, r: ui_many.bench(c, w, r, log, mmm)),
-             ("viewer", lambda c, w, r: ui_viewer.bench(c, w, r, log, mmm))]
+             ("viewer", lambda c, w, r: ui_viewer.bench(c, w, r, log, mmm)),
+             ("restarts", lambda c, w, r: restart_pace.bench(c, w, r, log, mmm))]
     try:
         for name, fn in steps:
             if name in only:

@@ -23,7 +23,7 @@ from .edge.tail import Tailer
 from .evidence import fr_records, stack_types
 from .evidence.hints import HintMatcher
 from .evidence.slurm_state import CANCEL_NEEDLE
-from .judge.judge import EXIT_FAILED, CollectStacks, Judge, Launcher, ProbeNodes, TearDown
+from .judge.judge import EXIT_FAILED, CollectStacks, EndAttempt, Judge, Launcher, ProbeNodes, TearDown
 from .judge.run_state import Now
 from .judge.runner_traits import PLAIN, RunnerTraits
 
@@ -241,6 +241,8 @@ class RunLoop(abc.ABC):
                 end = self._carry_out(self._collect_stacks(o)) or end
             elif isinstance(o, ProbeNodes):
                 end = self._carry_out(self._probe_nodes(o)) or end
+            elif isinstance(o, EndAttempt):
+                self._end_attempt(o)
             elif isinstance(o, TearDown):
                 end = end or o
             else:
@@ -362,7 +364,8 @@ class RunLoop(abc.ABC):
             if res.workers:
                 workers[rank] = stack_types.workers_json(res)
         files = {rank: _stack_file(self.tracks[rank], res) for rank, res in sorted(taken.results.items())}
-        folder = str(self.record.stacks(len(self.stack_collections) + 1, req.why, files, taken.fr_dumps,
+        why = f"attempt{self.judge.state.attempt}-{req.why}" if self.judge.state.max_restarts else req.why
+        folder = str(self.record.stacks(len(self.stack_collections) + 1, why, files, taken.fr_dumps,
                                         {"why": req.why, "seconds": taken.seconds, "method": method,
                                          "threads": threads, "workers": workers, "fr": taken.fr_said}))
         self.stack_collections.append(folder)
@@ -375,6 +378,12 @@ class RunLoop(abc.ABC):
         for node, (ranks, why) in remote_stacks.unreachable_nodes(taken.results).items():
             out += self.judge.node_lost(node, ranks, why, now=now())
         return out
+
+    def _end_attempt(self, req: EndAttempt) -> None:
+        """End the hung ranks of an attempt (their stacks are taken), not their launcher: torchrun restarts them. An
+        attached job's ranks are not ddptui's to end (the judge never asks it then)."""
+        self._flush()
+        procs.end_ranks(self._here(set(req.pids)))
 
     def _probe_nodes(self, req: ProbeNodes) -> list:
         """Ask the nodes the judge named whether they answer, through srun in the job (bounded: REMOTE_TIMEOUT)."""

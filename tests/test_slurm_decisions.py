@@ -385,7 +385,7 @@ def test_attempts_keep_the_earlier_ones_and_say_each_verdict():
     e0 = sa.ended(0, {"status": "failed", "crash": {"text": "rank 1 failed first: RuntimeError"},
                       "stacks": []}, 110.0)
     first = sa.timeline([], s0, e0)
-    assert first == [{"attempt": 0, "why": "", "started": 100.0, "ended": 110.0, "status": "failed",
+    assert first == [{"attempt": 0, "why": "", "began": 100.0, "ended": 110.0, "status": "failed",
                       "verdict": "rank 1 failed first: RuntimeError", "stacks": ""}]
     s1 = sa.started(1, "12", 200.0)
     assert s1.why == "Slurm requeued job 12"

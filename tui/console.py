@@ -10,6 +10,7 @@ from ..runners.evidence import stack_types
 from ..runners.evidence.words import ranks_text
 from ..runners.judge.world_view import UNSEEN_WHY
 from . import hangup
+from .attempt_words import ended_line, timeline
 from .ranktag import untag_lines
 from .rate import RunTally
 
@@ -91,6 +92,10 @@ class Console:
                 parts += [f"    {ln}\n" for ln in e.excerpt[-12:]]
             elif isinstance(e, ev.ReplicaVerdict):
                 self.replica = e
+            elif isinstance(e, ev.AttemptStarted) and e.attempt > 0:
+                parts.append(self._note(e.wall, f"attempt {e.attempt} began: {e.why}", "attempt"))
+            elif isinstance(e, ev.AttemptEnded):
+                parts.append(self._note(e.wall, ended_line(e.attempt, e.status, e.verdict, e.stacks), "attempt"))
             elif isinstance(e, ev.JobState):
                 parts.append(self._note(e.wall, job_line(e)))
             elif isinstance(e, ev.NodeLost):
@@ -143,6 +148,11 @@ class Console:
             lost = lost if isinstance(lost, dict) else {}
             rows.append(f"node lost: {node}" + (f" ({ranks_text(lost['ranks'], sort=False)})" if lost.get("ranks") else "")
                         + (f": {lost['why']}" if lost.get("why") else ""))
+        attempts = s.get("attempts")
+        if isinstance(attempts, list) and len(attempts) > 1:  # the run restarted: its timeline, then its last attempt
+            rows.append(f"attempts: {len(attempts)} ({s.get('restarts')} restart(s) of torchrun, at most "
+                        f"{s.get('max_restarts')}); the ranks above are the last attempt's")
+            rows += [f"  {row}" for row in timeline(attempts)]
         pace = self.tally.line(s.get("ranks"))
         if pace:
             rows.append(pace)

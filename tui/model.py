@@ -123,6 +123,9 @@ class RunModel:
         self.finished: ev.RunFinished | None = None
         self.job: ev.JobState | None = None  # the batch job's latest state (Slurm), None when the run is no job
         self.lost: list[ev.NodeLost] = []  # nodes that stopped taking part, in the order they were lost
+        # the run's attempts (each restart of its launcher), from AttemptStarted/AttemptEnded: {"attempt", "why",
+        # "began", "ended" (None while it runs), "status", "verdict", "stacks"}; [] for a run that cannot restart
+        self.attempts: list[dict] = []
         # rank -> pg name -> its Flight Recorder numbers, merged from CollectiveProgress (each names changed ranks)
         self.collectives: dict[int, dict[str, dict]] = {}
         self.laggards: tuple[int, ...] = ()  # the engine's latest word on who lags behind in collectives
@@ -136,6 +139,20 @@ class RunModel:
         self.lines_seen = 0
         # per-rank history kept: the defaults, shared out of a budget once the world is large (tui/retention.py)
         self.lines_kept, self.loss_kept = LINES_PER_RANK, LOSS_POINTS
+
+    def _attempt_started(self, e: ev.AttemptStarted) -> None:
+        """An attempt began: after a restart the ranks start over (their steps, pace and stall are the new attempt's;
+        the ended attempt's verdicts are in `attempts`)."""
+        self.attempts.append({"attempt": e.attempt, "why": e.why, "began": e.wall, "ended": None, "status": "running",
+                              "verdict": "", "stacks": ""})
+        if e.attempt > 0:
+            for rv in self.ranks.values():
+                rv.step = rv.step_time = rv.step_wall = rv.stalled = rv.slowed = None
+                rv.pid = None
+                self.changes.ranks.add(rv.rank)
+            self.stall = self.stall_hang = self.hang = self.slow = self.crash = None
+            self.slow_over = False
+        self.changes.run = True
 
     # -- reading ---------------------------------------------------------------------------------
     def rank(self, r: int) -> RankView:
@@ -401,6 +418,15 @@ class RunModel:
             self.changes.run = True
         elif isinstance(e, ev.CrashVerdict):
             self.crash = e
+            self.changes.run = True
+        elif isinstance(e, ev.AttemptStarted):
+            self._attempt_started(e)
+        elif isinstance(e, ev.AttemptEnded):
+            now = next((a for a in self.attempts if a["attempt"] == e.attempt), None)
+            if now is None:
+                now = {"attempt": e.attempt, "why": "", "began": None}
+                self.attempts.append(now)
+            now.update(ended=e.wall, status=e.status, verdict=e.verdict, stacks=e.stacks)
             self.changes.run = True
         elif isinstance(e, ev.ReplicaVerdict):
             self.replica = e

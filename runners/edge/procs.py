@@ -164,6 +164,26 @@ def _signal_tree(pids: set[int], sig: int) -> None:
             pass
 
 
+def end_ranks(pids: Set[int], grace: float = 2.0) -> None:
+    """End these ranks, not their launcher: SIGTERM (a rank that leads its own process group, as torchrun starts them,
+    with its group: its DataLoader workers), then SIGKILL to those still alive after `grace` s (a program may catch
+    SIGTERM). torchrun then restarts the worker group."""
+    def send(sig: int, targets: set[int]) -> None:
+        for pid in targets:
+            try:
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, sig)
+                else:
+                    os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+    send(signal.SIGTERM, set(pids))
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    send(signal.SIGKILL, {p for p in pids if _alive(p)})
+
+
 def tree_pids(procs: list[Spawned], extra: Set[int] = frozenset()) -> set[int]:
     """Every live process of the run: ours, their descendants, ranks that announced themselves, our orphans."""
     pids = set(extra)

@@ -217,6 +217,21 @@ MIRAGE_MULTI_GPU_HANG = Hint(
     "Known limitation: run multi-GPU DDP on the CPU (gloo) or train single-rank on mirage.")
 _BY_CODE[MIRAGE_MULTI_GPU_HANG.code] = MIRAGE_MULTI_GPU_HANG
 
+# a restarted attempt whose ranks cannot connect: torch 2.13's agent store outlives torchrun's restarts (no per-attempt
+# prefix for its workers), so a rank may read the address its peer had in the last attempt; the engine raises it when an
+# attempt after a restart fails in gloo's connectFullMesh (runners/judge/attempts.py)
+RESTART_STALE_STORE = Hint(
+    "restart-stale-store", "A restarted attempt read the last attempt's addresses",
+    "torchrun's agent keeps one store across restarts and its workers connect to it without a per-attempt prefix (torch "
+    "2.13), so a restarted rank can read the address its peer had in the last attempt: gloo's connectFullMesh is "
+    "refused (or hangs) in init_process_group. The static rendezvous always does this; --standalone when the ranks "
+    "start unevenly.",
+    "Prefix the program's store with the attempt: init_process_group(backend, store=PrefixStore(f\"attempt"
+    "{os.environ['TORCHELASTIC_RESTART_COUNT']}\", TCPStore(MASTER_ADDR, MASTER_PORT, is_master=False)), rank=RANK, "
+    "world_size=WORLD_SIZE), and use --standalone or --rdzv-backend c10d.")
+_BY_CODE[RESTART_STALE_STORE.code] = RESTART_STALE_STORE
+STALE_STORE_NEEDLE = "connectFullMesh failed"
+
 
 def by_code(code: str) -> Hint:
     return _BY_CODE[code]

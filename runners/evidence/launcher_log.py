@@ -16,6 +16,8 @@ _SENDING = re.compile(r"Sending process (\d+) closing signal (SIG\w+)")
 _FORCED = re.compile(r"Unable to shutdown process (\d+) via \S+, forcefully exiting via (\S+)")
 _FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
 _RECEIVED = re.compile(r"Received (\d+) death signal")
+# torch.distributed.elastic's agent (api.py, logged at INFO: shown with LOGLEVEL=INFO)
+_RESTART = re.compile(r"Worker group (\w+)\. (\d+)/(\d+) attempts left; will restart worker group")
 # the ChildFailedError table
 _ROOT_HEAD = "Root Cause (first observed failure):"
 _RANK = re.compile(r"^\s*rank\s*:\s*(\d+)(?:\s*\(local_rank:\s*(\d+)\))?")
@@ -27,6 +29,16 @@ _TRACEBACK = "Traceback (most recent call last):"
 _CHAINED = ("During handling of the above exception, another exception occurred:",
             "The above exception was the direct cause of the following exception:")
 MAX_HELD = 400  # a traceback longer than this is not the one we fold: show it as it is
+
+
+@dataclass(frozen=True)
+class Restart:
+    """torchrun's agent said it restarts the worker group: in what state the group was, restarts left before this one."""
+
+    state: str  # "FAILED" | "UNHEALTHY"
+    left: int
+    most: int
+    when: float | None  # its glog stamp
 
 
 @dataclass
@@ -52,6 +64,18 @@ def glog_wall(month: int, day: int, h: int, m: int, s: int, frac: str, now: floa
     return t
 
 
+def glog_line(line: str, now: float | None = None) -> tuple[float, str] | None:
+    """(wall time of its stamp, message) of a glog-style line of torch.distributed.elastic; None for another line."""
+    g = _GLOG.match(line)
+    if g is None:
+        return None
+    month, day, hour, minute, second = (int(x) for x in g.groups()[:5])
+    try:
+        return glog_wall(month, day, hour, minute, second, g.group(6), now=now), g.group(7)
+    except (ValueError, OverflowError):
+        return None
+
+
 class TorchrunLog:
     """Fed torchrun's stderr line by line; remembers what the lines say and returns the lines to show."""
 
@@ -60,6 +84,7 @@ class TorchrunLog:
         self.first_failure: tuple[int, int, int] | None = None  # (local_rank, pid, exitcode) from its error log
         self.failures: dict[int, Failure] = {}  # global rank -> table entry
         self.signalled: int | None = None  # signal number torchrun itself received
+        self.restart: Restart | None = None  # its agent said it restarts the worker group (LOGLEVEL=INFO)
         self.changed = False  # set when a line added an exit code; the reader resets it
         self._entry: Failure | None = None
         self._in_root = False
@@ -155,6 +180,9 @@ class TorchrunLog:
             m = _RECEIVED.search(msg)
             if m:
                 self.signalled = int(m.group(1))
+            m = _RESTART.search(msg)
+            if m:
+                self.restart = Restart(m.group(1), int(m.group(2)), int(m.group(3)), when)
             return
         if line.strip() == _ROOT_HEAD:
             self._in_root = True

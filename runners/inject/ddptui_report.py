@@ -81,11 +81,12 @@ _FROM_ENV: Any = object()
 
 
 def hello(world: Any = _FROM_ENV, local: Any = _FROM_ENV) -> None:
-    """The rank's first report; world size and local rank from the launcher's variables unless given (XLA replicas)."""
+    """The rank's first report; world size and local rank from the launcher's variables unless given (XLA replicas);
+    the attempt: how often torchrun's agent restarted the worker group before starting this rank."""
     host = socket.gethostname()
     emit("hello", world=_env_int("WORLD_SIZE") if world is _FROM_ENV else world,
          local=_env_int("LOCAL_RANK") if local is _FROM_ENV else local, pid=os.getpid(), host=host,
-         node=node_name(host=host))
+         node=node_name(host=host), attempt=_env_int("TORCHELASTIC_RESTART_COUNT") or 0)
 
 
 def _num(v: Any) -> Any:

@@ -63,7 +63,7 @@ class Conclusion:
             s.emit(rep)
         s.replica = rep
         if status in (None, "failed"):
-            s.crash = self._xla_abort_verdict(self._crash_verdict(oom, recorded))
+            s.crash = self._xla_abort_verdict(self.crash_verdict(oom, recorded))
         else:
             s.crash = None
         if s.crash and rep is not None and rep.status == "differ" and not any(
@@ -91,9 +91,10 @@ class Conclusion:
             return "xla"
         return "ddp" if any(src == "ddp" for _, src in self.s.first_digests.values()) else "plain"
 
-    def _crash_verdict(self, oom: dict[int, kill_reading.KillEvidence], recorded: dict[int, dict]
+    def crash_verdict(self, oom: dict[int, kill_reading.KillEvidence], recorded: dict[int, dict]
                        ) -> ev.CrashVerdict | None:
-        """Who failed first, from every rank's evidence (runners/evidence/crash.py decides); each rank's outcome follows it.
+        """Who failed first, from every rank's evidence (runners/evidence/crash.py decides); each rank's outcome follows it
+        (also at the end of an attempt the launcher restarts: runners/judge/attempts.py).
         Ranks that ended by an exit status of their own are no crash: own_exit says them."""
         s = self.s
         evidence = []

@@ -1,6 +1,9 @@
 """Lines and reports read from the ranks and launchers into the rank tracks: steps, losses, hints, torchrun, XLA."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from .. import events as ev
 from ..evidence import collectives, fix_lines, fr_analysis, parse, xla_evidence
 from ..evidence.steptime import take_report
@@ -24,6 +27,15 @@ class Ingest:
         self._pending_progress: dict[int, tuple[float, str]] = {}  # rank -> (wall, source), one event per flush
         self._coll_changed: dict[int, float] = {}  # rank -> wall of its collectives report, one event per flush
         self._phase: dict[int, str] = {}  # rank -> the start-up phase it reported last
+        # a hello's attempt (TORCHELASTIC_RESTART_COUNT), before the hello is read: runners/judge/attempts.py's, set by
+        # the Judge
+        self.on_attempt: Callable[[Any], None] = lambda attempt: None
+
+    def new_attempt(self) -> None:
+        """The launcher restarted every rank: what was pending of the old ones is dropped."""
+        self._pending_progress.clear()
+        self._coll_changed.clear()
+        self._phase.clear()
 
     def progress(self) -> None:
         """The Progress events coalesced since the last call: one per rank that moved (the UI samples them)."""
@@ -134,6 +146,8 @@ class Ingest:
 
     def _report(self, rep: dict, line_rank: int | None, wall: float, mono: float) -> None:
         r = rep.get("r")
+        if rep.get("k") == "hello" and "attempt" in rep:
+            self.on_attempt(rep["attempt"])  # a restarted rank: its attempt begins (fresh tracks) before its hello
         rank = r if isinstance(r, int) and r in self.s.tracks else line_rank
         t = self.s.tracks.get(rank) if rank is not None else None
         if t is None or rank is None:

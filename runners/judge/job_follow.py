@@ -274,6 +274,10 @@ class JobFollow:
         said = tuple(sorted(r for r, t in self.s.tracks.items() if t.node == node))
         return said or tuple(planned)
 
+    def new_attempt(self) -> None:
+        """The launcher restarted every rank: the failure that started the agents' grace is the last attempt's."""
+        self._failed_at = None
+
     # ---- the watchdog ------------------------------------------------------------------------------------
     def check(self, agents: list[Agent]) -> None:
         """Agents still running agent_exit_grace s after the run failed or lost a node are torn down, and their node
@@ -302,7 +306,8 @@ class JobFollow:
             ask = self._silent_nodes()
             if ask:
                 s.emit(ProbeNodes(ask))
-        if self._watchdog_fired or self._failed_at is None or not agents or s.mono - self._failed_at <= self.grace:
+        if self._watchdog_fired or self._failed_at is None or not agents or s.mono - self._failed_at <= self.grace \
+                or s.restart_expected:  # the agent restarts every rank: the next attempt (attempts.py)
             return
         if any(s.tracks[r].alive for a in agents for r in a.ranks if r in s.tracks and a.node == ""):
             return  # a whole-job agent with live ranks: the crash grace of the watch tears those down

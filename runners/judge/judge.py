@@ -9,6 +9,7 @@ from collections.abc import Sequence, Set
 
 from ..events import RankStatus
 from . import world_view
+from .attempts import Attempts
 from .conclusion import Conclusion, Launcher
 from .ingest import Ingest
 from .job_follow import Agent, JobFollow  # noqa: F401 - Agent re-exported
@@ -20,6 +21,7 @@ from .run_state import (  # noqa: F401 - re-exported
     EXIT_STALLED,
     EXIT_USAGE,
     CollectStacks,
+    EndAttempt,
     Now,
     ProbeNodes,
     RunState,
@@ -50,6 +52,9 @@ class Judge:
         self.watch = Watch(s, self.stacks)
         self.end = Conclusion(s, self.life, self.stacks)
         self.job = JobFollow(s, profile.agent_exit_grace, self.life)
+        self.attempts = Attempts(s, self.end, self.watch, self.ingest, self.job)
+        self.ingest.on_attempt = self.attempts.hello
+        self.watch.restart_hung = self.attempts.end_hung
 
     # ---- what the session and the front ends read ----------------------------------------------------
     profile = property(lambda self: self.state.profile)
@@ -92,6 +97,7 @@ class Judge:
         LaunchPlan.ranks_here); `processes`: how many processes the plan starts."""
         self._at(now)
         self.state.begin(world, processes, here)
+        self.attempts.begin()
         return self.state.take()
 
     def rank_learned(self, guess: int | None, rank: int, now: Now | None = None) -> list:
@@ -240,6 +246,7 @@ class Judge:
         fr_trace_json gives it normalised by runners/evidence/fr_records.normalise_all: pg_config keyed by the groups' real
         names, pg_status numbers as ints). Returns the verdict read from them, and what the request was for."""
         self._at(now)
+        self.attempts.stacks_taken(folder)
         self.watch.stacks_collected(req, results, folder, fr)
         return self.state.take()
 
@@ -309,7 +316,8 @@ class Judge:
         if self.job.lost:
             out = self._node_lost_crash(out)
         status, exit_code = self.job.status(status, exit_code)
-        return out, status, exit_code
+        self.attempts.conclude(status)
+        return out + self.state.take(), status, exit_code
 
     def _node_lost_crash(self, out: list) -> list:
         """The crash verdict of a run that lost a node says so first (and there is one even without rank evidence);
@@ -331,4 +339,4 @@ class Judge:
                 stacks: list[str], survivors: list[str]) -> dict:
         """summary.json: the run's conclusion, every rank's end, the verdicts and hints (figures of the I/O side in)."""
         return {**self.end.summary(status, exit_code, run_dir, duration_s, cpu_s, stacks, survivors),
-                **self.job.summary()}
+                **self.job.summary(), **self.attempts.summary()}

@@ -45,6 +45,14 @@ class ProbeNodes:
 
 
 @dataclass(frozen=True)
+class EndAttempt:
+    """End these ranks of attempt `attempt` (their stacks are taken), not their launcher: torchrun restarts every rank
+    after a failure, as the next attempt (runners/judge/attempts.py)."""
+    attempt: int
+    pids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class TearDown:
     """End the run: tear every process down, with this status and exit code unless the conclusion says worse."""
     status: str
@@ -101,7 +109,19 @@ class RunState:
         self.slurm_stop: dict | None = None
         # XLA's rendezvous warnings in the worker's log: collective evidence (runners/evidence/xla_evidence.py)
         self.xla_rdv = xla_evidence.Rendezvous() if runner.xla_replicas else None
+        self.attempt = 0  # the launcher's restarts so far: the current attempt (runners/judge/attempts.py)
+        self.max_restarts = runner.max_restarts
+        self.ending_attempt = False  # ddptui ends this attempt's hung ranks for the launcher to restart (EndAttempt)
         self._out: list = []
+
+    @property
+    def restarts_left(self) -> int:
+        return max(0, self.max_restarts - self.attempt)
+
+    @property
+    def restart_expected(self) -> bool:
+        """A failure of this attempt is not the run's end: the launcher restarts every rank (ddptui's own launch)."""
+        return self.restarts_left > 0 and not self.attached
 
     def begin(self, world: int, processes: int, here: tuple[int, ...] | None = None) -> None:
         """Track ranks 0..world-1, or only `here` (LaunchPlan.ranks_here: this ddptui sees part of the world)."""

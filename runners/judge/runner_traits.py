@@ -14,6 +14,9 @@ class RunnerTraits:
     in_process: bool = False  # the ranks run inside the launcher's own process (mirage --in-process)
     quiet_hints: frozenset[str] = frozenset()  # hints whose recipe the runner already applied: not raised
     stall_hint: tuple[str, str] | None = None  # (code, line) of a hint raised when several ranks stall
+    # how often the launcher restarts every rank after a failure (torchrun --max-restarts): each restart is a new
+    # attempt of the run (runners/judge/attempts.py); 0: the first failure ends the run
+    max_restarts: int = 0
 
 
 PLAIN = RunnerTraits()  # what a judge is told when nobody says otherwise

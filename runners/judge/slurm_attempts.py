@@ -30,7 +30,7 @@ def ended(attempt: int, summary: dict, wall: float) -> ev.AttemptEnded:
 def timeline(earlier: Sequence[dict], start: ev.AttemptStarted, end: ev.AttemptEnded) -> list[dict]:
     """summary.json's `attempts`: the earlier attempts as the record's last summary kept them (an attempt that left
     no summary, its engine killed, is not there), then this one; one entry per attempt number."""
-    this = {"attempt": start.attempt, "why": start.why, "started": start.wall, "ended": end.wall,
+    this = {"attempt": start.attempt, "why": start.why, "began": start.wall, "ended": end.wall,
             "status": end.status, "verdict": end.verdict, "stacks": end.stacks}
     kept = [dict(a) for a in earlier if isinstance(a, dict) and a.get("attempt") != start.attempt]
     return sorted(kept + [this], key=lambda a: a.get("attempt", 0))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from .. import events as ev
 from ..evidence import lockstep
@@ -22,6 +23,13 @@ class Watch:
     def __init__(self, state: RunState, verdicts: StackVerdicts) -> None:
         self.s = state
         self.verdicts = verdicts
+        # on_stall: stop, stacks taken: True when the launcher is to restart the hung ranks instead of a teardown
+        # (runners/judge/attempts.py Attempts.end_hung, set by the Judge)
+        self.restart_hung: Callable[[], bool] = lambda: False
+        self.new_attempt()
+
+    def new_attempt(self) -> None:
+        """What the watch remembers of the ranks, forgotten when the launcher restarts them (a new attempt)."""
         self._slow_samples: list[float] = []  # when stacks were sampled to find the slow rank
         self._held_said = False  # the current stall hold (busy ranks past their limit) was said
         self.held: stall_rule.Held | None = None  # the hold of the last check, if any
@@ -84,10 +92,14 @@ class Watch:
             s.say(f"ddptui: timeout of {p.timeout:g} s reached, tearing every rank down")
             s.emit(TearDown("timeout", EXIT_FAILED))
             return
+        if s.ending_attempt:
+            return  # ddptui ends the hung ranks of this attempt: the launcher restarts them (attempts.py)
         if s.job_waiting and not any(t.ran for t in s.tracks.values()):
             for t in s.tracks.values():  # a pending job's ranks are not quiet, they are not there: no stall clock
                 t.last_progress = mono
             return
+        if s.first_failure is not None and s.restart_expected:
+            return  # the launcher stops the survivors and restarts every rank: the next attempt (attempts.py)
         if s.first_failure is not None and mono - s.first_failure > CRASH_GRACE:
             live = [t.rank for t in s.tracks.values() if t.alive]
             if live and s.attached:  # not ddptui's job: its own launcher ends the survivors, or they run on
@@ -196,7 +208,7 @@ class Watch:
         hv = self.verdicts.read(req, results, folder, fr)
         if req.why == "slow":
             self._slow_sampled(req.slowed, hv)
-        elif req.why == "stall" and self.s.profile.on_stall == "stop":
+        elif req.why == "stall" and self.s.profile.on_stall == "stop" and not self.restart_hung():
             self.s.say("ddptui: on_stall=stop: stacks collected, tearing every rank down")
             self.s.emit(TearDown("stalled", EXIT_STALLED))
 

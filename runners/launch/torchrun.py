@@ -6,12 +6,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from ..judge.runner_traits import RunnerTraits
 from .plan import LaunchPlan, LogSource, ProcSpec
 from .profile.model import Profile, default
 from .profile.readers import _Fields
 from .rankenv import base_env, workload_target
 from .runner import Runner
-from .torchrun_argv import launcher_end, max_nodes, node_rank, nproc_per_node, rdzv_backend
+from .torchrun_argv import launcher_end, max_nodes, max_restarts, node_rank, nproc_per_node, rdzv_backend, script_start
 
 _OUTPUT_FLAGS = ("-r", "--redirects", "-t", "--tee", "--log-dir", "--log_dir")
 
@@ -31,6 +32,17 @@ def rank_sources(log_dir: Path, node: int, nproc: int, learn_rank: bool = False)
             out.append(LogSource(str(log_dir / "*" / "attempt_*" / str(lr) / fname), node * nproc + lr, stream,
                                  learn_rank))
     return out
+
+
+# measured with torch 2.13 (2 ranks, gloo): StaticTCPRendezvous keeps one store and one key prefix for every round, so
+# a restarted rank reads its peers' addresses of the last attempt and fails (or hangs) in gloo's connectFullMesh
+STATIC_RESTARTS = ("torchrun's static rendezvous keeps its store across restarts: restarted ranks read the last "
+                   "attempt's addresses and fail or hang connecting (torch 2.13); use --standalone or --rdzv-backend c10d")
+
+
+def restarts_note(n: int) -> str:
+    return (f"--max-restarts {n}: torchrun restarts every rank after a failure, up to {n} time(s); ddptui follows each "
+            "restart as an attempt of the run")
 
 
 def _standalone(profile: Profile) -> bool:
@@ -73,12 +85,16 @@ def plan(profile: Profile, run_dir: Path, port: int, dashboard_pid: int | None =
         log_dir = run_dir / "torchrun" / f"node{node}"
         argv = launcher_prefix(python) + rendezvous_args(profile, node, port, run_dir.name)
         argv += ["--nproc-per-node", str(profile.nproc), "--log-dir", str(log_dir), "--redirects", "3"]
+        if profile.max_restarts:
+            argv += ["--max-restarts", str(profile.max_restarts)]
         argv += workload_target(profile)
         ranks = tuple(range(node * profile.nproc, (node + 1) * profile.nproc))
         name = "torchrun" if profile.nnodes == 1 else f"torchrun-node{node}"
         procs.append(ProcSpec(name, tuple(argv), dict(env), os.getcwd(), ranks,
                               str(run_dir / "raw" / f"{name}.out"), str(run_dir / "raw" / f"{name}.err")))
         sources += rank_sources(log_dir, node, profile.nproc, learn_rank=c10d and profile.nnodes > 1)
+    if profile.max_restarts:
+        notes.append(restarts_note(profile.max_restarts))
     if c10d:
         host = profile.rendezvous[0]
         notes.append(f"{profile.nnodes} torchrun agent(s) on this machine, c10d rendezvous at {host}:{port}, id "
@@ -120,6 +136,10 @@ def _adhoc_plan(profile: Profile, run_dir: Path, dashboard_pid: int | None) -> L
     else:
         notes.append("the command chose its own output flags: ranks are attributed by torchrun's "
                      "[rankN]:/[defaultN]: prefixes where present")
+    if max_restarts(argv):
+        notes.append(restarts_note(max_restarts(argv)))
+        if rdzv_backend(argv) == "static" and "--standalone" not in argv[head:script_start(argv)]:
+            notes.append(STATIC_RESTARTS)
     if nodes > 1:
         notes.append(f"--nnodes {nodes}: this is one node's agent of a {nodes * nproc}-rank job; ddptui sees its "
                      f"{nproc} rank(s) here, numbered by what each rank's hello says, and names the others unseen "
@@ -142,6 +162,11 @@ class TorchrunRunner(Runner):
             return None
         return nproc_per_node(command) or 1, max_nodes(command) or 1
 
+    def traits(self, profile: Profile) -> RunnerTraits:
+        """Its restarts: the profile's max_restarts, or a wrapped command's own --max-restarts."""
+        cmd = profile.workload.command
+        return RunnerTraits(max_restarts=max_restarts(cmd) if cmd else profile.max_restarts)
+
     def rendezvous_problem(self, field: str, wrapped_command: bool) -> str | None:
         if wrapped_command:
             return (f"the wrapped torchrun command chooses its own rendezvous: give it --master-addr/--master-port or"
@@ -160,6 +185,14 @@ class TorchrunRunner(Runner):
         line. Without a `runner:` the command says which (as for `ddptui -- CMD`); a `runner: torchrun` it cannot wrap
         is an error here, where the file and line are known, not a traceback when the run is planned."""
         cmd = profile.workload.command
+        restarts = f.node("max_restarts")
+        if restarts is not None and profile.max_restarts and not cmd and profile.rdzv_backend == "static" \
+                and not _standalone(profile):
+            raise restarts.loc.error("max_restarts", STATIC_RESTARTS.replace("--standalone or --rdzv-backend c10d",
+                                                                             "rdzv_backend: c10d"))
+        if cmd and launcher_end(cmd) is not None and restarts is not None and profile.max_restarts:
+            raise restarts.loc.error("max_restarts", "the wrapped torchrun command chooses its own restarts: give it "
+                                                     "--max-restarts instead")
         if not cmd or launcher_end(cmd) is not None:
             return profile
         node = f.node("runner")

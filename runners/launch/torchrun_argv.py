@@ -8,6 +8,7 @@ NPROC_FLAGS = ("--nproc_per_node", "--nproc-per-node")
 NNODES_FLAGS = ("--nnodes",)
 NODE_RANK_FLAGS = ("--node-rank", "--node_rank")
 RDZV_BACKEND_FLAGS = ("--rdzv-backend", "--rdzv_backend")
+MAX_RESTARTS_FLAGS = ("--max-restarts", "--max_restarts")
 
 
 def launcher_end(argv: Sequence[str]) -> int | None:
@@ -71,3 +72,27 @@ def node_rank(argv: Sequence[str]) -> int | None:
 def rdzv_backend(argv: Sequence[str]) -> str:
     """The rendezvous backend the command asks for ("static" when it names none: torchrun's default)."""
     return flag(argv, RDZV_BACKEND_FLAGS) or "static"
+
+
+def max_restarts(argv: Sequence[str]) -> int:
+    """--max-restarts N: how often torchrun's agent restarts the worker group after a failure (0 when not given)."""
+    return int_flag(argv[:script_start(argv)], MAX_RESTARTS_FLAGS, least=0) or 0
+
+
+def script_start(argv: Sequence[str]) -> int:
+    """The index of the program torchrun runs (its first word that is no option or option value); len(argv) if none.
+    torchrun's options are `--name V` or `--name=V`, except its switches (--standalone, -m, --no-python, ...)."""
+    head = launcher_end(argv) or 0
+    i = head
+    while i < len(argv):
+        word = argv[i]
+        if not word.startswith("-"):
+            return i
+        if "=" in word or word in _SWITCHES:
+            i += 1
+        else:
+            i += 2
+    return len(argv)
+
+
+_SWITCHES = ("--standalone", "-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path")

@@ -11,6 +11,7 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
 from ...runners.events import ReplicaVerdict
+from ..attempt_words import timeline
 from ..marks import FAILED, WARN, mark, marked
 from ..model import RunModel, human_bytes
 from ..verdicts import said
@@ -104,6 +105,10 @@ def headline(model: RunModel) -> Text:
         t.append(f"preflight: {p.get('message', '?')}\n", style="bold red")
         if p.get("fix"):
             t.append(f"   fix: {p['fix']}\n")
+    if len(model.attempts) > 1:  # the launcher restarted the ranks: every attempt, how it ended
+        t.append(f"attempts ({len(model.attempts)}; torchrun restarted every rank after a failure):\n", style="bold")
+        for a, row in zip(model.attempts, timeline(model.attempts), strict=True):
+            t.append(f"  {row}\n", style="" if a["status"] in ("ok", "running") else "yellow")
     rep = model.replica
     if rep is not None:
         t.append(f"{replica_line(rep)}\n", style="green" if rep.status == "identical" else "bold red")

@@ -102,5 +102,6 @@ def _build(root: _Node, source: str, base: Path, default_name: str) -> Profile:
         local_addr=f.typed("local_addr", _str(nullable=True)),
         slurm=SECTIONS["slurm"].read_section(f.node("slurm"), root.loc, base, nproc, nnodes),
         flight_recorder=f.typed("flight_recorder", _bool),
+        max_restarts=f.typed("max_restarts", _int(0)),
     )
     return rules.check(f, profile)

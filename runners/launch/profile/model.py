@@ -25,7 +25,7 @@ SLURM_SUBMIT = ("auto", "sbatch", "step")
 TOP_KEYS = ("name", "description", "runner", "nproc", "nnodes", "workload", "env", "backend", "device",
             "steps", "seed", "stall_after", "startup_grace", "agent_exit_grace", "on_stall", "timeout", "master_addr",
             "master_port", "replica_check", "fault", "mirage", "xla", "max_world_size", "rdzv_backend",
-            "rdzv_endpoint", "rdzv_id", "local_addr", "slurm", "flight_recorder")
+            "rdzv_endpoint", "rdzv_id", "local_addr", "slurm", "flight_recorder", "max_restarts")
 WORKLOAD_KEYS = WORKLOAD_KINDS + ("args", "python", "venv")
 FAULT_KEYS = ("kind", "rank", "step", "seconds")
 MIRAGE_KEYS = ("command", "workspace", "profile", "gpus_per_node", "num_nodes", "in_process", "env", "inner",
@@ -137,6 +137,9 @@ class Profile:
     flight_recorder: bool = True
     # the --set KEY=VALUE it was loaded with: the engine a ddptui batch job starts loads the same file the same way
     overrides: tuple[str, ...] = ()
+    # torchrun --max-restarts: how often its elastic agent restarts the worker group after a failure; each restart is an
+    # attempt of the run (runners/judge/attempts.py). 0: a failure ends the run
+    max_restarts: int = 0
 
     @property
     def world_size(self) -> int:

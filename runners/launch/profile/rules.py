@@ -12,6 +12,7 @@ def check(f: _Fields, profile: Profile) -> Profile:
     _check_rendezvous(f, profile)
     _check_rdzv(f, profile)
     _check_sections(f, profile)
+    _check_restarts(f, profile)
     return runner_for(profile.runner).check(f, profile)
 
 
@@ -54,3 +55,11 @@ def _check_sections(f: _Fields, profile: Profile) -> None:
                 and node.value:
             raise node.loc.error(key, f"the {key} block is for runner: {owner.name} (this profile's runner is"
                                       f" {profile.runner})")
+
+
+def _check_restarts(f: _Fields, profile: Profile) -> None:
+    """max_restarts is torchrun's: its elastic agent restarts the worker group; no other runner restarts ranks."""
+    node = f.node("max_restarts")
+    if node is not None and profile.max_restarts and profile.runner != "torchrun":
+        raise node.loc.error("max_restarts", f"max_restarts is torchrun's (its elastic agent restarts the ranks); the "
+                                             f"{profile.runner} runner restarts nothing")
