@@ -215,36 +215,50 @@ async def test_the_compact_view_and_its_model_are_set_aside_from_full_collection
         gc.unfreeze()
 
 
-def test_no_collection_holds_the_collector_off_and_leaves_a_pause_it_did_not_make():
+def test_the_collection_owed_is_the_one_python_would_make_and_a_pause_not_ours_is_left_alone():
     import gc
 
-    from ddptui.tui.gc_policy import no_collection
+    from ddptui.tui.gc_policy import BetweenFrames, owed_generation
+
+    assert owed_generation((700, 0, 0), (700, 10, 10)) is None  # not past the young threshold yet
+    assert owed_generation((701, 0, 0), (700, 10, 10)) == 0
+    assert owed_generation((701, 11, 0), (700, 10, 10)) == 1
+    assert owed_generation((701, 11, 11), (700, 10, 10)) == 2  # the oldest one past its threshold
+    assert owed_generation((701, 3, 11), (700, 10, 10)) == 2
+    assert owed_generation((10**6, 50, 50), (0, 10, 10)) is None  # gc.set_threshold(0): the user turned it off
 
     assert gc.isenabled()
-    with no_collection():
-        assert not gc.isenabled()
-        with no_collection():  # nested: the outer one enables it again
-            assert not gc.isenabled()
-        assert not gc.isenabled()
-    assert gc.isenabled()
-    gc.disable()  # someone else's pause (Textual's PAUSE_GC_ON_SCROLL): not ours to end
+    c = BetweenFrames()
+    c.hold()
     try:
-        with no_collection():
-            assert not gc.isenabled()
+        assert not gc.isenabled()
+        junk = [[] for _ in range(2000)]  # tracked objects: past the young threshold
+        for a in junk:
+            a.append(a)  # cycles, which only the collector frees
+        del junk
+        assert c.due() is not None and sum(c.made) == 1
+        assert gc.get_count()[0] < 700, "the collection was made"
+    finally:
+        c.release()
+    assert gc.isenabled()
+    gc.disable()  # someone else's pause (Textual's PAUSE_GC_ON_SCROLL): not ours to end, nor to collect in
+    try:
+        other = BetweenFrames()
+        other.hold()
+        [[] for _ in range(2000)]
+        assert other.due() is None and not gc.isenabled()
+        other.release()
         assert not gc.isenabled()
     finally:
         gc.enable()
-    with pytest.raises(RuntimeError):
-        with no_collection():
-            raise RuntimeError("a paint that fails")
-    assert gc.isenabled()
 
 
 @pytest.mark.timeout(60)
 @aio
 async def test_the_run_screen_paints_with_the_collector_held_off(monkeypatch):
-    """The young and full collections a paint's own allocations set off ran inside the frame (10-30 ms of a key's
-    repaint): every row the run screen draws is drawn with the collector off, and it is on again between frames."""
+    """The young and middle collections a paint's own allocations set off ran inside the frame (10-40 ms of a key's
+    repaint): while the dashboard runs every row is drawn with automatic collections off, the collections owed are
+    made by the app's own timer between frames, and automatic collection is on again once the app has gone."""
     import gc
 
     from ddptui.tui.widgets import pane_body
@@ -257,7 +271,9 @@ async def test_the_run_screen_paints_with_the_collector_held_off(monkeypatch):
     async with app.run_test(size=(120, 40)) as pilot:
         # Only rows, not app.drawn: with lines streaming in, a loaded machine may always have a repaint pending.
         await until(pilot, lambda: len(during) > 20, 20, "panes to be painted")
+        await until(pilot, lambda: app.collector.made[0] > 0, 20, "a young collection made between frames")
         assert not any(during), "a row was drawn with the collector on"
-        assert gc.isenabled()  # between frames
+        assert not gc.isenabled() and app.animation_level == "none"
         src.request_stop()
     app.shutdown(5)
+    assert gc.isenabled(), "the collector is Python's own again once the dashboard has gone"

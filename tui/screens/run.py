@@ -17,7 +17,7 @@ from textual.widgets import Input, Static, TabbedContent, TabPane
 from ...runners.evidence.words import clock_words
 from .. import compact as compact_rules
 from ..fit import chart_rows, fit
-from ..gc_policy import freeze_long_lived, no_collection
+from ..gc_policy import freeze_long_lived
 from ..marks import marked
 from ..model import Changes, RunModel
 from ..rate import fmt_rate, fmt_samples_rate, load_text, overloaded
@@ -146,10 +146,6 @@ class RunScreen(Screen):
         if w is None:
             w = self._singles[kind] = self.query_one(kind)
         return w  # type: ignore[return-value]  # _singles holds each widget under its own type
-
-    def _on_timer_update(self) -> None:
-        with no_collection():  # Textual's paint of this screen: the collection it sets off waits for the frame
-            super()._on_timer_update()
 
     def compose(self) -> ComposeResult:
         yield Static(head_text(self.model, self.source_kind), id="run-head")
