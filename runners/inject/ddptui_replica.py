@@ -4,8 +4,8 @@ Called by the injected optimizer step post-hook (sitecustomize) after it counted
 the program: each rank reports its own digests and the engine compares them (runners/evidence/replica.py).
 
 Exact: any differing bit changes the digest. A CPU tensor's raw bytes go through blake2b (64-bit digest, no copy).
-A tensor on a device (CUDA and the like) is digested where it is, as integers: its bytes viewed as integers of its element
-size, sign-extended to int64, then two wrapping int64 sums, one plain and one weighted by odd position-dependent
+A tensor on a device (CUDA and the like) is digested where it is, as integers: its bytes viewed as integers of its
+element size, sign-extended to int64, then two wrapping int64 sums, one plain and one weighted by odd position-dependent
 weights; only those 16 bytes per parameter come back to the host, in one transfer for the whole model. A single
 differing element always changes the weighted sum (an odd weight is invertible modulo 2**64); swapped or
 compensating values (equal float sums) change it too unless the weights happen to cancel them, about 2**-32 odds.
@@ -27,8 +27,8 @@ _K1 = 0x9E3779B97F4A7C15 - (1 << 64)  # odd 64-bit constants (golden ratio, xxha
 _K2 = 0xC2B2AE3D27D4EB4F - (1 << 64)
 _INT_OF_SIZE: dict[int, Any] = {}
 _positions: dict[Any, Any] = {}  # device -> arange(CHUNK) * _K1 (int64) on it
-# optimizer -> (its parameter count, [(name, tensor), ...])
 _due: dict[int | None, int] = {}  # rank -> the step of a check not taken yet (XLA: its weights were a pending graph)
+# optimizer -> (its parameter count, [(name, tensor), ...])
 _named: weakref.WeakKeyDictionary[Any, tuple[int, list]] = weakref.WeakKeyDictionary()
 
 
@@ -117,16 +117,13 @@ def _plain(name: str) -> str:
     return name[len("module."):] if name.startswith("module.") else name
 
 
-def after_step(optimizer: Any, interval: int) -> None:
-    """The post-hook's part: on every `interval`-th optimizer step of this rank, report its digests with the step."""
-    r = ddptui_report.rank()
-    n = ddptui_report.hook_count(r)
-    if not n or n % interval:
-        return
+def after_step(optimizer: Any, n: int) -> None:
+    """The post-hook's part on the rank's optimizer step n that is due for a check: report its digests with the step
+    (the hook tests n against the interval itself: nothing else runs on the other steps)."""
     import torch
 
-    if not _report(optimizer, n, torch):
-        _due[r] = n  # XLA: the update is a pending graph until the program's step marker; read before the next update
+    if not _report(optimizer, n, torch):  # XLA: the update is a pending graph until the program's step marker
+        _due[ddptui_report.rank()] = n  # read before the next update
 
 
 def before_step(optimizer: Any, args: Any, kwargs: Any) -> None:

@@ -330,8 +330,9 @@ def _add_loss(n: int, value: Any) -> None:
     _progress_added(r, n)
 
 
-def count_step() -> None:
-    """One optimizer step of the calling rank (the injected step hook): counted now, written within FLUSH_EVERY."""
+def count_step() -> int:
+    """One optimizer step of the calling rank (the injected step hook): counted now, written within FLUSH_EVERY;
+    returns the rank's count so far."""
     r = rank()
     seen = _forward_samples.pop(r, 0)
     if seen:  # a second optimizer in the same step saw no forward of its own: the first one's count stands
@@ -341,11 +342,7 @@ def count_step() -> None:
     if mine is None or n > mine + 1:
         _steps[r] = n
         _progress_added(r, n)
-
-
-def hook_count(r: int | None) -> int:
-    """The optimizer steps of rank r counted by the injected hook so far."""
-    return _hook_counts.get(r, 0)
+    return n
 
 
 def verdict(ok: bool, text: str) -> None:

@@ -110,15 +110,15 @@ def _patch_optimizer(mod) -> None:
 
     def _on_step(optimizer, args, kwargs) -> None:
         try:
-            count()
-            if every:
-                check(optimizer, every)
+            n = count()
+            if every and n % every == 0:
+                check(optimizer, n)
         except Exception:
             pass
 
     handle = mod.register_optimizer_step_post_hook(_on_step)
     _undo.append(handle.remove)
-    if every:  # a check the post-hook could not read (XLA) is taken before the next update
+    if every and "DDPTUI_XLA" in _given:  # a check the post-hook could not read is taken before the next update
         _undo.append(mod.register_optimizer_step_pre_hook(ddptui_replica.before_step).remove)
     _undo.append(ddptui_report.watch_first_step(mod).remove)  # digests before the first update
 
