@@ -1,7 +1,7 @@
 """`make bench`: ddptui's overhead, ingest throughput, stall latency, memory, start-up and UI latency,
 measured side by side with what users would run instead (bare torchrun, torchrun --tee, a plain pipe).
 
-  .venv/bin/python bench/run.py [--quick] [--repeats N] [--only overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach,many,viewer,restarts]
+  .venv/bin/python bench/run.py [--quick] [--repeats N] [--only overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach,many,viewer,restarts,replica]
 
 Writes bench/results.md (docs/performance.md is made from it) and bench/results.json; with --only, the
 sections not run keep their figures from the results.json already there (each section says when it was measured).
@@ -28,6 +28,7 @@ from pathlib import Path
 import fr_overhead  # bench/ is this script's folder, first on sys.path
 import attach_cost  # noqa: E402
 import multinode
+import replica_cost
 import restart_pace
 import ui_many
 import ui_viewer
@@ -803,6 +804,8 @@ def write_report(res: dict, cfg) -> str:
         L += ui_viewer.report(res["viewer"], fmt3)
     if "restarts" in res:
         L += restart_pace.report(res["restarts"], fmt3)
+    if "replica" in res:
+        L += replica_cost.report(res["replica"], fmt3)
     return "\n".join(L) + "\n"
 
 
@@ -838,7 +841,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="1 repeat, smaller sizes (smoke run)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--only", default="overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach,many,"
-                                      "viewer,restarts")
+                                      "viewer,restarts,replica")
     ap.add_argument("--out", default=str(BENCH / "results.md"))
     ap.add_argument("--report-only", action="store_true", help="re-render results.md from the JSON next to it")
     cfg = ap.parse_args()
@@ -857,6 +860,7 @@ def main() -> int:
     cfg.fr_steps = 300 if q else 1500  # ~7 ms a step here: ~10 s of steps a run, ~5 looks of the live view
     cfg.fr_repeats = 1 if q else max(cfg.repeats, 5)
     cfg.fr_loop_n, cfg.fr_loop_pairs = (500, 1) if q else (3000, 7)
+    cfg.replica_steps, cfg.replica_pairs = (1000, 1) if q else (4000, 5)  # ~3 ms a step: ~12 s of steps a run
     cfg.attach_pairs, cfg.attach_window, cfg.attach_stack_every = (1, 8.0, 5.0) if q else (5, 20.0, 5.0)
     only = set(cfg.only.split(","))
     if cfg.report_only:
@@ -886,7 +890,8 @@ def main() -> int:
              ("attach", lambda c, w, r: attach_cost.bench(c, w, r, log, mmm)),
              ("many", lambda c, w, r: ui_many.bench(c, w, r, log, mmm)),
              ("viewer", lambda c, w, r: ui_viewer.bench(c, w, r, log, mmm)),
-             ("restarts", lambda c, w, r: restart_pace.bench(c, w, r, log, mmm))]
+             ("restarts", lambda c, w, r: restart_pace.bench(c, w, r, log, mmm)),
+             ("replica", lambda c, w, r: replica_cost.bench(c, w, r, log, mmm))]
     try:
         for name, fn in steps:
             if name in only:

@@ -300,6 +300,22 @@ class ReplicaVerdict(Event):
 
 
 @dataclass(frozen=True)
+class ReplicaDiverged(Event):
+    """The live replica check (`replica_check_every`) found the ranks' weights differ while the run goes on: the
+    first such check, with the last one where they agreed. The run's ReplicaVerdict at the end stays the last word."""
+
+    kind: ClassVar[str] = "replica_diverged"
+    text: str  # "replicas diverged between step 30 and step 40: first differing parameter `net.2.weight`, ..."
+    step: int  # the check that found them differing (optimizer steps counted by the injected hook)
+    since: int | None  # the last check where every rank agreed; None: none before this one
+    param: str  # the first differing parameter, in the model's order
+    ranks: tuple[int, ...]  # the ranks that differ
+    agree: tuple[int, ...]  # the ranks they differ from
+    stop: bool  # on_divergence: stop: ddptui tears the run down
+    wall: float
+
+
+@dataclass(frozen=True)
 class JobState(Event):
     """A batch job's state as its scheduler reports it (Slurm: squeue/scontrol), emitted when it changes."""
 
@@ -379,12 +395,12 @@ EVENT_TYPES: dict[str, type[Event]] = {
     for cls in (
         RunStarted, ProcessStarted, RankHello, RankRenumbered, DebugServer, RankPhase, LogLines, Progress, RankState,
         ProcessExited, Resources, HintRaised, StallDetected, StallCleared, StacksCollected, HangVerdict, CrashVerdict,
-        ReplicaVerdict, JobState, NodeLost, CollectiveProgress, AttemptStarted, AttemptEnded, RunFinished,
+        ReplicaVerdict, ReplicaDiverged, JobState, NodeLost, CollectiveProgress, AttemptStarted, AttemptEnded, RunFinished,
     )
 }
 
 _TUPLE_FIELDS = {"ranks", "lines", "stalled", "progressing", "culprits", "waiting", "victims", "excerpt", "params",
-                 "losses", "together", "stopped", "never_started",
+                 "losses", "together", "stopped", "never_started", "agree",
                  "nodes", "laggards"}
 _INT_KEY_FIELDS = {"cpu", "rss", "method", "threads", "where", "table", "workers", "outcomes", "by_rank", "fr"}
 

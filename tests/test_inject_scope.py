@@ -101,7 +101,8 @@ def test_a_wrapped_command_gets_only_namespaced_variables(monkeypatch, cmd):
     assert p.rank_env() == {"MINE": "1"}  # the built-in workloads' knobs are for the built-in workloads
     added = set(runner_for(p.runner).base_env(p, 1)) - {"MINE"}  # what its runner adds
     launcher = {"OMP_NUM_THREADS"} if p.runner == "env" else set()  # ddptui is the env:// launcher: as torchrun
-    assert added == {"PYTHONPATH", "PYTHONUNBUFFERED", *launcher} | {"DDPTUI", "DDPTUI_PID", "DDPTUI_USER_ENV"}
+    assert added == {"PYTHONPATH", "PYTHONUNBUFFERED", *launcher} | {"DDPTUI", "DDPTUI_PID", "DDPTUI_USER_ENV",
+                                                                   "DDPTUI_REPLICA_EVERY"}
 
 
 def test_builtin_workloads_keep_their_knobs():

@@ -196,6 +196,8 @@ def test_error_attributes(tmp_path):
     ("master_port: 65536\n", "3:14",
      "field 'master_port': expected an integer in 1..65535 or 'auto', got 65536"),
     ("replica_check: maybe\n", "3:16", "field 'replica_check': expected true or false, got 'maybe'"),
+    ("replica_check_every: -10\n", "3:22", "field 'replica_check_every': expected an integer >= 0, got -10"),
+    ("on_divergence: halt\n", "3:16", "field 'on_divergence': expected one of warn, stop, got 'halt'"),
     ("name: a/b\n", "3:7", "field 'name': expected a non-empty name without '/', got 'a/b'"),
     ("env: [A]\n", "3:6", "field 'env': expected a mapping of NAME: value, got a list"),
     ("env:\n  A: ~\n", "4:6", "field 'env.A': expected a string (or number/boolean), got null"),

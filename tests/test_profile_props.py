@@ -42,6 +42,7 @@ def valid_profiles(draw):
         "on_stall": st.sampled_from(pmodel.ON_STALL),
         "master_addr": st.sampled_from(["127.0.0.1", "localhost", "127.0.0.2", "0.0.0.0"]),  # this machine's
         "master_port": st.just("auto") | st.integers(1, 65535), "replica_check": st.booleans(),
+        "replica_check_every": st.integers(0, 10**6), "on_divergence": st.sampled_from(pmodel.ON_DIVERGENCE),
         "flight_recorder": st.booleans(),
         "max_restarts": st.just(0),  # more is refused with a wrapped command (it gives --max-restarts itself)
         "mirage": st.fixed_dictionaries({}, optional={
@@ -101,6 +102,7 @@ def expected(d: dict, source: Path) -> dict:
         "on_stall": d.get("on_stall", "stop"),
         "timeout": float(d.get("timeout", 0)), "master_addr": d.get("master_addr", "127.0.0.1"),
         "master_port": d.get("master_port", "auto"), "replica_check": d.get("replica_check", True),
+        "replica_check_every": d.get("replica_check_every", 100), "on_divergence": d.get("on_divergence", "warn"),
         "flight_recorder": d.get("flight_recorder", True), "max_restarts": d.get("max_restarts", 0),
         "fault": fault, "source": str(source), "world_size": nproc * nnodes,
         "max_world_size": d.get("max_world_size"),

@@ -22,7 +22,7 @@ ddptui profiles                            list the profiles found (shipped and 
 
 EPILOG = """\
 exit codes: 0 ok, 1 run failed (a rank failed, timeout, stopped), 2 bad profile or usage,
-3 stalled (on_stall: stop), 4 replicas differ.
+3 stalled (on_stall: stop), 4 replicas differ (at the end, or diverged live with on_divergence: stop).
 replay: 0 the record was read whole, 1 it is incomplete or partly malformed (one line on stderr says what;
 what is there is replayed), 2 RUN_DIR is not a run record.
 Each run leaves a record in RUNS_DIR/<time>-<profile>/ (summary.json, rank<N>.log, events.jsonl, stacks/).

@@ -96,6 +96,9 @@ class Console:
                 parts.append(self._note(e.wall, f"attempt {e.attempt} began: {e.why}", "attempt"))
             elif isinstance(e, ev.AttemptEnded):
                 parts.append(self._note(e.wall, ended_line(e.attempt, e.status, e.verdict, e.stacks), "attempt"))
+            elif isinstance(e, ev.ReplicaDiverged):
+                parts.append(self._note(e.wall, e.text + ("; on_divergence=stop: the run is stopped" if e.stop else ""),
+                                        "replicas"))
             elif isinstance(e, ev.JobState):
                 parts.append(self._note(e.wall, job_line(e)))
             elif isinstance(e, ev.NodeLost):
@@ -156,6 +159,9 @@ class Console:
         pace = self.tally.line(s.get("ranks"))
         if pace:
             rows.append(pace)
+        div = s.get("divergence")
+        if isinstance(div, dict) and div.get("text"):  # the live check's word, then the end's
+            rows.append(str(div["text"]))
         rep = s.get("replica")
         if rep:  # a text that already says "replicas differ: ..." is not prefixed again
             rows.append(rep["text"] if str(rep["text"]).startswith("replicas ") else f"replicas: {rep['text']}")

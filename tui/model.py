@@ -120,6 +120,7 @@ class RunModel:
         self.stacks: ev.StacksCollected | None = None
         self.crash: ev.CrashVerdict | None = None
         self.replica: ev.ReplicaVerdict | None = None
+        self.diverged: ev.ReplicaDiverged | None = None  # the live replica check's first divergence
         self.finished: ev.RunFinished | None = None
         self.job: ev.JobState | None = None  # the batch job's latest state (Slurm), None when the run is no job
         self.lost: list[ev.NodeLost] = []  # nodes that stopped taking part, in the order they were lost
@@ -430,6 +431,9 @@ class RunModel:
             self.changes.run = True
         elif isinstance(e, ev.ReplicaVerdict):
             self.replica = e
+            self.changes.run = True
+        elif isinstance(e, ev.ReplicaDiverged):
+            self.diverged = e
             self.changes.run = True
         elif isinstance(e, ev.JobState):
             self.job = e

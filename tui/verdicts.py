@@ -9,7 +9,7 @@ from .marks import FAILED, WARN
 from .model import RunModel
 
 TITLES = {"node lost": "node lost", "crash": "crash", "stall": "stall", "stall over": "stall (over: the ranks moved on)",
-          "slow": "slow-down"}
+          "slow": "slow-down", "diverged": "replicas diverged"}
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Said:
 
     @property
     def mark(self) -> str:
-        return FAILED if self.kind in ("node lost", "crash") else WARN
+        return FAILED if self.kind in ("node lost", "crash", "diverged") else WARN
 
     @property
     def title(self) -> str:
@@ -39,8 +39,8 @@ def slow_text(model: RunModel) -> str:
 
 
 def said(model: RunModel) -> list[Said]:
-    """The run's verdicts so far, the cause first: nodes lost, the crash, the stall (now, or one that ended), the
-    slow-down. The replica verdict and a preflight refusal have their own lines."""
+    """The run's verdicts so far, the cause first: nodes lost, the crash, the stall (now, or one that ended), replicas
+    that diverged while it ran, the slow-down. The replica verdict and a preflight refusal have their own lines."""
     out = [Said("node lost", f"{n.node} ({ranks_text(n.ranks, empty='no ranks')}): {n.why}") for n in model.lost]
     if model.crash is not None:
         out.append(Said("crash", f"{model.crash.exit}: {model.crash.text}"))
@@ -53,6 +53,8 @@ def said(model: RunModel) -> list[Said]:
             out.append(Said("stall", f"{ranks_text(s.stalled, empty='no ranks')}: {s.reason or f'made no progress for {s.threshold:g}s'}"))
     elif model.hang is not None:
         out.append(Said("stall over", model.hang.text, model.hang.fix))
+    if model.diverged is not None:  # the live check's; the end's replica verdict has its own line
+        out.append(Said("diverged", model.diverged.text))
     slow = slow_text(model)
     if slow:
         out.append(Said("slow", slow, model.slow.fix if model.slow is not None else ""))

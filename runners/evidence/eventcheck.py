@@ -14,6 +14,7 @@ _NUM = (int, float)
 # What the front ends read from RunFinished.summary (a dict[str, Any] to the dataclass): key -> accepted types.
 _SUMMARY = {"profile": (str, type(None)), "runner": (str, type(None)), "status": (str,), "run_dir": (str, type(None)),
             "world_size": (int, type(None)), "unseen": (list, type(None)), "duration_s": _NUM, "ranks": (dict,), "replica": (dict, type(None)),
+            "divergence": (dict, type(None)), "replica_checks": (dict, type(None)),
             "hang": (dict, type(None)), "slow": (dict, type(None)), "crash": (dict, type(None)),
             "own_exit": (dict, type(None)), "hints": (list, type(None))}
 _SUMMARY_RANK = {"status": (str, type(None)), "outcome": (str, type(None)), "returncode": (int, type(None)),
@@ -72,7 +73,7 @@ def _summary_problem(s: dict) -> str | None:
     for key, types_ in _SUMMARY.items():
         if key in s and not isinstance(s[key], types_):
             return f"summary.{key}: expected {' | '.join(t.__name__ for t in types_)}, got {type(s[key]).__name__}"
-    for part in ("replica", "hang", "slow", "crash", "own_exit"):
+    for part in ("replica", "divergence", "hang", "slow", "crash", "own_exit"):
         if isinstance(s.get(part), dict) and not isinstance(s[part].get("text"), str):
             return f"summary.{part}.text: expected str"
     outcomes = (s.get("crash") or {}).get("outcomes") if isinstance(s.get("crash"), dict) else None

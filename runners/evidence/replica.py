@@ -129,3 +129,68 @@ def compare(digests: dict[int, list], world_size: int, first: dict[int, list] | 
                              f"parameters){away}", None, tuple(unseen), tuple(names), table)
     return ReplicaResult("identical", f"all {len(table)} ranks hold byte-identical weights "
                          f"({len(names)} parameters)", None, (), tuple(names), table)
+
+
+# ---- the live check: the ranks' digests every N optimizer steps, compared as each step's set completes ------------
+
+KEEP_PENDING = 64  # steps whose sets are not complete yet, kept at most (the oldest go first)
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first check whose complete set of digests differs: at `step`, after the agreeing check at `since`."""
+
+    step: int
+    since: int | None  # the last check before it where every rank agreed; None: this was the first check compared
+    param: str  # the first differing parameter, in the model's order
+    ranks: tuple[int, ...]  # the ranks that differ from the others
+    agree: tuple[int, ...]  # the ranks they differ from
+    text: str
+
+
+class LiveCheck:
+    """The ranks' `replica_digest` reports ([[name, digest], ...] at an optimizer step), compared only once every
+    expected rank reported that step: a rank that is late, finished or died leaves its steps uncompared, never
+    "diverged"; a rank whose steps go back (restarted) has its older reports dropped. Says the first divergence once;
+    later checks are not compared."""
+
+    def __init__(self, keep: int = KEEP_PENDING) -> None:
+        self.keep = keep
+        self.pending: dict[int, dict[int, list]] = {}  # step -> rank -> its digests
+        self.agreed: int | None = None  # the newest step every rank agreed at
+        self.compared = 0  # complete sets compared
+        self.last: dict[int, int] = {}  # rank -> the step of its newest report
+        self.diverged: Divergence | None = None
+
+    def add(self, rank: int, step: int, params: list, expected: frozenset[int] | set[int]) -> Divergence | None:
+        """One rank's digests at `step`; the divergence when they complete a set that differs, else None."""
+        if self.diverged is not None or not expected or rank not in expected:
+            return None
+        if step <= self.last.get(rank, -1):  # the rank began again (a restart of its launcher): its old reports go
+            for by_rank in self.pending.values():
+                by_rank.pop(rank, None)
+            if self.agreed is not None and self.agreed >= step:
+                self.agreed = None
+        self.last[rank] = step
+        got = self.pending.setdefault(step, {})
+        got[rank] = params
+        if not set(expected) <= set(got):
+            while len(self.pending) > self.keep:
+                del self.pending[min(self.pending)]
+            return None
+        del self.pending[step]
+        self.compared += 1
+        found = _first_difference({r: got[r] for r in expected})
+        if found is None:
+            if self.agreed is None or step > self.agreed:
+                self.agreed = step
+            return None
+        name, odd, agree, tie = found
+        since = self.agreed if self.agreed is not None and self.agreed < step else None
+        when = f"between step {since} and step {step}" if since is not None else f"by step {step} (the first check)"
+        text = (f"replicas diverged {when}: first differing parameter `{name}`, {ranks_text(odd)} "
+                f"differ{'s' if len(odd) == 1 else ''} from {ranks_text(agree)}"
+                + (" (no majority: the lowest rank is the reference)" if tie else ""))
+        self.diverged = Divergence(step, since, name, odd, tuple(agree), text)
+        self.pending.clear()
+        return self.diverged

@@ -330,8 +330,9 @@ def _add_loss(n: int, value: Any) -> None:
     _progress_added(r, n)
 
 
-def count_step() -> None:
-    """One optimizer step of the calling rank (the injected step hook): counted now, written within FLUSH_EVERY."""
+def count_step() -> int:
+    """One optimizer step of the calling rank (the injected step hook): counted now, written within FLUSH_EVERY;
+    returns the rank's count so far."""
     r = rank()
     seen = _forward_samples.pop(r, 0)
     if seen:  # a second optimizer in the same step saw no forward of its own: the first one's count stands
@@ -341,6 +342,7 @@ def count_step() -> None:
     if mine is None or n > mine + 1:
         _steps[r] = n
         _progress_added(r, n)
+    return n
 
 
 def verdict(ok: bool, text: str) -> None:
@@ -426,8 +428,9 @@ def _before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
         pass
 
 
-def first_step_digests(optimizer: Any, r: int | None = None) -> None:
-    """Report the parameters the optimizer is about to update, named by the rank's model where it is known."""
+def named_params(optimizer: Any, r: int | None = None) -> tuple[list[tuple[str, Any]], str]:
+    """([(name, tensor), ...], source) of the parameters the optimizer updates, named by the rank's model where it is
+    known (source "ddp" | "xla"), else by their place in its param_groups (source "optimizer")."""
     params = [p for g in optimizer.param_groups for p in g["params"]]
     ref, source = _models.get(rank() if r is None else r, (None, "optimizer"))
     model = ref() if ref is not None else None
@@ -440,6 +443,12 @@ def first_step_digests(optimizer: Any, r: int | None = None) -> None:
     if not named:
         named = [(f"param_groups[{gi}][{i}]", p) for gi, g in enumerate(optimizer.param_groups)
                  for i, p in enumerate(g["params"])]
+    return named, source
+
+
+def first_step_digests(optimizer: Any, r: int | None = None) -> None:
+    """Report the parameters the optimizer is about to update, named by the rank's model where it is known."""
+    named, source = named_params(optimizer, r)
     if first_step_readable is not None and not first_step_readable([p for _, p in named]):
         return  # reading them would run the program's pending graph outside its own step: leave it alone
     out = [digest_entry(name, p) for name, p in named]

@@ -8,7 +8,9 @@ from collections.abc import Mapping, MutableMapping, Sequence
 # The variables that switch the injected code on. A process that is not a launcher takes them out of its
 # environment before the user's code runs, so nothing it starts is instrumented. DDPTUI_SOCKETS: the folder of the
 # ranks' debug sockets (ddptui_fr), set when Flight Recorder is on.
-ACTIVATION = ("DDPTUI", "DDPTUI_PID", "DDPTUI_XLA", "DDPTUI_USER_ENV", "DDPTUI_SOCKETS")
+# REPLICA_EVERY: optimizer steps between the live replica checks (ddptui_replica), 0 or unset: none.
+REPLICA_EVERY = "DDPTUI_REPLICA_EVERY"
+ACTIVATION = ("DDPTUI", "DDPTUI_PID", "DDPTUI_XLA", "DDPTUI_USER_ENV", "DDPTUI_SOCKETS", REPLICA_EVERY)
 # JSON {name: the user's value or null} of every variable ddptui set only to reach the rank (PLUMBING).
 USER_ENV = "DDPTUI_USER_ENV"
 PLUMBING = ("PYTHONPATH", "PYTHONUNBUFFERED")

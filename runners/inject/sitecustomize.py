@@ -102,18 +102,24 @@ def _ddp_digest(module, r) -> None:
 
 
 def _patch_optimizer(mod) -> None:
+    import ddptui_replica
     import ddptui_report
 
     count = ddptui_report.count_step  # counts in memory: at most ten progress lines a second go out
+    check, every = ddptui_replica.after_step, ddptui_replica.every()  # the live replica check (0: off)
 
     def _on_step(optimizer, args, kwargs) -> None:
         try:
-            count()
+            n = count()
+            if every and n % every == 0:
+                check(optimizer, n)
         except Exception:
             pass
 
     handle = mod.register_optimizer_step_post_hook(_on_step)
     _undo.append(handle.remove)
+    if every and "DDPTUI_XLA" in _given:  # a check the post-hook could not read is taken before the next update
+        _undo.append(mod.register_optimizer_step_pre_hook(ddptui_replica.before_step).remove)
     _undo.append(ddptui_report.watch_first_step(mod).remove)  # digests before the first update
 
 

@@ -82,6 +82,8 @@ class Conclusion:
             status, exit_code = ("failed", EXIT_FAILED) if bad else ("ok", EXIT_OK)
         if rep is not None and rep.status == "differ" and status in ("ok", "failed"):
             status, exit_code = "replicas differ", EXIT_REPLICAS
+        elif s.diverged is not None and status == "ok" and (rep is None or rep.status not in ("identical", "differ")):
+            status, exit_code = "replicas differ", EXIT_REPLICAS  # the end had no word on them: the live check's stands
         return status, exit_code  # type: ignore[return-value]  # a TearDown's status comes with its exit code
 
     def _replica_kind(self) -> str:
@@ -169,6 +171,12 @@ class Conclusion:
                           "workload_verdict": t.verdict}
                       for r, t in s.tracks.items()},
             "replica": None if rep is None else rep.fields_json("status", "text", "param", "ranks"),
+            # the live check's first divergence (the end's "replica" stays the last word)
+            "divergence": None if s.diverged is None else s.diverged.fields_json("text", "step", "since", "param",
+                                                                                 "ranks", "agree", "stop"),
+            # the live check's interval (0: off; attached: no hooks), complete sets compared, the newest agreeing step
+            "replica_checks": {"every": 0 if s.attached else s.profile.replica_check_every,
+                               "compared": s.live_replicas.compared, "last_agreed": s.live_replicas.agreed},
             "stall": s.stall_info,
             "slow": s.slow_info,
             "hang": None if hang is None else hang.fields_json("text", "culprits", "waiting", "where", "collective",

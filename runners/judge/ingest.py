@@ -186,6 +186,8 @@ class Ingest:
                 self._pending_progress[rank] = (wall, "hook" if kind == "step" else "report")
         elif kind == "first_digest":
             self.s.first_digests.setdefault(rank, (rep.get("params") or [], str(rep.get("source") or "")))
+        elif kind == "replica_digest":
+            self._replica_digest(rank, rep, wall)
         elif kind == "digest":
             if t.digests is None or rep.get("source") == "explicit":
                 t.digests = rep.get("params") or []
@@ -207,6 +209,21 @@ class Ingest:
             t.exc = rep
             if t.first_failure_wall is None:
                 t.first_failure_wall = wall
+
+    def _replica_digest(self, rank: int, rep: dict, wall: float) -> None:
+        """A rank's digests at a live check: compared once every rank watched here reported that step."""
+        step, params = rep.get("step"), rep.get("params")
+        if not isinstance(step, int) or not isinstance(params, list):
+            return
+        s = self.s
+        found = s.live_replicas.add(rank, step, params, frozenset(s.tracks))
+        if found is None:
+            return
+        stop = s.profile.on_divergence == "stop"
+        s.diverged = ev.ReplicaDiverged(found.text, found.step, found.since, found.param, found.ranks, found.agree,
+                                        stop, wall)
+        s.emit(s.diverged)
+        s.divergence_stop = stop
 
     def _torchrun_summary(self, text: str) -> list[str]:
         """torchrun's own lines are evidence about ranks we did not start ourselves: whom it stopped and when, exit

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from .. import events as ev
-from ..evidence import xla_evidence
+from ..evidence import replica, xla_evidence
 from ..evidence.launcher_log import TorchrunLog
 from ..evidence.own_exit import OwnExit
 from .rank_track import RankTrack
@@ -88,6 +88,9 @@ class RunState:
         self.own_exit: OwnExit | None = None  # the ranks ended by an exit status of the program's own, no crash
         self.replica: ev.ReplicaVerdict | None = None
         self.first_digests: dict[int, tuple[list, str]] = {}  # rank -> (digests before its first update, source)
+        self.live_replicas = replica.LiveCheck()  # the ranks' digests every replica_check_every steps, compared
+        self.diverged: ev.ReplicaDiverged | None = None  # what the live check found, once
+        self.divergence_stop = False  # on_divergence: stop, and not yet carried out (watch.py tears down)
         self.launcher_log = TorchrunLog()  # what torchrun says about its ranks
         self.died_at: dict[int, float] = {}  # pid -> wall time the death watch saw it die
         self.rss_all_peak: int | None = None  # the most RSS the ranks on this machine held together, bytes

@@ -10,7 +10,7 @@ from ..evidence import stall as stall_rule
 from ..evidence.steptime import SLOWER, SlowDown, pace_known, slowed_down, slowed_together
 from ..evidence.words import rank_list, ranks_text, seconds_words
 from .rank_track import Behind, aligned_steps, behind_by, find_slow
-from .run_state import EXIT_FAILED, EXIT_STALLED, CollectStacks, RunState, TearDown
+from .run_state import EXIT_FAILED, EXIT_REPLICAS, EXIT_STALLED, CollectStacks, RunState, TearDown
 from .stack_verdicts import StackVerdicts
 
 CRASH_GRACE = 5.0  # seconds survivors get to fail on their own after a rank died, before we tear them down
@@ -91,6 +91,11 @@ class Watch:
         if p.timeout and mono - s.started_mono > p.timeout:
             s.say(f"ddptui: timeout of {p.timeout:g} s reached, tearing every rank down")
             s.emit(TearDown("timeout", EXIT_FAILED))
+            return
+        if s.divergence_stop:  # the live replica check found them diverged (ingest.py), on_divergence: stop
+            s.divergence_stop = False
+            s.say("ddptui: on_divergence=stop: replicas diverged, tearing every rank down")
+            s.emit(TearDown("replicas differ", EXIT_REPLICAS))
             return
         if s.ending_attempt:
             return  # ddptui ends the hung ranks of this attempt: the launcher restarts them (attempts.py)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 # PLUMBING: set only so the injected code reaches the rank; the rank puts the user's values back (USER_ENV) before
 # its program runs, so what the rank starts inherits the user's environment. The rank side's names are the only copy.
-from ..inject.ddptui_scope import PLUMBING, USER_ENV
+from ..inject.ddptui_scope import PLUMBING, REPLICA_EVERY, USER_ENV
 from . import fr_env
 from .profile.model import Profile
 
@@ -46,6 +46,7 @@ def base_env(profile: Profile, dashboard_pid: int | None = None, runner_env: Map
         env.update(fr_env.rank_env(profile, run_dir))
     env.update(profile.rank_env())
     env.update(activation(env, dashboard_pid))
+    env[REPLICA_EVERY] = str(profile.replica_check_every)  # the live replica check's interval (0: off)
     return env
 
 

@@ -34,6 +34,8 @@ def banner_text(model: RunModel) -> tuple[str, str]:
         cls, parts = "-crash", [f"CRASH {c.exit}: {c.text}"]
     elif model.stall is not None:
         cls, parts = "-stall", [_stall(model)]
+    elif model.diverged is not None and f is None:
+        cls, parts = "-crash", [f"REPLICAS DIVERGED: {model.diverged.text}"]
     elif f is not None:
         text = f"{mark(f.status) or '·'} run {f.status} (exit code {f.exit_code})"  # the marker: reads without colour
         problems = preflight_problems(model)
@@ -53,6 +55,8 @@ def banner_text(model: RunModel) -> tuple[str, str]:
     if f is not None:
         if model.stall is None and model.hang is not None:  # a stall the ranks came out of: still a verdict of the run
             parts.append("STALLED, then the ranks moved on: " + model.hang.text)
+        if model.diverged is not None:  # the live check's word: when they began to differ
+            parts.append(f"REPLICAS DIVERGED: {model.diverged.text}")
         rep = model.replica
         if rep is not None and (cls in ("-ok", "-failed") or rep.status == "differ"):
             parts.append(replica_line(rep))

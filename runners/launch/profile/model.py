@@ -13,6 +13,7 @@ from .endpoint import split_endpoint
 BACKENDS = ("gloo", "nccl", "xla", "auto")
 DEVICES = ("cpu", "cuda", "xla", "auto")
 ON_STALL = ("wait", "dump", "stop")
+ON_DIVERGENCE = ("warn", "stop")
 FAULT_KINDS = _faults.KINDS  # the rank side's table: the one place the kinds and their seconds are written
 FAULT_SECONDS = _faults.DEFAULT_SECONDS
 PJRT_DEVICES = ("CPU", "TPU", "CUDA")
@@ -24,8 +25,9 @@ SLURM_SUBMIT = ("auto", "sbatch", "step")
 
 TOP_KEYS = ("name", "description", "runner", "nproc", "nnodes", "workload", "env", "backend", "device",
             "steps", "seed", "stall_after", "startup_grace", "agent_exit_grace", "on_stall", "timeout", "master_addr",
-            "master_port", "replica_check", "fault", "mirage", "xla", "max_world_size", "rdzv_backend",
-            "rdzv_endpoint", "rdzv_id", "local_addr", "slurm", "flight_recorder", "max_restarts")
+            "master_port", "replica_check", "replica_check_every", "on_divergence", "fault", "mirage", "xla",
+            "max_world_size", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "local_addr", "slurm", "flight_recorder",
+            "max_restarts")
 WORKLOAD_KEYS = WORKLOAD_KINDS + ("args", "python", "venv")
 FAULT_KEYS = ("kind", "rank", "step", "seconds")
 MIRAGE_KEYS = ("command", "workspace", "profile", "gpus_per_node", "num_nodes", "in_process", "env", "inner",
@@ -122,6 +124,10 @@ class Profile:
     master_addr: str = "127.0.0.1"
     master_port: int | str = "auto"
     replica_check: bool = True
+    # optimizer steps between the live replica checks (runners/inject/ddptui_replica.py); 0: none. 100 costs the
+    # built-in workload well under 1 % of its step time (`make bench`, section "replica")
+    replica_check_every: int = 100
+    on_divergence: str = "warn"  # replicas found diverged while the run goes on: say so, or also tear the run down
     fault: Fault | None = None
     mirage: MirageOptions = field(default_factory=MirageOptions)
     xla: XlaOptions = field(default_factory=XlaOptions)
