@@ -116,7 +116,12 @@ def tick_labels(ticks: list[float], scale: str) -> list[str]:
     big = max(abs(t) for t in ticks)
     if big >= 1e5 or step < 1e-3:
         sig = max(1, math.floor(math.log10(big) + 1e-9) - k + 1)
-        return ["0" if t == 0 else _sci(t, sig, strip=False) for t in ticks]
+        # the same digits for all, unless that is wider than the axis: then zeros dropped (-1e9 beside -9.99999e8),
+        # or whole numbers where the step is (999995150 beside 999995200: 8 digits in scientific notation)
+        choices = [["0" if t == 0 else _sci(t, sig, strip=strip) for t in ticks] for strip in (False, True)]
+        if step >= 1:
+            choices.append([f"{t:.0f}" for t in ticks])
+        return next((c for c in choices if max(map(len, c)) <= 10), min(choices, key=lambda c: max(map(len, c))))
     d = max(0, -k)
     return [f"{t:.{d}f}" for t in ticks]
 
