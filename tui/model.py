@@ -8,7 +8,8 @@ from typing import Any
 
 from ..runners import events as ev
 from . import rate
-from .retention import LINE_BUDGET, LOSS_BUDGET, kept_per_rank
+from .history import Segmented
+from .retention import LINE_BUDGET, LOSS_BUDGET, WHOLE_BUCKETS, WHOLE_BUDGET, kept_per_rank
 
 LINES_PER_RANK = 2000
 TIMELINE_LINES = 5000
@@ -69,6 +70,17 @@ class RankView:
     # the engine's words when it named the rank slow (None: never), kept once its status moves on (exited...)
     slowed: str | None = None
     stalled: str | None = None  # the same for a stall
+    step_times: deque = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))  # (step, seconds per step)
+    # the losses and step times by attempt, the recent window (losses / step_times) and the whole run thinned
+    loss_series: Segmented = field(default=None)  # type: ignore[assignment]  # made in __post_init__
+    step_series: Segmented = field(default=None)  # type: ignore[assignment]
+    whole_cap: int = WHOLE_BUCKETS  # buckets of each whole-run history (tui/retention.py)
+
+    def __post_init__(self) -> None:
+        if self.loss_series is None:
+            self.loss_series = Segmented(self.losses, self.whole_cap)
+        if self.step_series is None:
+            self.step_series = Segmented(self.step_times, self.whole_cap)
 
     def past(self, short: bool = False) -> str:
         """What the rank went through that its status no longer says: "was slow (steps take 0.50 s, ...)", "was
@@ -139,6 +151,12 @@ class RunModel:
         self.lines_seen = 0
         # per-rank history kept: the defaults, shared out of a budget once the world is large (tui/retention.py)
         self.lines_kept, self.loss_kept = LINES_PER_RANK, LOSS_POINTS
+        self.whole_kept = WHOLE_BUCKETS
+        # the run's attempts (a launcher's restarts): the one now, how each began and ended, the step each resumed at
+        self.attempt = 0
+        self.attempts: dict[int, ev.AttemptStarted] = {}
+        self.attempts_ended: dict[int, ev.AttemptEnded] = {}
+        self.resumed_at: dict[int, int] = {}  # attempt -> the lowest first step a rank reported in it
 
     def _attempt_started(self, e: ev.AttemptStarted) -> None:
         """An attempt began: after a restart the ranks start over (their steps, pace and stall are the new attempt's;
@@ -158,7 +176,8 @@ class RunModel:
     def rank(self, r: int) -> RankView:
         rv = self.ranks.get(r)
         if rv is None:
-            rv = self.ranks[r] = RankView(r, losses=deque(maxlen=self.loss_kept), lines=deque(maxlen=self.lines_kept))
+            rv = self.ranks[r] = RankView(r, losses=deque(maxlen=self.loss_kept), lines=deque(maxlen=self.lines_kept),
+                                          step_times=deque(maxlen=self.loss_kept), whole_cap=self.whole_kept)
             self.changes.run = True
         return rv
 
@@ -303,6 +322,7 @@ class RunModel:
             self.world_size, self.steps, self.start_wall = e.world_size, e.steps, e.wall
             self.lines_kept = kept_per_rank(e.world_size, LINE_BUDGET, LINES_PER_RANK)
             self.loss_kept = kept_per_rank(e.world_size, LOSS_BUDGET, LOSS_POINTS)
+            self.whole_kept = kept_per_rank(e.world_size, WHOLE_BUDGET, WHOLE_BUCKETS, least=16)
             self.changes.run = True
             for r in range(e.world_size):
                 self.rank(r)
@@ -333,26 +353,33 @@ class RunModel:
                 self._phase(rv, e.phase, e.wall)
         elif isinstance(e, ev.Progress):
             rv = self.rank(e.rank)
+            stepped = False
             if e.step is not None and (rv.step is None or e.step >= rv.step):
+                if rv.step is None and self.attempt:  # the rank's first step in this attempt
+                    first = min(e.step, e.losses[0][0]) if e.losses else e.step
+                    self.resumed_at[self.attempt] = min(first, self.resumed_at.get(self.attempt, first))
                 if e.step != rv.step:
                     rv.step_wall = e.wall
+                    stepped = True
                 rv.step = e.step
             if e.step_time is not False:  # the engine's figure (runners/evidence/steptime.py)
                 rv.step_time = e.step_time
             else:  # an older record: its read times, by the engine's rule
                 clock = self._read_times.add(e.rank, e.wall, e.step)
                 rv.step_time = clock.step_time() if clock is not None else None
+            if stepped and rv.step_time:  # the straggler chart: each rank's step time as its steps came
+                rv.step_series.add(((rv.step, rv.step_time),), self.attempt)
             if e.samples:
                 rv.samples = e.samples
             self._phase(rv, "", None)
             if e.losses:  # every point since the rank's previous event
-                rv.losses.extend(tuple(p) for p in e.losses)
+                rv.loss_series.add([tuple(p) for p in e.losses], self.attempt)
                 rv.loss = e.loss if e.loss is not None else e.losses[-1][1]
                 self.loss_version += 1
                 self.changes.loss = True
             elif e.loss is not None:
                 rv.loss = e.loss
-                rv.losses.append((e.step if e.step is not None else len(rv.losses), e.loss))
+                rv.loss_series.add(((e.step if e.step is not None else rv.loss_series.count, e.loss),), self.attempt)
                 self.loss_version += 1
                 self.changes.loss = True
             rv.last_progress = e.wall
@@ -448,9 +475,32 @@ class RunModel:
             if e.mismatch != self.coll_mismatch:  # rows that turn mismatched or back
                 self.changes.coll.update(_ranks_of(e.mismatch) | _ranks_of(self.coll_mismatch))
                 self.coll_mismatch = e.mismatch
+        elif isinstance(e, ev.AttemptStarted):
+            self._attempt_started(e)
+        elif isinstance(e, ev.AttemptEnded):
+            self.attempts_ended[e.attempt] = e
+            self.changes.run = True
         elif isinstance(e, ev.RunFinished):
             self.finished = e
             self.changes.run = True
+            self.loss_version += 1  # the chart's default view becomes the whole run (LossChart.showing_whole)
+            self.changes.loss = True
+
+    def _attempt_started(self, e: ev.AttemptStarted) -> None:
+        """A new attempt of the run (a launcher's restart): its ranks count their steps anew, from 0 or from a
+        checkpoint, so each rank's step, step time and pace start over; the chart draws the attempt as its own
+        segment (tui/history.py)."""
+        self.attempts[e.attempt] = e
+        self.changes.run = True
+        if e.attempt == self.attempt:
+            return
+        self.attempt = e.attempt
+        self._read_times = rate.ReadTimes()
+        for rv in self.ranks.values():
+            rv.step = rv.step_wall = rv.step_time = None
+            self.changes.ranks.add(rv.rank)
+        self.loss_version += 1  # the chart marks where the attempt begins
+        self.changes.loss = True
 
     def _renumber(self, was: int, rank: int) -> None:
         """The pane the plan numbered `was` is global rank `rank` (its hello said so): what it showed moves there, and

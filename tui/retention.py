@@ -3,6 +3,10 @@ from __future__ import annotations
 
 LINE_BUDGET = 128_000  # log lines kept over all ranks (about 170 bytes each with their tuple): pane tails and zoom read these
 LOSS_BUDGET = 128_000  # loss points kept over all ranks (about 110 bytes each)
+# buckets of the whole-run histories over all ranks, per series (loss, step time): 72 bytes each, up to 4 points drawn
+# from each (tui/history.py); 256 a rank up to 128 ranks, 32 at 1,024
+WHOLE_BUDGET = 32_768
+WHOLE_BUCKETS = 256
 
 
 def kept_per_rank(ranks: int, budget: int, most: int, least: int = 100) -> int:

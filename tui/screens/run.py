@@ -70,6 +70,10 @@ def head_text(model: RunModel, source_kind: str) -> Text:
         if job.state != "RUNNING":  # pending (and why), or how it ended
             t.append(f" {job.state}" + (f" ({job.reason})" if job.reason else ""), style="bold yellow")
     t.append(f" · {model.elapsed():.1f}s")
+    if model.attempt:  # a restart: the pace and ETA below are this attempt's, from the step it resumed at
+        resumed = model.resumed_at.get(model.attempt)
+        t.append(f" · attempt {model.attempt}" + (f" from step {resumed}" if resumed is not None else ""),
+                 style="bold yellow")
     pace = model.pace()
     if pace is not None:  # the rank that finishes last sets the run's pace and its time left
         t.append(f" · {fmt_rate(pace.steps_per_s)}")
@@ -113,6 +117,8 @@ class RunScreen(Screen):
         Binding("c", "tab('crash')", "crash", show=False),
         Binding("h", "tab('hints')", "hints", show=False),
         Binding("v", "tab('verdict')", "verdict", show=False),
+        Binding("w", "chart_window", "chart: whole run/recent", show=False),
+        Binding("l", "chart_what", "chart: loss/step times", show=False),
         Binding("escape", "back", "back"),
         Binding("question_mark", "app.help", "help"),
         *[Binding(str(i), f"focus_rank({i})", f"rank {i}", show=False) for i in range(10)],
@@ -372,6 +378,18 @@ class RunScreen(Screen):
         else:
             self.query_one(TAB_FOCUS[name]).focus()
         self.show()
+
+    def action_chart_window(self) -> None:
+        """w: the chart shows the recent window or the whole run (thinned)."""
+        self._the(LossChart).toggle_window()
+        if self._the(TabbedContent).active != "ranks":
+            self.action_tab("ranks")
+
+    def action_chart_what(self) -> None:
+        """l: the chart shows the losses or each rank's step times (the straggler view)."""
+        self._the(LossChart).toggle_what()
+        if self._the(TabbedContent).active != "ranks":
+            self.action_tab("ranks")
 
     def action_toggle_timeline(self) -> None:
         tabs = self._the(TabbedContent)
