@@ -9,7 +9,7 @@ from typing import Any
 from ..runners import events as ev
 from . import rate
 from .history import Segmented
-from .retention import LINE_BUDGET, LOSS_BUDGET, WHOLE_BUCKETS, WHOLE_BUDGET, kept_per_rank
+from .retention import LINE_BUDGET, LOSS_BUDGET, STEP_BUDGET, STEP_POINTS, WHOLE_BUCKETS, WHOLE_BUDGET, kept_per_rank
 
 LINES_PER_RANK = 2000
 TIMELINE_LINES = 5000
@@ -70,7 +70,7 @@ class RankView:
     # the engine's words when it named the rank slow (None: never), kept once its status moves on (exited...)
     slowed: str | None = None
     stalled: str | None = None  # the same for a stall
-    step_times: deque = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))  # (step, seconds per step)
+    step_times: deque = field(default_factory=lambda: deque(maxlen=STEP_POINTS))  # (step, seconds per step)
     # the losses and step times by attempt, the recent window (losses / step_times) and the whole run thinned
     loss_series: Segmented = field(default=None)  # type: ignore[assignment]  # made in __post_init__
     step_series: Segmented = field(default=None)  # type: ignore[assignment]
@@ -151,7 +151,7 @@ class RunModel:
         self.lines_seen = 0
         # per-rank history kept: the defaults, shared out of a budget once the world is large (tui/retention.py)
         self.lines_kept, self.loss_kept = LINES_PER_RANK, LOSS_POINTS
-        self.whole_kept = WHOLE_BUCKETS
+        self.whole_kept, self.steps_kept = WHOLE_BUCKETS, STEP_POINTS
         # the run's attempts (a launcher's restarts): the one now, how each began and ended, the step each resumed at
         self.attempt = 0
         self.attempts: dict[int, ev.AttemptStarted] = {}
@@ -177,7 +177,7 @@ class RunModel:
         rv = self.ranks.get(r)
         if rv is None:
             rv = self.ranks[r] = RankView(r, losses=deque(maxlen=self.loss_kept), lines=deque(maxlen=self.lines_kept),
-                                          step_times=deque(maxlen=self.loss_kept), whole_cap=self.whole_kept)
+                                          step_times=deque(maxlen=self.steps_kept), whole_cap=self.whole_kept)
             self.changes.run = True
         return rv
 
@@ -323,6 +323,7 @@ class RunModel:
             self.lines_kept = kept_per_rank(e.world_size, LINE_BUDGET, LINES_PER_RANK)
             self.loss_kept = kept_per_rank(e.world_size, LOSS_BUDGET, LOSS_POINTS)
             self.whole_kept = kept_per_rank(e.world_size, WHOLE_BUDGET, WHOLE_BUCKETS, least=16)
+            self.steps_kept = kept_per_rank(e.world_size, STEP_BUDGET, STEP_POINTS, least=16)
             self.changes.run = True
             for r in range(e.world_size):
                 self.rank(r)
