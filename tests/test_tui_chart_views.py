@@ -85,6 +85,11 @@ def test_step_times_of_an_older_record_come_from_its_read_times():
         m.apply([ev.Progress(0, i, 1.0, T0 + 0.5 * i, "parsed")])
     times = [y for _, y in m.ranks[0].step_times]
     assert times and all(t == pytest.approx(0.5) for t in times)
+    # a run that reports no loss still moves the straggler view (its own version), not the loss chart
+    m.take_changes()
+    losses, steps = m.loss_version, m.step_version
+    m.apply([ev.Progress(0, 8, None, T0 + 4.0, "hook", step_time=0.5)])
+    assert m.step_version == steps + 1 and m.loss_version == losses and m.take_changes().loss
 
 
 def test_an_attempt_splits_the_series_and_restarts_the_pace():

@@ -147,6 +147,7 @@ class RunModel:
         self._read_times = rate.ReadTimes()  # step times of a record whose Progress carries none (RankView.step_time)
         self.changes = Changes()  # since take_changes(); every write below says what it touched
         self.loss_version = 0  # bumps with every new loss point: the chart redraws when it moves
+        self.step_version = 0  # the same for step times (the chart's straggler view)
         self.events_seen = 0
         self.lines_seen = 0
         # per-rank history kept: the defaults, shared out of a budget once the world is large (tui/retention.py)
@@ -370,6 +371,8 @@ class RunModel:
                 rv.step_time = clock.step_time() if clock is not None else None
             if stepped and rv.step_time:  # the straggler chart: each rank's step time as its steps came
                 rv.step_series.add(((rv.step, rv.step_time),), self.attempt)
+                self.step_version += 1
+                self.changes.loss = True
             if e.samples:
                 rv.samples = e.samples
             self._phase(rv, "", None)
@@ -485,6 +488,7 @@ class RunModel:
             self.finished = e
             self.changes.run = True
             self.loss_version += 1  # the chart's default view becomes the whole run (LossChart.showing_whole)
+            self.step_version += 1
             self.changes.loss = True
 
     def _attempt_started(self, e: ev.AttemptStarted) -> None:
@@ -501,6 +505,7 @@ class RunModel:
             rv.step = rv.step_wall = rv.step_time = None
             self.changes.ranks.add(rv.rank)
         self.loss_version += 1  # the chart marks where the attempt begins
+        self.step_version += 1
         self.changes.loss = True
 
     def _renumber(self, was: int, rank: int) -> None:

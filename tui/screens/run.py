@@ -216,8 +216,8 @@ class RunScreen(Screen):
                 pane.show(m, self.needle)
             chart = self._the(LossChart)
             if chart.display and c is not None and c.loss:  # no room for it now (fit_panes): drawn when it comes back
-                chart.points = m.loss_version
-            elif chart.display and c is None and chart.points != m.loss_version:
+                chart.points = chart.version()
+            elif chart.display and c is None and chart.points != chart.version():
                 self._chart_later()  # shown again with newer losses
         elif tab == "timeline":
             if c is None or c.lines:
@@ -324,7 +324,7 @@ class RunScreen(Screen):
         chart.display = f.chart > 0
         if f.chart:
             chart.styles.height = f.chart
-            if chart.points != self.model.loss_version:  # losses came while it was hidden
+            if chart.points != chart.version():  # losses came while it was hidden
                 self._chart_later()
         grid = self.query_one("#rank-grid", Grid)
         grid.styles.grid_rows = str(f.row) if f.row else None  # None: the rows share the grid's height
@@ -345,8 +345,8 @@ class RunScreen(Screen):
             chart = self._the(LossChart)
         except NoMatches:  # the screen went (a rerun replaced it) before the repaint
             return
-        if chart.display and chart.points != self.model.loss_version and self.app.chart_due():  # type: ignore[attr-defined]
-            chart.points = self.model.loss_version  # else chart_due() has it drawn when the chart's cap allows
+        if chart.display and chart.points != chart.version() and self.app.chart_due():  # type: ignore[attr-defined]
+            chart.points = chart.version()  # else chart_due() has it drawn when the chart's cap allows
 
     def _auto_switch(self) -> None:
         """Bring the troubleshooting view forward once, when its verdict arrives and the user is on the grid."""

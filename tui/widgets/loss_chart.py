@@ -489,7 +489,7 @@ def draw(plt, data: ChartData, width: int, height: int, mono: bool = False) -> A
 
 class LossChart(PlotextPlot):
     """Draws ``model``'s losses (or, `what` "step time", each rank's step times: the straggler view) whenever
-    ``points`` (the model's loss_version) moves: the recent window, or the whole run thinned (`w`; the default once
+    ``points`` (the model's loss_version, or step_version: `version()`) moves: the recent window, or the whole run thinned (`w`; the default once
     a run whose window lost older points has ended)."""
 
     points: reactive[int] = reactive(-1, repaint=False, init=False)
@@ -502,6 +502,10 @@ class LossChart(PlotextPlot):
         self.legend: list[Text] = []  # the legend column of the last redraw ([] when there was no room for it)
         self.whole: bool | None = None  # the user's choice of window (w); None: showing_whole() decides
         self.what = "loss"  # or "step time" (l)
+
+    def version(self) -> int:
+        """The model's count of what this view draws: the screen sets `points` to it when it moved."""
+        return self.model.loss_version if self.what == "loss" else self.model.step_version
 
     def showing_whole(self) -> bool:
         """The whole run when the user chose it, else once the run ended and the recent window lost older points."""
