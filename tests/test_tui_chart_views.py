@@ -94,7 +94,7 @@ def test_step_times_of_an_older_record_come_from_its_read_times():
 
 def test_an_attempt_splits_the_series_and_restarts_the_pace():
     m = folded(restarted_run())
-    assert m.attempt == 1 and m.resumed_at == {1: 500} and m.attempts_ended[0].status == "failed"
+    assert m.attempt == 1 and m.resumed_at == {1: 500} and m.attempts[0]["status"] == "failed"
     segs = m.ranks[0].loss_series.recent_segments()
     assert [(a, p[0][0], p[-1][0]) for a, p in segs] == [(0, 0, 729), (1, 500, 999)]
     assert [a for a, _ in m.ranks[1].step_series.whole_segments()] == [0, 1]

@@ -153,10 +153,7 @@ class RunModel:
         # per-rank history kept: the defaults, shared out of a budget once the world is large (tui/retention.py)
         self.lines_kept, self.loss_kept = LINES_PER_RANK, LOSS_POINTS
         self.whole_kept, self.steps_kept = WHOLE_BUCKETS, STEP_POINTS
-        # the run's attempts (a launcher's restarts): the one now, how each began and ended, the step each resumed at
-        self.attempt = 0
-        self.attempts: dict[int, ev.AttemptStarted] = {}
-        self.attempts_ended: dict[int, ev.AttemptEnded] = {}
+        self.attempt = 0  # the attempt now (the chart draws each as its own segment)
         self.resumed_at: dict[int, int] = {}  # attempt -> the lowest first step a rank reported in it
 
     def _attempt_started(self, e: ev.AttemptStarted) -> None:
@@ -171,6 +168,12 @@ class RunModel:
                 self.changes.ranks.add(rv.rank)
             self.stall = self.stall_hang = self.hang = self.slow = self.crash = None
             self.slow_over = False
+            self._read_times = rate.ReadTimes()  # an older record's step times start over too
+        if e.attempt != self.attempt:  # the chart draws the new attempt as its own segment (tui/history.py)
+            self.attempt = e.attempt
+            self.loss_version += 1
+            self.step_version += 1
+            self.changes.loss = True
         self.changes.run = True
 
     # -- reading ---------------------------------------------------------------------------------
@@ -479,34 +482,12 @@ class RunModel:
             if e.mismatch != self.coll_mismatch:  # rows that turn mismatched or back
                 self.changes.coll.update(_ranks_of(e.mismatch) | _ranks_of(self.coll_mismatch))
                 self.coll_mismatch = e.mismatch
-        elif isinstance(e, ev.AttemptStarted):
-            self._attempt_started(e)
-        elif isinstance(e, ev.AttemptEnded):
-            self.attempts_ended[e.attempt] = e
-            self.changes.run = True
         elif isinstance(e, ev.RunFinished):
             self.finished = e
             self.changes.run = True
             self.loss_version += 1  # the chart's default view becomes the whole run (LossChart.showing_whole)
             self.step_version += 1
             self.changes.loss = True
-
-    def _attempt_started(self, e: ev.AttemptStarted) -> None:
-        """A new attempt of the run (a launcher's restart): its ranks count their steps anew, from 0 or from a
-        checkpoint, so each rank's step, step time and pace start over; the chart draws the attempt as its own
-        segment (tui/history.py)."""
-        self.attempts[e.attempt] = e
-        self.changes.run = True
-        if e.attempt == self.attempt:
-            return
-        self.attempt = e.attempt
-        self._read_times = rate.ReadTimes()
-        for rv in self.ranks.values():
-            rv.step = rv.step_wall = rv.step_time = None
-            self.changes.ranks.add(rv.rank)
-        self.loss_version += 1  # the chart marks where the attempt begins
-        self.step_version += 1
-        self.changes.loss = True
 
     def _renumber(self, was: int, rank: int) -> None:
         """The pane the plan numbered `was` is global rank `rank` (its hello said so): what it showed moves there, and
