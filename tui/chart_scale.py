@@ -136,3 +136,35 @@ def step_label(step: int | float) -> str:
             q = s / div
             return f"{q:.3g}{suffix}"
     return str(s)
+
+
+def segment_offsets(spans: list[tuple[float, float]]) -> list[float]:
+    """Where each attempt's steps go on the x axis: attempts side by side, oldest first, so one that resumed from
+    step 0 or from a checkpoint is drawn after the one before it (x = step + its offset), never over it. spans: each
+    attempt's (first, last) step. An attempt that resumed past where the one before ended keeps its steps' place."""
+    out: list[float] = []
+    end = -math.inf
+    for first, last in spans:
+        off = max(out[-1] if out else 0.0, end + 1 - first)
+        out.append(off)
+        end = last + off
+    return out
+
+
+def segmented_ticks(spans: list[tuple[float, float]], offsets: list[float], width: int, label_w: int) -> tuple[list, list]:
+    """x ticks (positions on the axis) and their labels (the steps) for attempts laid side by side: each attempt's
+    first step (where it resumed), then its share of even ticks by its width; none closer than a label's width to
+    the one before (an attempt's first step wins over the tick before it)."""
+    x0, x1 = spans[0][0] + offsets[0], spans[-1][1] + offsets[-1]
+    gap = label_w * max(x1 - x0, 1) / max(width - 10, 1)
+    total = max(10, (width - 10) // max(8, label_w))
+    ticks: list[tuple[float, float]] = []  # (x, step)
+    for (first, last), off in zip(spans, offsets, strict=True):
+        while ticks and first + off - ticks[-1][0] < gap:
+            ticks.pop()
+        ticks.append((first + off, first))
+        share = max(2, round(total * (last - first + 1) / max(x1 - x0 + 1, 1)))
+        for t in linear_ticks(first, last, share, integer=True, extend=False):
+            if t + off - ticks[-1][0] >= gap:
+                ticks.append((t + off, t))
+    return [x for x, _ in ticks], [step_label(t) for _, t in ticks]

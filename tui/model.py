@@ -8,7 +8,8 @@ from typing import Any
 
 from ..runners import events as ev
 from . import rate
-from .retention import LINE_BUDGET, LOSS_BUDGET, kept_per_rank
+from .history import Segmented
+from .retention import LINE_BUDGET, LOSS_BUDGET, STEP_BUDGET, STEP_POINTS, WHOLE_BUCKETS, WHOLE_BUDGET, kept_per_rank
 
 LINES_PER_RANK = 2000
 TIMELINE_LINES = 5000
@@ -69,6 +70,17 @@ class RankView:
     # the engine's words when it named the rank slow (None: never), kept once its status moves on (exited...)
     slowed: str | None = None
     stalled: str | None = None  # the same for a stall
+    step_times: deque = field(default_factory=lambda: deque(maxlen=STEP_POINTS))  # (step, seconds per step)
+    # the losses and step times by attempt, the recent window (losses / step_times) and the whole run thinned
+    loss_series: Segmented = field(default=None)  # type: ignore[assignment]  # made in __post_init__
+    step_series: Segmented = field(default=None)  # type: ignore[assignment]
+    whole_cap: int = WHOLE_BUCKETS  # buckets of each whole-run history (tui/retention.py)
+
+    def __post_init__(self) -> None:
+        if self.loss_series is None:
+            self.loss_series = Segmented(self.losses, self.whole_cap)
+        if self.step_series is None:
+            self.step_series = Segmented(self.step_times, self.whole_cap)
 
     def past(self, short: bool = False) -> str:
         """What the rank went through that its status no longer says: "was slow (steps take 0.50 s, ...)", "was
@@ -136,10 +148,14 @@ class RunModel:
         self._read_times = rate.ReadTimes()  # step times of a record whose Progress carries none (RankView.step_time)
         self.changes = Changes()  # since take_changes(); every write below says what it touched
         self.loss_version = 0  # bumps with every new loss point: the chart redraws when it moves
+        self.step_version = 0  # the same for step times (the chart's straggler view)
         self.events_seen = 0
         self.lines_seen = 0
         # per-rank history kept: the defaults, shared out of a budget once the world is large (tui/retention.py)
         self.lines_kept, self.loss_kept = LINES_PER_RANK, LOSS_POINTS
+        self.whole_kept, self.steps_kept = WHOLE_BUCKETS, STEP_POINTS
+        self.attempt = 0  # the attempt now (the chart draws each as its own segment)
+        self.resumed_at: dict[int, int] = {}  # attempt -> the lowest first step a rank reported in it
 
     def _attempt_started(self, e: ev.AttemptStarted) -> None:
         """An attempt began: after a restart the ranks start over (their steps, pace and stall are the new attempt's;
@@ -153,13 +169,20 @@ class RunModel:
                 self.changes.ranks.add(rv.rank)
             self.stall = self.stall_hang = self.hang = self.slow = self.crash = None
             self.slow_over = False
+            self._read_times = rate.ReadTimes()  # an older record's step times start over too
+        if e.attempt != self.attempt:  # the chart draws the new attempt as its own segment (tui/history.py)
+            self.attempt = e.attempt
+            self.loss_version += 1
+            self.step_version += 1
+            self.changes.loss = True
         self.changes.run = True
 
     # -- reading ---------------------------------------------------------------------------------
     def rank(self, r: int) -> RankView:
         rv = self.ranks.get(r)
         if rv is None:
-            rv = self.ranks[r] = RankView(r, losses=deque(maxlen=self.loss_kept), lines=deque(maxlen=self.lines_kept))
+            rv = self.ranks[r] = RankView(r, losses=deque(maxlen=self.loss_kept), lines=deque(maxlen=self.lines_kept),
+                                          step_times=deque(maxlen=self.steps_kept), whole_cap=self.whole_kept)
             self.changes.run = True
         return rv
 
@@ -304,6 +327,8 @@ class RunModel:
             self.world_size, self.steps, self.start_wall = e.world_size, e.steps, e.wall
             self.lines_kept = kept_per_rank(e.world_size, LINE_BUDGET, LINES_PER_RANK)
             self.loss_kept = kept_per_rank(e.world_size, LOSS_BUDGET, LOSS_POINTS)
+            self.whole_kept = kept_per_rank(e.world_size, WHOLE_BUDGET, WHOLE_BUCKETS, least=16)
+            self.steps_kept = kept_per_rank(e.world_size, STEP_BUDGET, STEP_POINTS, least=16)
             self.changes.run = True
             for r in range(e.world_size):
                 self.rank(r)
@@ -334,26 +359,35 @@ class RunModel:
                 self._phase(rv, e.phase, e.wall)
         elif isinstance(e, ev.Progress):
             rv = self.rank(e.rank)
+            stepped = False
             if e.step is not None and (rv.step is None or e.step >= rv.step):
+                if rv.step is None and self.attempt:  # the rank's first step in this attempt
+                    first = min(e.step, e.losses[0][0]) if e.losses else e.step
+                    self.resumed_at[self.attempt] = min(first, self.resumed_at.get(self.attempt, first))
                 if e.step != rv.step:
                     rv.step_wall = e.wall
+                    stepped = True
                 rv.step = e.step
             if e.step_time is not False:  # the engine's figure (runners/evidence/steptime.py)
                 rv.step_time = e.step_time
             else:  # an older record: its read times, by the engine's rule
                 clock = self._read_times.add(e.rank, e.wall, e.step)
                 rv.step_time = clock.step_time() if clock is not None else None
+            if stepped and rv.step_time:  # the straggler chart: each rank's step time as its steps came
+                rv.step_series.add(((rv.step, rv.step_time),), self.attempt)
+                self.step_version += 1
+                self.changes.loss = True
             if e.samples:
                 rv.samples = e.samples
             self._phase(rv, "", None)
             if e.losses:  # every point since the rank's previous event
-                rv.losses.extend(tuple(p) for p in e.losses)
+                rv.loss_series.add([tuple(p) for p in e.losses], self.attempt)
                 rv.loss = e.loss if e.loss is not None else e.losses[-1][1]
                 self.loss_version += 1
                 self.changes.loss = True
             elif e.loss is not None:
                 rv.loss = e.loss
-                rv.losses.append((e.step if e.step is not None else len(rv.losses), e.loss))
+                rv.loss_series.add(((e.step if e.step is not None else rv.loss_series.count, e.loss),), self.attempt)
                 self.loss_version += 1
                 self.changes.loss = True
             rv.last_progress = e.wall
@@ -455,6 +489,9 @@ class RunModel:
         elif isinstance(e, ev.RunFinished):
             self.finished = e
             self.changes.run = True
+            self.loss_version += 1  # the chart's default view becomes the whole run (LossChart.showing_whole)
+            self.step_version += 1
+            self.changes.loss = True
 
     def _renumber(self, was: int, rank: int) -> None:
         """The pane the plan numbered `was` is global rank `rank` (its hello said so): what it showed moves there, and

@@ -21,6 +21,8 @@ RUN_KEYS = (
     ("b", "compact table: sort by step, step time or loss (worst first), or rank"),
     ("enter", "compact table: open the highlighted rank full screen"),
     ("z", "zoom the focused rank full screen (z / escape back)"),
+    ("w", "chart: the recent window or the whole run (thinned, spikes kept; the default once a long run ended)"),
+    ("l", "chart: the losses or each rank's step time (the slowest ranks and the median above 8 ranks)"),
     ("k o c h v", "stacks, collectives, crash, hints, verdict tabs"),
     ("y / Y", "Stacks tab: copy the stacks of the rank at the top of the view (the culprit's when scrolled to the top) / every rank's"),
     ("p", "save a screenshot (SVG) into the run record: RUN/screenshots/"),

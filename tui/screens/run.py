@@ -70,6 +70,10 @@ def head_text(model: RunModel, source_kind: str) -> Text:
         if job.state != "RUNNING":  # pending (and why), or how it ended
             t.append(f" {job.state}" + (f" ({job.reason})" if job.reason else ""), style="bold yellow")
     t.append(f" · {model.elapsed():.1f}s")
+    if model.attempt:  # a restart: the pace and ETA below are this attempt's, from the step it resumed at
+        resumed = model.resumed_at.get(model.attempt)
+        t.append(f" · attempt {model.attempt}" + (f" from step {resumed}" if resumed is not None else ""),
+                 style="bold yellow")
     pace = model.pace()
     if pace is not None:  # the rank that finishes last sets the run's pace and its time left
         t.append(f" · {fmt_rate(pace.steps_per_s)}")
@@ -113,6 +117,8 @@ class RunScreen(Screen):
         Binding("c", "tab('crash')", "crash", show=False),
         Binding("h", "tab('hints')", "hints", show=False),
         Binding("v", "tab('verdict')", "verdict", show=False),
+        Binding("w", "chart_window", "chart: whole run/recent", show=False),
+        Binding("l", "chart_what", "chart: loss/step times", show=False),
         Binding("escape", "back", "back"),
         Binding("question_mark", "app.help", "help"),
         *[Binding(str(i), f"focus_rank({i})", f"rank {i}", show=False) for i in range(10)],
@@ -210,8 +216,8 @@ class RunScreen(Screen):
                 pane.show(m, self.needle)
             chart = self._the(LossChart)
             if chart.display and c is not None and c.loss:  # no room for it now (fit_panes): drawn when it comes back
-                chart.points = m.loss_version
-            elif chart.display and c is None and chart.points != m.loss_version:
+                chart.points = chart.version()
+            elif chart.display and c is None and chart.points != chart.version():
                 self._chart_later()  # shown again with newer losses
         elif tab == "timeline":
             if c is None or c.lines:
@@ -318,7 +324,7 @@ class RunScreen(Screen):
         chart.display = f.chart > 0
         if f.chart:
             chart.styles.height = f.chart
-            if chart.points != self.model.loss_version:  # losses came while it was hidden
+            if chart.points != chart.version():  # losses came while it was hidden
                 self._chart_later()
         grid = self.query_one("#rank-grid", Grid)
         grid.styles.grid_rows = str(f.row) if f.row else None  # None: the rows share the grid's height
@@ -339,8 +345,8 @@ class RunScreen(Screen):
             chart = self._the(LossChart)
         except NoMatches:  # the screen went (a rerun replaced it) before the repaint
             return
-        if chart.display and chart.points != self.model.loss_version and self.app.chart_due():  # type: ignore[attr-defined]
-            chart.points = self.model.loss_version  # else chart_due() has it drawn when the chart's cap allows
+        if chart.display and chart.points != chart.version() and self.app.chart_due():  # type: ignore[attr-defined]
+            chart.points = chart.version()  # else chart_due() has it drawn when the chart's cap allows
 
     def _auto_switch(self) -> None:
         """Bring the troubleshooting view forward once, when its verdict arrives and the user is on the grid."""
@@ -372,6 +378,18 @@ class RunScreen(Screen):
         else:
             self.query_one(TAB_FOCUS[name]).focus()
         self.show()
+
+    def action_chart_window(self) -> None:
+        """w: the chart shows the recent window or the whole run (thinned)."""
+        self._the(LossChart).toggle_window()
+        if self._the(TabbedContent).active != "ranks":
+            self.action_tab("ranks")
+
+    def action_chart_what(self) -> None:
+        """l: the chart shows the losses or each rank's step times (the straggler view)."""
+        self._the(LossChart).toggle_what()
+        if self._the(TabbedContent).active != "ranks":
+            self.action_tab("ranks")
 
     def action_toggle_timeline(self) -> None:
         tabs = self._the(TabbedContent)
