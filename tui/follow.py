@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..runners import events as ev
 from ..runners.edge import control
-from ..runners.edge.record import event_line, log_line
+from ..runners.edge.record import event_line, log_groups
 
 POLL = 0.25  # seconds between looks at the record: the engine flushes it once a loop turn (IDLE_POLL)
 LOCK_EVERY = 1.0  # seconds between looks at whether the engine still holds the record, while nothing comes
@@ -30,11 +30,23 @@ class _Tail:
         if size is not None and size <= self.offset:
             return []
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
+            fd = os.open(self.path, os.O_RDONLY)
         except OSError:
             return []
+        chunks, pos = [], self.offset
+        want = (size - self.offset if size is not None else 0) + 65536  # what grew, and room for more since
+        try:
+            while True:  # to the end: a short read
+                got = os.pread(fd, want, pos)
+                chunks.append(got)
+                pos += len(got)
+                if len(got) < want:
+                    break
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
+        data = b"".join(chunks)
         if not data:
             return []
         self.offset += len(data)
@@ -89,21 +101,10 @@ class RecordReader:
                 self.finished = e
             items.append((getattr(e, "wall", 0.0), len(items), e))
         for rank, tail in self.logs.items():
-            group: list[str] = []
-            key: tuple[float, str] | None = None
-            for raw in tail.lines(sizes.get(rank)):
-                got = log_line(raw)
-                if got is None:
-                    self.bad += 1
-                    continue
-                wall, stream, text = got
-                if key is not None and (wall, stream) != key:
-                    items.append((key[0], len(items), ev.LogLines(rank, key[1], key[0], 0.0, tuple(group))))
-                    group = []
-                key = (wall, stream)
-                group.append(text)
-            if group and key is not None:
-                items.append((key[0], len(items), ev.LogLines(rank, key[1], key[0], 0.0, tuple(group))))
+            groups, bad = log_groups(tail.lines(sizes.get(rank)))
+            self.bad += bad
+            for wall, stream, texts in groups:
+                items.append((wall, len(items), ev.LogLines(rank, stream, wall, 0.0, tuple(texts))))
         items.sort(key=lambda x: (x[0], x[1]))
         return [e for _, _, e in items]
 

@@ -6,7 +6,7 @@ import json
 import os
 import pickle
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import TextIO
@@ -108,16 +108,13 @@ _LOG_LINE = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(?:[+-]\d\d:\d\d)
 _RANK_LOG = re.compile(r"rank(\d+)\.log\Z")
 
 
-def read_log(path: Path, skipped: list | None = None) -> Iterator[tuple[float, str, str]]:
-    """(wall, stream, text) of every line of a rank<N>.log / launcher.log; lines not in that format are left out
-    (and appended to `skipped`). Split on \n only: a rank's line may hold a \r (progress bars)."""
-    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
-        for raw in f:
-            got = log_line(raw)
-            if got is not None:
-                yield got
-            elif skipped is not None:
-                skipped.append(raw)
+def read_log_lines(path: Path) -> list[str]:
+    """The lines of a rank<N>.log / launcher.log, without their newlines. Split on \n only: a rank's line may hold a
+    \r (progress bars)."""
+    lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines
 
 
 def log_line(raw: str) -> tuple[float, str, str] | None:
@@ -128,6 +125,34 @@ def log_line(raw: str) -> tuple[float, str, str] | None:
         if wall is not None:
             return wall, m.group(2), m.group(3)
     return None
+
+
+def log_groups(lines: Iterable[str]) -> tuple[list[tuple[float, str, list[str]]], int]:
+    """The lines of a rank<N>.log / launcher.log (without their newlines) grouped as the engine's LogLines were:
+    (wall, stream, texts) for each run of lines with one stamp and stream; and how many lines are not in that format.
+    A line that starts with the previous line's `stamp stream ` is not matched again (a follower of 1,024 ranks reads
+    ten thousand lines a second, a handful of stamps among them)."""
+    groups: list[tuple[float, str, list[str]]] = []
+    bad = 0
+    prefix, texts, cut = "", [], 0  # the current group's `stamp stream `, its texts, the stamp's length (0: none)
+    for raw in lines:
+        if cut and raw.startswith(prefix):
+            texts.append(raw[cut:])
+            continue
+        got = log_line(raw)
+        if got is None:
+            bad += 1
+            continue
+        wall, stream, text = got
+        cut = len(raw) - len(text)
+        if groups and groups[-1][0] == wall and groups[-1][1] == stream:  # the same time written as another stamp
+            texts = groups[-1][2]
+        else:
+            texts = []
+            groups.append((wall, stream, texts))
+        prefix = raw[:cut]
+        texts.append(text)
+    return groups, bad
 
 
 @functools.lru_cache(maxsize=4096)
@@ -220,22 +245,12 @@ def replay_events(run_dir: Path, problems: list[str] | None = None) -> Iterator[
     if (run_dir / "launcher.log").exists():
         logs.append((None, run_dir / "launcher.log"))
     for rank, log in logs:
-        group: list[str] = []
-        key: tuple[float, str] | None = None
-        skipped: list = []
-        for wall, stream, text in read_log(log, skipped):
-            if key is not None and (wall, stream) != key:
-                items.append((key[0], seq, LogLines(rank, key[1], key[0], 0.0, tuple(group))))
-                seq += 1
-                group = []
-            key = (wall, stream)
-            group.append(text)
-        if group:
-            assert key is not None  # set with group's first line
-            items.append((key[0], seq, LogLines(rank, key[1], key[0], 0.0, tuple(group))))
+        groups, skipped = log_groups(read_log_lines(log))
+        for wall, stream, texts in groups:
+            items.append((wall, seq, LogLines(rank, stream, wall, 0.0, tuple(texts))))
             seq += 1
         if skipped:
-            notes.append(f"{log.name}: {len(skipped)} line{'s' if len(skipped) > 1 else ''} not in the record's "
+            notes.append(f"{log.name}: {skipped} line{'s' if skipped > 1 else ''} not in the record's "
                          "format left out")
     kinds = {type(e) for _, _, e in items}
     if RunStarted not in kinds:
