@@ -52,6 +52,9 @@ def test_a_growing_record_is_read_back_batch_by_batch_as_written(tmp_path):
     rest = reader.read()
     assert [e.lines for e in rest] == [("e",), ("f",)]
     assert reader.bad == 0
+    assert reader.logs[0].fd is not None  # kept open between reads (1,024 logs: one call each a turn, not three)
+    reader.close()
+    assert reader.logs[0].fd is None and reader.events.fd is None
     rec.close()
     replayed = [e for e in replay_events(tmp_path) if isinstance(e, ev.LogLines) and e.rank == 0]
     assert [line for e in replayed for line in e.lines] == ["a", "b", "d", "e", "f"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import threading
 import time
 from collections.abc import Callable
@@ -19,20 +20,31 @@ LOCK_EVERY = 1.0  # seconds between looks at whether the engine still holds the 
 _LOG = re.compile(r"(?:rank(\d+)|launcher)\.log\Z")
 
 
-class _Tail:
-    """One file of the record read as it grows: its complete lines only."""
+def _fd_budget() -> int:
+    """How many of the record's files a follower keeps open: half of what this process may open (1,024 rank logs
+    read each turn cost three calls each when opened anew, one when kept open)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(0, (soft if soft != resource.RLIM_INFINITY else 1 << 16) // 2 - 32)
 
-    def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.partial = path, 0, b""
+
+class _Tail:
+    """One file of the record read as it grows: its complete lines only. `keep`: the file stays open between reads
+    (close() closes it)."""
+
+    def __init__(self, path: Path, keep: bool = False) -> None:
+        self.path, self.offset, self.partial, self.keep = path, 0, b"", keep
+        self.fd: int | None = None
 
     def lines(self, size: int | None = None) -> list[str]:
-        """size: the file's size as just seen (None: unknown); a file that did not grow is not opened."""
+        """size: the file's size as just seen (None: unknown); a file that did not grow is not read."""
         if size is not None and size <= self.offset:
             return []
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except OSError:
-            return []
+        fd = self.fd
+        if fd is None:
+            try:
+                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return []
         chunks, pos = [], self.offset
         want = (size - self.offset if size is not None else 0) + 65536  # what grew, and room for more since
         try:
@@ -45,7 +57,10 @@ class _Tail:
         except OSError:
             return []
         finally:
-            os.close(fd)
+            if self.keep and self.fd is None:
+                self.fd = fd
+            elif not self.keep:
+                os.close(fd)
         data = b"".join(chunks)
         if not data:
             return []
@@ -58,6 +73,11 @@ class _Tail:
         self.partial = data[cut + 1:]
         return data[:cut].decode("utf-8", errors="replace").split("\n")
 
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
 
 class RecordReader:
     """What a record holds beyond what was read before, in time order (the same order as a replay,
@@ -65,8 +85,9 @@ class RecordReader:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
-        self.events = _Tail(self.run_dir / "events.jsonl")
+        self.events = _Tail(self.run_dir / "events.jsonl", keep=True)
         self.logs: dict[int | None, _Tail] = {}
+        self._budget = _fd_budget()
         self.bad = 0  # lines that did not decode
         self.finished: ev.RunFinished | None = None
 
@@ -80,12 +101,17 @@ class RecordReader:
                     continue
                 rank = int(m.group(1)) if m.group(1) is not None else None
                 if rank not in self.logs:
-                    self.logs[rank] = _Tail(Path(entry.path))
+                    self.logs[rank] = _Tail(Path(entry.path), keep=len(self.logs) < self._budget)
                 try:
                     sizes[rank] = entry.stat().st_size
                 except OSError:
                     pass
         return sizes
+
+    def close(self) -> None:
+        """The files kept open between reads closed (reading again opens them again)."""
+        for tail in (self.events, *self.logs.values()):
+            tail.close()
 
     def read(self) -> list[ev.Event]:
         sizes = self._find_logs()
@@ -128,6 +154,12 @@ class FollowSource:
 
     def run(self) -> int:
         reader = RecordReader(self.run_dir)
+        try:
+            return self._follow(reader)
+        finally:
+            reader.close()
+
+    def _follow(self, reader: RecordReader) -> int:
         got = reader.read()
         for i in range(0, len(got), self.chunk):
             self.emit(got[i:i + self.chunk])
