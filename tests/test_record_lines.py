@@ -2,10 +2,21 @@
 reader of a growing record) and the events' type checks (runners/evidence/eventcheck.py), without a run."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ddptui.runners import events as ev
-from ddptui.runners.edge.record import RunRecord, _stamp, log_groups, log_line, replay_events
+from ddptui.runners.edge.record import (
+    BIG_LINE,
+    RunRecord,
+    _stamp,
+    event_line,
+    loads_in_steps,
+    log_groups,
+    log_line,
+    replay_events,
+)
 from ddptui.runners.evidence.eventcheck import problem
 from ddptui.tui.follow import RecordReader
 
@@ -78,3 +89,30 @@ def test_event_type_checks_take_no_bool_for_a_number_and_check_nested_values():
     assert problem(ev.Resources({0: 1.0}, {0: 5}, 1.0)) is None
     assert problem(ev.Resources({0: "x"}, {0: 5}, 1.0)) is not None
     assert problem(ev.Resources({"0": 1.0}, {0: 5}, 1.0)) is not None
+
+
+def test_a_long_line_decodes_in_steps_to_what_json_loads_gives_or_its_error():
+    pad = " " * BIG_LINE  # a line this long is decoded member by member
+    members = "[" + ", ".join(map(str, range(100))) + "]"
+    good = [f'{{"by_rank": {{"0": {{"pg": {{"ranks": {members}, "n": 1}}}}, "1": {{"pg": {{"ranks": {members}}}}}}}}}',
+            f'{{"a": {members}, "b": [1, "]", {members}], "c": {{"d": {{"e": {{"f": {members}}}}}}}, "g": NaN}}',
+            '{"a": 1, "a": 2, "b": {}, "c": []}', "{}"]
+    for text in good:
+        got = loads_in_steps(text + pad)
+        assert repr(got) == repr(json.loads(text))
+    twice = loads_in_steps(good[0] + pad)["by_rank"]
+    assert twice["0"]["pg"]["ranks"] == twice["1"]["pg"]["ranks"]
+    assert twice["0"]["pg"]["ranks"] is not twice["1"]["pg"]["ranks"]  # decoded once, each its own list
+    bad = ['{"a": 1,}', '{"a": 1} x', '{"a": {"b": {"c": [1, 2}}}', '{"a" 1}', '{"a": "\x01"}', '{"a": 1',
+           f'{{"a": {members.replace(", 5,", ",,")}}}', f'{{"a": {members[:-1]}', "[1, 2]"]
+    for text in bad:
+        try:
+            want: object = json.loads(text + pad)
+        except ValueError as e:
+            want = str(e)
+        try:
+            got = loads_in_steps(text + pad)
+        except ValueError as e:
+            got = str(e)
+        assert repr(got) == repr(want), text
+    assert isinstance(event_line('{"kind": "progress", "rank": 0' + pad), str)  # a cut line: why, not a crash

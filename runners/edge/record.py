@@ -193,20 +193,22 @@ def _read_events(path: Path, notes: list[str]) -> list[Event]:
 NOT_JSON = "not JSON"
 BIG_LINE = 1 << 18  # characters: a line this long is decoded in steps (a 1,024-rank collectives event: 1.3 MB)
 _WS = re.compile(r"[ \t\n\r]*")
+_FLAT_ARRAY = re.compile(r"\[[^\[\]{}\"]*\]")  # no nested array, object or string: its first ] ends it
 _scan = json.JSONDecoder().scan_once  # one JSON value at an index: (value, end)
 
 
 def loads_in_steps(line: str):
-    """json.loads(line), the same value or the same error; a long line's objects (two levels down) are decoded one
+    """json.loads(line), the same value or the same error; a long line's objects (three levels down) are decoded one
     member at a time, so that no single call holds the interpreter for the whole line (json.loads of a 1.3 MB line
-    is 25 ms in which a viewer's screen cannot repaint)."""
+    is 25 ms in which a viewer's screen cannot repaint), and a flat array of numbers met again in the line (a process
+    group's members, once per rank) is decoded once and copied."""
     if len(line) < BIG_LINE:
         return json.loads(line)
     try:
         i = _WS.match(line).end()
         if line[i:i + 1] != "{":
             raise ValueError(i)
-        value, i = _object_in_steps(line, i, 2)
+        value, i = _object_in_steps(line, i, 3, {})
         if _WS.match(line, i).end() != len(line):
             raise ValueError(i)
         return value
@@ -214,8 +216,9 @@ def loads_in_steps(line: str):
         return json.loads(line)  # what is wrong with it, said as json says it
 
 
-def _object_in_steps(s: str, i: int, depth: int) -> tuple[dict, int]:
-    """The JSON object at s[i] ("{"), its members that are objects decoded the same way `depth` levels down."""
+def _object_in_steps(s: str, i: int, depth: int, seen: dict[str, list]) -> tuple[dict, int]:
+    """The JSON object at s[i] ("{"), its members that are objects decoded the same way `depth` levels down; `seen`:
+    the flat arrays decoded so far in this line, by their text."""
     out: dict = {}
     i = _WS.match(s, i + 1).end()
     if s[i:i + 1] == "}":
@@ -228,8 +231,18 @@ def _object_in_steps(s: str, i: int, depth: int) -> tuple[dict, int]:
         if s[i:i + 1] != ":":
             raise ValueError(i)
         i = _WS.match(s, i + 1).end()
-        if depth and s[i:i + 1] == "{":
-            out[key], i = _object_in_steps(s, i, depth - 1)
+        c = s[i:i + 1]
+        if depth and c == "{":
+            out[key], i = _object_in_steps(s, i, depth - 1, seen)
+        elif c == "[" and (flat := _FLAT_ARRAY.match(s, i)) is not None and flat.end() - i > 64:
+            text = flat.group()
+            got = seen.get(text)
+            if got is None:
+                got, end = _scan(s, i)
+                if end != flat.end():
+                    raise ValueError(i)
+                seen[text] = got
+            out[key], i = list(got), flat.end()
         else:
             out[key], i = _scan(s, i)
         i = _WS.match(s, i).end()
