@@ -193,8 +193,14 @@ def _read_events(path: Path, notes: list[str]) -> list[Event]:
 NOT_JSON = "not JSON"
 BIG_LINE = 1 << 18  # characters: a line this long is decoded in steps (a 1,024-rank collectives event: 1.3 MB)
 _WS = re.compile(r"[ \t\n\r]*")
+
+
+def _ws(s: str, i: int) -> int:
+    """Where the JSON whitespace at s[i] ends."""
+    m = _WS.match(s, i)
+    return m.end() if m else i
 _FLAT_ARRAY = re.compile(r"\[[^\[\]{}\"]*\]")  # no nested array, object or string: its first ] ends it
-_scan = json.JSONDecoder().scan_once  # one JSON value at an index: (value, end)
+_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # one JSON value at an index: (value, end)
 
 
 def loads_in_steps(line: str):
@@ -205,11 +211,11 @@ def loads_in_steps(line: str):
     if len(line) < BIG_LINE:
         return json.loads(line)
     try:
-        i = _WS.match(line).end()
+        i = _ws(line, 0)
         if line[i:i + 1] != "{":
             raise ValueError(i)
         value, i = _object_in_steps(line, i, 3, {})
-        if _WS.match(line, i).end() != len(line):
+        if _ws(line, i) != len(line):
             raise ValueError(i)
         return value
     except (ValueError, StopIteration, IndexError):
@@ -220,17 +226,17 @@ def _object_in_steps(s: str, i: int, depth: int, seen: dict[str, list]) -> tuple
     """The JSON object at s[i] ("{"), its members that are objects decoded the same way `depth` levels down; `seen`:
     the flat arrays decoded so far in this line, by their text."""
     out: dict = {}
-    i = _WS.match(s, i + 1).end()
+    i = _ws(s, i + 1)
     if s[i:i + 1] == "}":
         return out, i + 1
     while True:
         if s[i:i + 1] != '"':
             raise ValueError(i)
         key, i = json.decoder.scanstring(s, i + 1)  # type: ignore[attr-defined]  # the C one where there is one
-        i = _WS.match(s, i).end()
+        i = _ws(s, i)
         if s[i:i + 1] != ":":
             raise ValueError(i)
-        i = _WS.match(s, i + 1).end()
+        i = _ws(s, i + 1)
         c = s[i:i + 1]
         if depth and c == "{":
             out[key], i = _object_in_steps(s, i, depth - 1, seen)
@@ -245,13 +251,13 @@ def _object_in_steps(s: str, i: int, depth: int, seen: dict[str, list]) -> tuple
             out[key], i = list(got), flat.end()
         else:
             out[key], i = _scan(s, i)
-        i = _WS.match(s, i).end()
+        i = _ws(s, i)
         c = s[i:i + 1]
         if c == "}":
             return out, i + 1
         if c != ",":
             raise ValueError(i)
-        i = _WS.match(s, i + 1).end()
+        i = _ws(s, i + 1)
 
 
 def event_line(line: str) -> Event | str:

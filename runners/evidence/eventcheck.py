@@ -39,7 +39,7 @@ def _ok(value, tp) -> bool:
     return _check(tp)(value)
 
 
-_SCALARS = {type(None): (type(None),), bool: (bool,), int: (int,), float: _NUM, str: (str,)}
+_SCALARS: dict[type, tuple[type, ...]] = {type(None): (type(None),), bool: (bool,), int: (int,), float: _NUM, str: (str,)}
 
 
 def _always(value) -> bool:
@@ -54,7 +54,7 @@ def _check(tp) -> Callable[[Any], bool]:  # noqa: C901 - one branch per kind of 
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     scalars = args if origin in (typing.Union, types.UnionType) else (tp,)
     if all(a in _SCALARS for a in scalars):  # int | None, float, str...: one isinstance (a bool is no int or float)
-        accepted = tuple({t for a in scalars for t in _SCALARS[a]})
+        accepted: tuple[type, ...] = tuple({t for a in scalars for t in _SCALARS[a]})
         if bool in scalars:
             return lambda v: isinstance(v, accepted)
         return lambda v: isinstance(v, accepted) and not isinstance(v, bool)
