@@ -39,7 +39,7 @@ class _Tail:
         """size: the file's size as just seen (None: unknown); a file that did not grow is not read."""
         if size is not None and size <= self.offset:
             return []
-        fd = self.fd
+        fd = self.fd  # kept open: read without its size, whether it grew or not (one call)
         if fd is None:
             try:
                 fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
@@ -92,7 +92,8 @@ class RecordReader:
         self.finished: ev.RunFinished | None = None
 
     def _find_logs(self) -> dict[int | None, int]:
-        """Every log's size now (one scandir: at 1,024 ranks only the files that grew are opened)."""
+        """The size now of every log not kept open (one scandir: only the files that grew are opened); a log kept
+        open is read without a look at its size (one call either way)."""
         sizes: dict[int | None, int] = {}
         with os.scandir(self.run_dir) as it:
             for entry in it:
@@ -100,8 +101,11 @@ class RecordReader:
                 if m is None:
                     continue
                 rank = int(m.group(1)) if m.group(1) is not None else None
-                if rank not in self.logs:
-                    self.logs[rank] = _Tail(Path(entry.path), keep=len(self.logs) < self._budget)
+                tail = self.logs.get(rank)
+                if tail is None:
+                    tail = self.logs[rank] = _Tail(Path(entry.path), keep=len(self.logs) < self._budget)
+                if tail.keep:
+                    continue
                 try:
                     sizes[rank] = entry.stat().st_size
                 except OSError:
