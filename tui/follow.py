@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import threading
 import time
 from collections.abc import Callable
@@ -12,29 +13,55 @@ from pathlib import Path
 
 from ..runners import events as ev
 from ..runners.edge import control
-from ..runners.edge.record import event_line, log_line
+from ..runners.edge.record import event_line, log_groups
 
 POLL = 0.25  # seconds between looks at the record: the engine flushes it once a loop turn (IDLE_POLL)
 LOCK_EVERY = 1.0  # seconds between looks at whether the engine still holds the record, while nothing comes
 _LOG = re.compile(r"(?:rank(\d+)|launcher)\.log\Z")
 
 
-class _Tail:
-    """One file of the record read as it grows: its complete lines only."""
+def _fd_budget() -> int:
+    """How many of the record's files a follower keeps open: half of what this process may open (1,024 rank logs
+    read each turn cost three calls each when opened anew, one when kept open)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(0, (soft if soft != resource.RLIM_INFINITY else 1 << 16) // 2 - 32)
 
-    def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.partial = path, 0, b""
+
+class _Tail:
+    """One file of the record read as it grows: its complete lines only. `keep`: the file stays open between reads
+    (close() closes it)."""
+
+    def __init__(self, path: Path, keep: bool = False) -> None:
+        self.path, self.offset, self.partial, self.keep = path, 0, b"", keep
+        self.fd: int | None = None
 
     def lines(self, size: int | None = None) -> list[str]:
-        """size: the file's size as just seen (None: unknown); a file that did not grow is not opened."""
+        """size: the file's size as just seen (None: unknown); a file that did not grow is not read."""
         if size is not None and size <= self.offset:
             return []
+        fd = self.fd  # kept open: read without its size, whether it grew or not (one call)
+        if fd is None:
+            try:
+                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return []
+        chunks, pos = [], self.offset
+        want = (size - self.offset if size is not None else 0) + 65536  # what grew, and room for more since
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
+            while True:  # to the end: a short read
+                got = os.pread(fd, want, pos)
+                chunks.append(got)
+                pos += len(got)
+                if len(got) < want:
+                    break
         except OSError:
             return []
+        finally:
+            if self.keep and self.fd is None:
+                self.fd = fd
+            elif not self.keep:
+                os.close(fd)
+        data = b"".join(chunks)
         if not data:
             return []
         self.offset += len(data)
@@ -46,6 +73,11 @@ class _Tail:
         self.partial = data[cut + 1:]
         return data[:cut].decode("utf-8", errors="replace").split("\n")
 
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
 
 class RecordReader:
     """What a record holds beyond what was read before, in time order (the same order as a replay,
@@ -53,13 +85,15 @@ class RecordReader:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
-        self.events = _Tail(self.run_dir / "events.jsonl")
+        self.events = _Tail(self.run_dir / "events.jsonl", keep=True)
         self.logs: dict[int | None, _Tail] = {}
+        self._budget = _fd_budget()
         self.bad = 0  # lines that did not decode
         self.finished: ev.RunFinished | None = None
 
     def _find_logs(self) -> dict[int | None, int]:
-        """Every log's size now (one scandir: at 1,024 ranks only the files that grew are opened)."""
+        """The size now of every log not kept open (one scandir: only the files that grew are opened); a log kept
+        open is read without a look at its size (one call either way)."""
         sizes: dict[int | None, int] = {}
         with os.scandir(self.run_dir) as it:
             for entry in it:
@@ -67,13 +101,21 @@ class RecordReader:
                 if m is None:
                     continue
                 rank = int(m.group(1)) if m.group(1) is not None else None
-                if rank not in self.logs:
-                    self.logs[rank] = _Tail(Path(entry.path))
+                tail = self.logs.get(rank)
+                if tail is None:
+                    tail = self.logs[rank] = _Tail(Path(entry.path), keep=len(self.logs) < self._budget)
+                if tail.keep:
+                    continue
                 try:
                     sizes[rank] = entry.stat().st_size
                 except OSError:
                     pass
         return sizes
+
+    def close(self) -> None:
+        """The files kept open between reads closed (reading again opens them again)."""
+        for tail in (self.events, *self.logs.values()):
+            tail.close()
 
     def read(self) -> list[ev.Event]:
         sizes = self._find_logs()
@@ -89,21 +131,10 @@ class RecordReader:
                 self.finished = e
             items.append((getattr(e, "wall", 0.0), len(items), e))
         for rank, tail in self.logs.items():
-            group: list[str] = []
-            key: tuple[float, str] | None = None
-            for raw in tail.lines(sizes.get(rank)):
-                got = log_line(raw)
-                if got is None:
-                    self.bad += 1
-                    continue
-                wall, stream, text = got
-                if key is not None and (wall, stream) != key:
-                    items.append((key[0], len(items), ev.LogLines(rank, key[1], key[0], 0.0, tuple(group))))
-                    group = []
-                key = (wall, stream)
-                group.append(text)
-            if group and key is not None:
-                items.append((key[0], len(items), ev.LogLines(rank, key[1], key[0], 0.0, tuple(group))))
+            groups, bad = log_groups(tail.lines(sizes.get(rank)))
+            self.bad += bad
+            for wall, stream, texts in groups:
+                items.append((wall, len(items), ev.LogLines(rank, stream, wall, 0.0, tuple(texts))))
         items.sort(key=lambda x: (x[0], x[1]))
         return [e for _, _, e in items]
 
@@ -127,6 +158,12 @@ class FollowSource:
 
     def run(self) -> int:
         reader = RecordReader(self.run_dir)
+        try:
+            return self._follow(reader)
+        finally:
+            reader.close()
+
+    def _follow(self, reader: RecordReader) -> int:
         got = reader.read()
         for i in range(0, len(got), self.chunk):
             self.emit(got[i:i + self.chunk])

@@ -6,7 +6,7 @@ import json
 import os
 import pickle
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import TextIO
@@ -108,16 +108,13 @@ _LOG_LINE = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(?:[+-]\d\d:\d\d)
 _RANK_LOG = re.compile(r"rank(\d+)\.log\Z")
 
 
-def read_log(path: Path, skipped: list | None = None) -> Iterator[tuple[float, str, str]]:
-    """(wall, stream, text) of every line of a rank<N>.log / launcher.log; lines not in that format are left out
-    (and appended to `skipped`). Split on \n only: a rank's line may hold a \r (progress bars)."""
-    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
-        for raw in f:
-            got = log_line(raw)
-            if got is not None:
-                yield got
-            elif skipped is not None:
-                skipped.append(raw)
+def read_log_lines(path: Path) -> list[str]:
+    """The lines of a rank<N>.log / launcher.log, without their newlines. Split on \n only: a rank's line may hold a
+    \r (progress bars)."""
+    lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines
 
 
 def log_line(raw: str) -> tuple[float, str, str] | None:
@@ -128,6 +125,34 @@ def log_line(raw: str) -> tuple[float, str, str] | None:
         if wall is not None:
             return wall, m.group(2), m.group(3)
     return None
+
+
+def log_groups(lines: Iterable[str]) -> tuple[list[tuple[float, str, list[str]]], int]:
+    """The lines of a rank<N>.log / launcher.log (without their newlines) grouped as the engine's LogLines were:
+    (wall, stream, texts) for each run of lines with one stamp and stream; and how many lines are not in that format.
+    A line that starts with the previous line's `stamp stream ` is not matched again (a follower of 1,024 ranks reads
+    ten thousand lines a second, a handful of stamps among them)."""
+    groups: list[tuple[float, str, list[str]]] = []
+    bad = 0
+    prefix, texts, cut = "", [], 0  # the current group's `stamp stream `, its texts, the stamp's length (0: none)
+    for raw in lines:
+        if cut and raw.startswith(prefix):
+            texts.append(raw[cut:])
+            continue
+        got = log_line(raw)
+        if got is None:
+            bad += 1
+            continue
+        wall, stream, text = got
+        cut = len(raw) - len(text)
+        if groups and groups[-1][0] == wall and groups[-1][1] == stream:  # the same time written as another stamp
+            texts = groups[-1][2]
+        else:
+            texts = []
+            groups.append((wall, stream, texts))
+        prefix = raw[:cut]
+        texts.append(text)
+    return groups, bad
 
 
 @functools.lru_cache(maxsize=4096)
@@ -166,12 +191,79 @@ def _read_events(path: Path, notes: list[str]) -> list[Event]:
 
 
 NOT_JSON = "not JSON"
+BIG_LINE = 1 << 18  # characters: a line this long is decoded in steps (a 1,024-rank collectives event: 1.3 MB)
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def _ws(s: str, i: int) -> int:
+    """Where the JSON whitespace at s[i] ends."""
+    m = _WS.match(s, i)
+    return m.end() if m else i
+_FLAT_ARRAY = re.compile(r"\[[^\[\]{}\"]*\]")  # no nested array, object or string: its first ] ends it
+_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # one JSON value at an index: (value, end)
+
+
+def loads_in_steps(line: str):
+    """json.loads(line), the same value or the same error; a long line's objects (three levels down) are decoded one
+    member at a time, so that no single call holds the interpreter for the whole line (json.loads of a 1.3 MB line
+    is 25 ms in which a viewer's screen cannot repaint), and a flat array of numbers met again in the line (a process
+    group's members, once per rank) is decoded once and copied."""
+    if len(line) < BIG_LINE:
+        return json.loads(line)
+    try:
+        i = _ws(line, 0)
+        if line[i:i + 1] != "{":
+            raise ValueError(i)
+        value, i = _object_in_steps(line, i, 3, {})
+        if _ws(line, i) != len(line):
+            raise ValueError(i)
+        return value
+    except (ValueError, StopIteration, IndexError):
+        return json.loads(line)  # what is wrong with it, said as json says it
+
+
+def _object_in_steps(s: str, i: int, depth: int, seen: dict[str, list]) -> tuple[dict, int]:
+    """The JSON object at s[i] ("{"), its members that are objects decoded the same way `depth` levels down; `seen`:
+    the flat arrays decoded so far in this line, by their text."""
+    out: dict = {}
+    i = _ws(s, i + 1)
+    if s[i:i + 1] == "}":
+        return out, i + 1
+    while True:
+        if s[i:i + 1] != '"':
+            raise ValueError(i)
+        key, i = json.decoder.scanstring(s, i + 1)  # type: ignore[attr-defined]  # the C one where there is one
+        i = _ws(s, i)
+        if s[i:i + 1] != ":":
+            raise ValueError(i)
+        i = _ws(s, i + 1)
+        c = s[i:i + 1]
+        if depth and c == "{":
+            out[key], i = _object_in_steps(s, i, depth - 1, seen)
+        elif c == "[" and (flat := _FLAT_ARRAY.match(s, i)) is not None and flat.end() - i > 64:
+            text = flat.group()
+            got = seen.get(text)
+            if got is None:
+                got, end = _scan(s, i)
+                if end != flat.end():
+                    raise ValueError(i)
+                seen[text] = got
+            out[key], i = list(got), flat.end()
+        else:
+            out[key], i = _scan(s, i)
+        i = _ws(s, i)
+        c = s[i:i + 1]
+        if c == "}":
+            return out, i + 1
+        if c != ",":
+            raise ValueError(i)
+        i = _ws(s, i + 1)
 
 
 def event_line(line: str) -> Event | str:
     """The event one line of events.jsonl holds, or why it holds none (NOT_JSON: it does not decode)."""
     try:
-        d = json.loads(line)
+        d = loads_in_steps(line)
     except RecursionError:  # the decoder's nesting is bounded by the interpreter's recursion limit
         return "JSON nested too deep"
     except ValueError:
@@ -220,22 +312,12 @@ def replay_events(run_dir: Path, problems: list[str] | None = None) -> Iterator[
     if (run_dir / "launcher.log").exists():
         logs.append((None, run_dir / "launcher.log"))
     for rank, log in logs:
-        group: list[str] = []
-        key: tuple[float, str] | None = None
-        skipped: list = []
-        for wall, stream, text in read_log(log, skipped):
-            if key is not None and (wall, stream) != key:
-                items.append((key[0], seq, LogLines(rank, key[1], key[0], 0.0, tuple(group))))
-                seq += 1
-                group = []
-            key = (wall, stream)
-            group.append(text)
-        if group:
-            assert key is not None  # set with group's first line
-            items.append((key[0], seq, LogLines(rank, key[1], key[0], 0.0, tuple(group))))
+        groups, skipped = log_groups(read_log_lines(log))
+        for wall, stream, texts in groups:
+            items.append((wall, seq, LogLines(rank, stream, wall, 0.0, tuple(texts))))
             seq += 1
         if skipped:
-            notes.append(f"{log.name}: {len(skipped)} line{'s' if len(skipped) > 1 else ''} not in the record's "
+            notes.append(f"{log.name}: {skipped} line{'s' if skipped > 1 else ''} not in the record's "
                          "format left out")
     kinds = {type(e) for _, _, e in items}
     if RunStarted not in kinds:

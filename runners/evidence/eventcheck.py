@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
@@ -34,34 +35,61 @@ def _name(tp) -> str:
     return tp.__name__
 
 
-def _ok(value, tp) -> bool:  # noqa: C901 - one branch per kind of annotation
+def _ok(value, tp) -> bool:
+    return _check(tp)(value)
+
+
+_SCALARS: dict[type, tuple[type, ...]] = {type(None): (type(None),), bool: (bool,), int: (int,), float: _NUM, str: (str,)}
+
+
+def _always(value) -> bool:
+    return True
+
+
+@functools.cache
+def _check(tp) -> Callable[[Any], bool]:  # noqa: C901 - one branch per kind of annotation
+    """The test of one annotation, built once (a live record's follower checks thousands of events a second)."""
     if tp is Any:
-        return True
+        return _always
     origin, args = typing.get_origin(tp), typing.get_args(tp)
+    scalars = args if origin in (typing.Union, types.UnionType) else (tp,)
+    if all(a in _SCALARS for a in scalars):  # int | None, float, str...: one isinstance (a bool is no int or float)
+        accepted: tuple[type, ...] = tuple({t for a in scalars for t in _SCALARS[a]})
+        if bool in scalars:
+            return lambda v: isinstance(v, accepted)
+        return lambda v: isinstance(v, accepted) and not isinstance(v, bool)
     if origin in (typing.Union, types.UnionType):
-        return any(_ok(value, a) for a in args)
-    if tp is type(None):
-        return value is None
-    if tp is bool:
-        return isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if tp is float:
-        return isinstance(value, _NUM) and not isinstance(value, bool)
-    if tp is str:
-        return isinstance(value, str)
+        parts = tuple(_check(a) for a in args)
+        return lambda v: any(p(v) for p in parts)
     if origin is tuple or tp is tuple:  # JSON nests tuples as lists
-        if not isinstance(value, (tuple, list)):
-            return False
         if len(args) == 2 and args[1] is Ellipsis:
-            return all(_ok(v, args[0]) for v in value)
-        return not args or (len(args) == len(value) and all(_ok(v, a) for v, a in zip(value, args, strict=True)))
+            each = _check(args[0])
+            return lambda v: isinstance(v, (tuple, list)) and all(each(x) for x in v)
+        if not args:
+            return lambda v: isinstance(v, (tuple, list))
+        parts = tuple(_check(a) for a in args)
+        return lambda v: (isinstance(v, (tuple, list)) and len(v) == len(parts)
+                          and all(p(x) for p, x in zip(parts, v, strict=True)))
     if origin is list or tp is list:
-        return isinstance(value, list) and (not args or all(_ok(v, args[0]) for v in value))
+        if not args:
+            return lambda v: isinstance(v, list)
+        each = _check(args[0])
+        return lambda v: isinstance(v, list) and all(each(x) for x in v)
     if origin is dict or tp is dict:
-        return isinstance(value, dict) and (not args or all(_ok(k, args[0]) and _ok(v, args[1])
-                                                            for k, v in value.items()))
-    return isinstance(value, tp) if isinstance(tp, type) else True
+        if not args:
+            return lambda v: isinstance(v, dict)
+        key, val = _check(args[0]), _check(args[1])
+        return lambda v: isinstance(v, dict) and all(key(k) and val(x) for k, x in v.items())
+    if isinstance(tp, type):
+        return lambda v: isinstance(v, tp)
+    return _always
+
+
+@functools.cache
+def _field_checks(cls: type) -> tuple[tuple[str, Any, Callable[[Any], bool]], ...]:
+    """(name, annotation, its test) of each field of an event class."""
+    hints = _hints(cls)
+    return tuple((f.name, hints[f.name], _check(hints[f.name])) for f in fields(cls))
 
 
 def _loss_points(value) -> bool:
@@ -99,11 +127,10 @@ def _summary_problem(s: dict) -> str | None:
 
 def problem(e: ev.Event) -> str | None:
     """What is wrong with a decoded event ("kind.field: expected T, got V"), or None when every field fits."""
-    hints = _hints(type(e))  # type: ignore[arg-type]  # a class is hashable (mypy reads Event's __hash__ = None)
-    for f in fields(e):
-        value = getattr(e, f.name)
-        if not _ok(value, hints[f.name]):
-            return f"{e.kind}.{f.name}: expected {_name(hints[f.name])}, got {type(value).__name__} {value!r:.40}"
+    for name, tp, ok in _field_checks(type(e)):  # type: ignore[arg-type]  # a class is hashable (mypy: Event's __hash__)
+        value = getattr(e, name)
+        if not ok(value):
+            return f"{e.kind}.{name}: expected {_name(tp)}, got {type(value).__name__} {value!r:.40}"
     if isinstance(e, ev.Progress) and not _loss_points(e.losses):
         return f"{e.kind}.losses: expected [[step, loss], ...], got {e.losses!r:.40}"
     if isinstance(e, ev.RunFinished):

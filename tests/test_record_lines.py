@@ -1,0 +1,118 @@
+"""The record's rank logs read back as the engine wrote them (runners/edge/record.py log_groups, tui/follow.py's
+reader of a growing record) and the events' type checks (runners/evidence/eventcheck.py), without a run."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ddptui.runners import events as ev
+from ddptui.runners.edge.record import (
+    BIG_LINE,
+    RunRecord,
+    _stamp,
+    event_line,
+    loads_in_steps,
+    log_groups,
+    log_line,
+    replay_events,
+)
+from ddptui.runners.evidence.eventcheck import problem
+from ddptui.tui.follow import RecordReader
+
+pytestmark = pytest.mark.any_python
+
+A = "2026-12-05T06:00:01.250+00:00"
+B = "2026-12-05T06:00:01.500+00:00"
+
+
+def test_log_groups_groups_by_stamp_and_stream_and_counts_what_is_not_a_log_line():
+    lines = [f"{A} out one", f"{A} out two\r", f"{A} err three", "garbage", f"{A} err ", f"{B} out four",
+             "2026-13-05T06:00:01.500+00:00 out month 13", f"{B} out {A} out five"]
+    groups, bad = log_groups(lines)
+    wall_a, wall_b = log_line(f"{A} out x")[0], log_line(f"{B} out x")[0]
+    assert groups == [(wall_a, "out", ["one", "two\r"]), (wall_a, "err", ["three", ""]),
+                      (wall_b, "out", ["four", f"{A} out five"])]
+    assert bad == 2
+    # one time written as two stamps (another UTC offset) is one group, as the engine's LogLines was
+    same = "2026-12-05T07:00:01.250+01:00"
+    assert log_groups([f"{A} out a", f"{same} out b"]) == ([(wall_a, "out", ["a", "b"])], 0)
+    assert log_groups([]) == ([], 0)
+    assert log_groups(["\0 out x", f"{A} out y"]) == ([(wall_a, "out", ["y"])], 1)
+
+
+def test_a_growing_record_is_read_back_batch_by_batch_as_written(tmp_path):
+    rec = RunRecord(tmp_path)
+    reader = RecordReader(tmp_path)
+    rec.event(ev.RunStarted("p", "torchrun", "cmd", 2, 10, 100.0))
+    rec.lines(0, "out", 100.5, ("a", "b"))
+    rec.lines(1, "err", 100.5, ("c",))
+    rec.lines(None, "out", 100.7, ("launcher",))
+    rec.flush()
+    got = reader.read()
+    assert [type(e).__name__ for e in got] == ["RunStarted", "LogLines", "LogLines", "LogLines"]
+    logs = {(e.rank, e.stream, e.wall, e.lines) for e in got if isinstance(e, ev.LogLines)}
+    assert logs == {(0, "out", 100.5, ("a", "b")), (1, "err", 100.5, ("c",)), (None, "out", 100.7, ("launcher",))}
+    with open(tmp_path / "rank0.log", "a") as f:  # a line the engine is still writing is not read yet
+        f.write(log_line_text(101.0, "out", "d") + log_line_text(101.0, "out", "e")[:10])
+    assert [e.lines for e in reader.read()] == [("d",)]
+    with open(tmp_path / "rank0.log", "a") as f:  # ... then its end
+        f.write(log_line_text(101.0, "out", "e")[10:])
+    rec.lines(0, "out", 101.25, ("f",))  # and the next
+    rec.flush()
+    rest = reader.read()
+    assert [e.lines for e in rest] == [("e",), ("f",)]
+    assert reader.bad == 0
+    assert reader.logs[0].fd is not None  # kept open between reads (1,024 logs: one call each a turn, not three)
+    reader.close()
+    assert reader.logs[0].fd is None and reader.events.fd is None
+    rec.close()
+    replayed = [e for e in replay_events(tmp_path) if isinstance(e, ev.LogLines) and e.rank == 0]
+    assert [line for e in replayed for line in e.lines] == ["a", "b", "d", "e", "f"]
+
+
+def log_line_text(wall: float, stream: str, text: str) -> str:
+    """One line as RunRecord writes it."""
+    return f"{_stamp(wall)} {stream} {text}\n"
+
+
+def test_event_type_checks_take_no_bool_for_a_number_and_check_nested_values():
+    ok = ev.Progress(0, 3, 1.5, 100.0, "hook", ((1, 2.0), (None, 3)), None, 0.5)
+    assert problem(ok) is None
+    assert problem(ev.Progress(0, True, 1.5, 100.0, "hook")) is not None  # a bool is no step
+    assert "progress.loss" in problem(ev.Progress(0, 3, "1.5", 100.0, "hook"))
+    assert problem(ev.Progress(0, 3, 1, 100.0, "hook")) is None  # an int is a float
+    assert problem(ev.Progress(0, 3, None, 100.0, "hook", step_time=True)) is None  # old records: False/True
+    assert "losses" in problem(ev.Progress(0, 3, None, 100.0, "hook", ((1, "x"),)))
+    assert problem(ev.LogLines(0, "out", 1.0, 0.0, ("a", "b"))) is None
+    assert "log_lines.lines" in problem(ev.LogLines(0, "out", 1.0, 0.0, ("a", 2)))
+    assert problem(ev.Resources({0: 1.0}, {0: 5}, 1.0)) is None
+    assert problem(ev.Resources({0: "x"}, {0: 5}, 1.0)) is not None
+    assert problem(ev.Resources({"0": 1.0}, {0: 5}, 1.0)) is not None
+
+
+def test_a_long_line_decodes_in_steps_to_what_json_loads_gives_or_its_error():
+    pad = " " * BIG_LINE  # a line this long is decoded member by member
+    members = "[" + ", ".join(map(str, range(100))) + "]"
+    good = [f'{{"by_rank": {{"0": {{"pg": {{"ranks": {members}, "n": 1}}}}, "1": {{"pg": {{"ranks": {members}}}}}}}}}',
+            f'{{"a": {members}, "b": [1, "]", {members}], "c": {{"d": {{"e": {{"f": {members}}}}}}}, "g": NaN}}',
+            '{"a": 1, "a": 2, "b": {}, "c": []}', "{}"]
+    for text in good:
+        got = loads_in_steps(text + pad)
+        assert repr(got) == repr(json.loads(text))
+    twice = loads_in_steps(good[0] + pad)["by_rank"]
+    assert twice["0"]["pg"]["ranks"] == twice["1"]["pg"]["ranks"]
+    assert twice["0"]["pg"]["ranks"] is not twice["1"]["pg"]["ranks"]  # decoded once, each its own list
+    bad = ['{"a": 1,}', '{"a": 1} x', '{"a": {"b": {"c": [1, 2}}}', '{"a" 1}', '{"a": "\x01"}', '{"a": 1',
+           f'{{"a": {members.replace(", 5,", ",,")}}}', f'{{"a": {members[:-1]}', "[1, 2]"]
+    for text in bad:
+        try:
+            want: object = json.loads(text + pad)
+        except ValueError as e:
+            want = str(e)
+        try:
+            got = loads_in_steps(text + pad)
+        except ValueError as e:
+            got = str(e)
+        assert repr(got) == repr(want), text
+    assert isinstance(event_line('{"kind": "progress", "rank": 0' + pad), str)  # a cut line: why, not a crash
