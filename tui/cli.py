@@ -139,7 +139,8 @@ def _main(argv: list[str]) -> int:
     if args.record:
         return _fail("--record is for the headless engine (--no-ui)")
     from .app import run_app
-    return run_app(path if path is not None else profile, args.overrides, args.runs_dir) or 0
+    # the engine a process of its own (tui/held.py), started with this very command line: D leaves it running
+    return run_app(path if path is not None else profile, args.overrides, args.runs_dir, (argv, command)) or 0
 
 
 def _dry_run(profile, runs_dir: str) -> int:
