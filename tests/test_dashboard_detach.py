@@ -15,7 +15,6 @@ import pytest
 
 from tests.support.cli import ROOT, Output
 from tests.support.terminal import TMUX, Term
-from tests.support.wait import wait_until
 
 pytestmark = [
     pytest.mark.main_suite("a real 2-rank run under the dashboard in tmux, then a viewer process"),

@@ -514,7 +514,7 @@ def run_app(profile_path, overrides: Sequence[str] = (), runs_root: Path = Path(
     _run(app)
     if app.detached_run is not None:
         pid = getattr(app.source, "engine", None)
-        print(f"ddptui: detached; the run goes on" + (f" (its engine: pid {pid.pid})" if pid is not None else "")
+        print("ddptui: detached; the run goes on" + (f" (its engine: pid {pid.pid})" if pid is not None else "")
               + f"\nrun: {app.detached_run}\ncome back: ddptui attach {app.detached_run}   (s there stops it; "
               "--no-ui for its console)", flush=True)
         return 0

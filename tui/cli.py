@@ -125,7 +125,8 @@ def _main(argv: list[str]) -> int:
         return _dry_run(profile, args.runs_dir)
     from .slurm_submit import is_batch, submit
     if profile is not None and is_batch(profile) and not args.record:
-        return submit(profile, args.runs_dir)  # the engine runs in the job; this follows it
+        # the engine runs in the job; this follows its record (or, --detach, returns at once)
+        return submit(profile, args.runs_dir, ui=not args.no_ui, detach=args.detach)
     if args.detach and args.engine_ready_fd is None:
         if profile is None:
             return _fail("--detach needs a PROFILE or a command after '--'")

@@ -19,7 +19,7 @@ LOCK_EVERY = 1.0  # seconds between looks at whether the engine still holds the 
 _LOG = re.compile(r"(?:rank(\d+)|launcher)\.log\Z")
 
 
-class _Tail:
+class Tail:
     """One file of the record read as it grows: its complete lines only."""
 
     def __init__(self, path: Path) -> None:
@@ -53,10 +53,11 @@ class RecordReader:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
-        self.events = _Tail(self.run_dir / "events.jsonl")
-        self.logs: dict[int | None, _Tail] = {}
+        self.events = Tail(self.run_dir / "events.jsonl")
+        self.logs: dict[int | None, Tail] = {}
         self.bad = 0  # lines that did not decode
-        self.finished: ev.RunFinished | None = None
+        self.finished: ev.RunFinished | None = None  # the last one read
+        self.finishes = 0  # run_finished events read (a requeued batch job's record holds one per attempt)
 
     def _find_logs(self) -> dict[int | None, int]:
         """Every log's size now (one scandir: at 1,024 ranks only the files that grew are opened)."""
@@ -68,7 +69,7 @@ class RecordReader:
                     continue
                 rank = int(m.group(1)) if m.group(1) is not None else None
                 if rank not in self.logs:
-                    self.logs[rank] = _Tail(Path(entry.path))
+                    self.logs[rank] = Tail(Path(entry.path))
                 try:
                     sizes[rank] = entry.stat().st_size
                 except OSError:
@@ -87,6 +88,7 @@ class RecordReader:
                 continue
             if isinstance(e, ev.RunFinished):
                 self.finished = e
+                self.finishes += 1
             items.append((getattr(e, "wall", 0.0), len(items), e))
         for rank, tail in self.logs.items():
             group: list[str] = []
@@ -115,8 +117,12 @@ class FollowSource:
 
     kind = "follow"
 
-    def __init__(self, run_dir: Path, chunk: int = 500, poll: float = POLL) -> None:
-        self.run_dir, self.chunk, self.poll = Path(run_dir), chunk, poll
+    def __init__(self, run_dir: Path, chunk: int = 500, poll: float = POLL, past: int = 0,
+                 alive: Callable[[], bool] | None = None) -> None:
+        """past: run_finished events already in the record that do not end the follow (earlier attempts of a requeued
+        batch job); alive: whether the engine still runs (default: it holds the record's lock)."""
+        self.run_dir, self.chunk, self.poll, self.past = Path(run_dir), chunk, poll, past
+        self.alive = alive or (lambda: control.lock_held(self.run_dir))
         self._leave = threading.Event()
         self.emit: Callable[[list], None] = lambda batch: None
         self.left = False  # the viewer left before the run ended
@@ -131,7 +137,7 @@ class FollowSource:
         for i in range(0, len(got), self.chunk):
             self.emit(got[i:i + self.chunk])
         next_lock = 0.0
-        while reader.finished is None:
+        while reader.finishes <= self.past:
             if self._leave.wait(self.poll):
                 self.left = True
                 return 0
@@ -143,25 +149,26 @@ class FollowSource:
             if mono < next_lock:
                 continue
             next_lock = mono + LOCK_EVERY
-            if not control.lock_held(self.run_dir):
+            if not self.alive():
                 got = reader.read()  # what it wrote before it let go
-                if reader.finished is None:
+                if reader.finishes <= self.past:
                     self.died = self._died_line()
                     wall = time.time()
                     got += [ev.LogLines(None, "err", wall, 0.0, (f"ddptui: {self.died}",)),
                             ev.RunFinished("incomplete", 1, "", wall, {})]
                 if got:
                     self.emit(got)
-                if reader.finished is None:
+                if reader.finishes <= self.past:
                     return 1
         self._last_words(reader)
+        assert reader.finished is not None, "read past the earlier attempts' ends"
         return reader.finished.exit_code
 
     def _last_words(self, reader: RecordReader) -> None:
         """The engine flushes the record's files one after the other: once it let go of the record (at most a
         moment after its end), what it wrote after the end was read."""
         end = time.monotonic() + 2.0
-        while control.lock_held(self.run_dir) and time.monotonic() < end and not self._leave.wait(0.05):
+        while self.alive() and time.monotonic() < end and not self._leave.wait(0.05):
             pass
         got = reader.read()
         if got:
@@ -193,4 +200,4 @@ class FollowSource:
         return "asked the engine to stop every rank…"
 
     def again(self) -> FollowSource:
-        return FollowSource(self.run_dir, self.chunk, self.poll)
+        return FollowSource(self.run_dir, self.chunk, self.poll)  # (a record's rerun starts from its beginning)
