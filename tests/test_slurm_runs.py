@@ -160,6 +160,9 @@ def test_sigint_leaves_no_job_and_no_process(slurm_clean, runs_dir):
     finally:
         stop(proc)
     assert proc.returncode == 1 and "status: stopped (exit 1)" in out, out[-3000:]  # the engine in the job stopped
+    # asked through the engine's control channel (in the record), said in the record the submitter follows
+    assert "asked the engine to stop every rank" in out and "stop requested (its submitter got SIGINT)" in out, \
+        out[-3000:]
     assert_no_job_left(slurm_clean, within=15)
     assert not tasks_with_token(), [" ".join(p.cmdline())[:100] for p in tasks_with_token()]
 
@@ -234,6 +237,19 @@ def test_a_requeued_job_is_the_next_attempt_of_the_same_record(slurm_clean, runs
     assert started == [0, 1] and ended == [(0, "failed"), (1, "ok")], (started, ended)
     assert "the data shard is not there yet" in (run / "slurm" / "rank1.err").read_text()  # attempt 0's, kept
     assert "step 10 loss" in (run / "slurm" / "attempt1" / "rank1.out").read_text()
+    assert_no_job_left(slurm_clean)
+
+
+@pytest.mark.timeout(240)
+def test_detach_of_a_batch_profile_submits_and_returns_and_another_shell_follows_the_record(slurm_clean, runs_dir):
+    start = time.monotonic()
+    code, out = ddptui(slurm_clean, runs_dir, "slurm-ddp", "--detach", "--set", "steps=30", timeout=60)
+    job, run = _job_id(out), only_run(runs_dir)
+    assert code == 0 and f"ddptui attach {run}" in out and "status:" not in out, out[-3000:]  # it did not follow
+    assert time.monotonic() - start < 30 and not (run / "summary.json").exists()
+    code, out = attach_slurm(slurm_clean, job)
+    assert code == 0 and "status: ok (exit 0)" in out and "[rank 1] step" in out, out[-3000:]  # the record's lines
+    assert json.loads((run / "summary.json").read_text())["status"] == "ok"
     assert_no_job_left(slurm_clean)
 
 
