@@ -67,3 +67,31 @@ def test_d_detaches_the_dashboard_and_the_run_goes_on_to_its_end(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["exit_code"] == 0, summary
     assert not (run / "control.sock").exists() and not psutil.pid_exists(engine.pid)
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_dashboard_stops_its_run_which_it_held(tmp_path):
+    """Without D, the run lives as long as its dashboard: SIGKILL to the dashboard (no handler runs) drops its held
+    connection, and the engine stops the run with its summary."""
+    runs = tmp_path / "runs"
+    cmd = (f"unset COLUMNS LINES; cd {shlex.quote(str(ROOT))} && HOLD={shlex.quote(str(tmp_path / 'never'))} "
+           f"{shlex.quote(sys.executable)} -m ddptui.tui.cli --runs-dir {shlex.quote(str(runs))} --set nproc=2 -- "
+           f"{shlex.quote(sys.executable)} {shlex.quote(str(LOOP))}; sleep 60")
+    term = Term(cmd)
+    try:
+        term.wait_until(lambda s: "rank 1 · pid" in s and "step 3 loss" in s, 90, "both ranks training")
+        (run,) = runs.iterdir()
+        procs = _ddptuis(runs)
+        (engine,) = [p for p in procs if "--engine-ready-fd" in p.info["cmdline"]]
+        (dash,) = [p for p in procs if p is not engine]
+        ranks = engine.children(recursive=True)
+        assert len(ranks) == 2
+        dash.kill()
+        engine.wait(45)
+    finally:
+        term.close()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "stopped" and summary["exit_code"] == 1, summary
+    assert "stop requested (the dashboard that launched the run went away without detaching)" in \
+        (run / "events.jsonl").read_text() + "".join(p.read_text() for p in run.glob("*.log"))
+    assert not [p for p in ranks if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

@@ -108,7 +108,6 @@ class RunScreen(Screen):
         Binding("d", "app.dump", "dump stacks"),
         Binding("s", "app.stop", "stop"),
         Binding("r", "app.rerun", "rerun"),
-        Binding("D", "app.detach", "detach"),
         Binding("t", "toggle_timeline", "timeline"),
         Binding("slash", "search", "filter"),
         Binding("z", "zoom", "zoom"),
@@ -123,6 +122,7 @@ class RunScreen(Screen):
         Binding("l", "chart_what", "chart: loss/step times", show=False),
         Binding("escape", "back", "back"),
         Binding("question_mark", "app.help", "help"),
+        Binding("D", "app.detach", "detach"),  # last: where the footer is cut short, help stays in it
         *[Binding(str(i), f"focus_rank({i})", f"rank {i}", show=False) for i in range(10)],
     ]
 
