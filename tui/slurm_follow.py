@@ -110,7 +110,10 @@ def follow(job_id: str, run_dir: Path, stops: bool, ui: bool = False) -> int:
             for s, h in old.items():
                 signal.signal(s, h)
             from .app import run_follow
-            return run_follow(source)
+            code = run_follow(source)
+            if source.left:
+                print(f"ddptui: left; job {job_id} goes on judging itself (ddptui attach {run_dir})", flush=True)
+            return code
         return _console(source, stops, asked, old)
     finally:
         for s, h in old.items():
