@@ -74,9 +74,9 @@ def test_a_pending_job_is_said_then_followed_once_its_engine_started_its_attempt
     assert slurm_follow._wait_for_engine("8", tmp_path / "none", watch, ["SIGINT"], stops=False) is None
     assert watch.cancelled == 0 and "job 8 goes on judging itself" in capsys.readouterr().out
     gone = JobInfo("9", "CANCELLED", "", "")
-    watch = FakeWatch([pending, gone])
+    watch = FakeWatch([pending, gone, JobInfo("9", "PENDING", "BeginTime", ""), gone])  # requeued: not ended yet
     assert slurm_follow._wait_for_engine("9", tmp_path / "none", watch, ["SIGINT"], stops=True) == 1
-    assert watch.cancelled == 1
+    assert watch.cancelled == 1 and watch.polls == 4 + slurm_follow.ENDED_POLLS - 1
     out = capsys.readouterr()
     assert "SIGINT: job 9's engine has not started: cancelling the job" in out.out
     assert "job 9 ended (CANCELLED) and its engine left no record" in out.err

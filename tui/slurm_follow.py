@@ -19,6 +19,9 @@ from ..runners.launch.plan import SlurmJob
 from .follow import FollowSource, Tail
 
 POLL = 1.0  # seconds between looks at the job's state and its record while its engine has not started
+# Polls in a row that must find the job ended before the follower believes it: just after `scontrol requeue` Slurm
+# still says the job FAILED for a moment (seen for over a second on the test cluster)
+ENDED_POLLS = 5
 
 
 class AttemptsSeen:
@@ -124,7 +127,7 @@ def _wait_for_engine(job_id: str, run_dir: Path, watch: SlurmJobWatch, asked: li
                      stops: bool) -> AttemptsSeen | int | None:
     """The record's counts once the job's engine runs (or the job ended with a record to show); an exit code when it
     ended without one; None when the viewer left."""
-    seen, said, cancelled = AttemptsSeen(run_dir), None, False
+    seen, said, cancelled, ended = AttemptsSeen(run_dir), None, False, 0
     while not seen.read().engine_running:
         if asked and not stops:
             print(f"ddptui: left; job {job_id} goes on judging itself (ddptui attach {run_dir})", flush=True)
@@ -143,7 +146,8 @@ def _wait_for_engine(job_id: str, run_dir: Path, watch: SlurmJobWatch, asked: li
             why = f" ({info.reason})" if info is not None and info.reason else ""
             wait = "" if now[0] in slurm_state.ENDED else "; waiting for its engine to start"
             print(f"ddptui: job {job_id} is {now[0]}{why}{wait}", flush=True)
-        if info is None or info.state in slurm_state.ENDED:
+        ended = ended + 1 if info is None or info.state in slurm_state.ENDED else 0
+        if ended >= ENDED_POLLS:  # once may be Slurm's word of a moment ago: a job just requeued, not listed yet
             if seen.read().engine_running or seen.finished:
                 return seen if seen.engine_running else _ended(seen)
             return _end_code(run_dir, job_id, watch.last)
