@@ -606,6 +606,7 @@ def ui_live_once(steps: int, d: Path) -> dict:
             if found:
                 time.sleep(0.2)  # written atomically (rename), but give the UI a moment to draw the verdict
                 summary = json.loads(found[0].read_text(encoding="utf-8"))
+        dash_cpu = _dashboard_cpu_s(runs)  # the run's engine is a process of its own (tui/held.py): both count
         term.keys("q")
         term.wait_for("DDPTUI-EXITED", 30)
     finally:
@@ -613,7 +614,23 @@ def ui_live_once(steps: int, d: Path) -> dict:
     if summary is None:
         return {"error": "the run did not finish within 300 s"}
     dur, cpu = summary["duration_s"], summary.get("ddptui_cpu_s")
-    return {"status": summary["status"], "wall_s": dur, "cpu_s": cpu, "cpu_percent": None if cpu is None else 100 * cpu / dur}
+    cpu = None if cpu is None or dash_cpu is None else cpu + dash_cpu
+    return {"status": summary["status"], "wall_s": dur, "cpu_s": cpu, "dashboard_cpu_s": dash_cpu,
+            "cpu_percent": None if cpu is None else 100 * cpu / dur}
+
+
+def _dashboard_cpu_s(runs: Path) -> float | None:
+    """The CPU seconds of the dashboard process itself (not its engine's, which summary.json's ddptui_cpu_s holds)."""
+    import psutil
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "ddptui.tui.cli" in cmd and str(runs) in cmd and "--engine-ready-fd" not in cmd:
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                return None
+            return t.user + t.system
+    return None
 
 
 def bench_ui_live(cfg, work: Path) -> dict:

@@ -318,16 +318,19 @@ def test_dump_of_a_copied_record_signals_neither_the_original_run_nor_a_dashboar
         dash_runs.mkdir(exist_ok=True)
         wait_for_rank1(dash_runs, "step 3")
         run = only_run(dash_runs)
-        (dash,) = [q for q in psutil.process_iter(["cmdline"]) if "ddptui.tui.cli" in (q.info["cmdline"] or [])
-                   and str(dash_runs) in q.info["cmdline"]]
+        # the dashboard and its run's engine, a process of its own (tui/held.py)
+        both = [q for q in psutil.process_iter(["cmdline"]) if "ddptui.tui.cli" in (q.info["cmdline"] or [])
+                and str(dash_runs) in q.info["cmdline"]]
+        (engine,) = [q for q in both if "--engine-ready-fd" in q.info["cmdline"]]
+        (dash,) = [q for q in both if q is not engine]
         forged = {"pid": dash.pid, "create_time": dash.create_time(), "run_dir": str(run.resolve())}
         (run / "ddptui.pid").write_text(json.dumps(forged))
         p = ddptui("dump", str(run), runs_dir=dash_runs)
         # the dashboard's engine serves its control channel: asked there, never signalled (the forged pid file is
         # not read; its refusal of a dashboard's pid is the unit test above)
-        assert p.returncode == 0 and f"asked its engine (pid {dash.pid})" in p.stdout, p.stderr
+        assert p.returncode == 0 and f"asked its engine (pid {engine.pid})" in p.stdout, p.stderr
         wait_until(lambda: list(run.glob("stacks/01-on-request/stacks.json")), 30, "the dashboard's run's stacks")
-        assert dash.is_running() and not _pending_signals(dash.pid)
+        assert dash.is_running() and not _pending_signals(dash.pid) and not _pending_signals(engine.pid)
         (run / "ddptui.pid").unlink()
         term.keys("q")
         term.wait_for("Stop every rank and quit?", 20)

@@ -89,7 +89,8 @@ def test_the_channel_answers_holds_the_record_and_refuses_a_second_engine(tmp_pa
         assert control.state_of(run).state == "live"
         control.ask(run, "dump")
         control.ask(run, "stop")
-        assert dumps == [1] and stops == ["asked through its control channel"]
+        control.ask(run, "stop", why="the terminal hung up, SIGHUP")  # what asked the viewer, into the record
+        assert dumps == [1] and stops == ["asked through its control channel", "the terminal hung up, SIGHUP"]
         assert control.ask(run, "bogus") == {"ok": False, "error": "unknown op 'bogus' (one of ping, dump, stop, "
                                                                    "hold, release)"}
         with pytest.raises(control.ChannelError, match=r"another engine \(pid \d+\) already holds this record"):
@@ -101,8 +102,8 @@ def test_the_channel_answers_holds_the_record_and_refuses_a_second_engine(tmp_pa
         s = control.connect(run)
         control.request(s, "hold")
         s.close()
-        wait_until(lambda: len(stops) == 2, 5, "the dropped hold to stop the run")
-        assert stops[1] == "the dashboard that launched the run went away without detaching"
+        wait_until(lambda: len(stops) == 3, 5, "the dropped hold to stop the run")
+        assert stops[2] == "the dashboard that launched the run went away without detaching"
     finally:
         ch.close()
     assert not sock.exists() and not control.lock_held(run) and (run / "engine.json").exists()

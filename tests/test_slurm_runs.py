@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from tests.support.cli import only_run
+from tests.support.slurm_runs import FIXTURES, assert_no_job_left, cli_argv, cli_env, live, of, stop, wait_training
 from tests.support.wait import exited, wait_until
-from tests.support.slurm_runs import FIXTURES, assert_no_job_left, cli_env, live, of, stop, wait_training
 
 pytestmark = [
     pytest.mark.main_suite(
@@ -160,6 +160,9 @@ def test_sigint_leaves_no_job_and_no_process(slurm_clean, runs_dir):
     finally:
         stop(proc)
     assert proc.returncode == 1 and "status: stopped (exit 1)" in out, out[-3000:]  # the engine in the job stopped
+    # asked through the engine's control channel (in the record), said in the record the submitter follows
+    assert "asked the engine to stop every rank" in out and "stop requested (its submitter got SIGINT)" in out, \
+        out[-3000:]
     assert_no_job_left(slurm_clean, within=15)
     assert not tasks_with_token(), [" ".join(p.cmdline())[:100] for p in tasks_with_token()]
 
@@ -234,6 +237,46 @@ def test_a_requeued_job_is_the_next_attempt_of_the_same_record(slurm_clean, runs
     assert started == [0, 1] and ended == [(0, "failed"), (1, "ok")], (started, ended)
     assert "the data shard is not there yet" in (run / "slurm" / "rank1.err").read_text()  # attempt 0's, kept
     assert "step 10 loss" in (run / "slurm" / "attempt1" / "rank1.out").read_text()
+    assert_no_job_left(slurm_clean)
+
+
+@pytest.mark.timeout(240)
+def test_detach_of_a_batch_profile_submits_and_returns_and_another_shell_follows_the_record(slurm_clean, runs_dir):
+    start = time.monotonic()
+    code, out = ddptui(slurm_clean, runs_dir, "slurm-ddp", "--detach", "--set", "steps=30", timeout=60)
+    job, run = _job_id(out), only_run(runs_dir)
+    assert code == 0 and f"ddptui attach {run}" in out and "status:" not in out, out[-3000:]  # it did not follow
+    assert time.monotonic() - start < 30 and not (run / "summary.json").exists()
+    code, out = attach_slurm(slurm_clean, job)
+    assert code == 0 and "status: ok (exit 0)" in out and "[rank 1] step" in out, out[-3000:]  # the record's lines
+    assert json.loads((run / "summary.json").read_text())["status"] == "ok"
+    assert_no_job_left(slurm_clean)
+
+
+@pytest.mark.timeout(240)
+def test_the_submitters_dashboard_follows_the_jobs_record_to_its_end(slurm_clean, runs_dir):
+    """`ddptui slurm-ddp` in a terminal: once the job's engine runs, the dashboard on its record (every rank, the
+    run's end and verdict, the job), not the engine's console relayed; q then leaves with the run's code."""
+    import shlex
+
+    from tests.support.terminal import TMUX, Term
+    if not Path(TMUX).exists():
+        pytest.skip("tmux not installed")
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in {**slurm_clean.env, **cli_env()}.items())
+    cmd = (f"unset COLUMNS LINES; cd {shlex.quote(str(ROOT))} && env {env} "
+           + " ".join(shlex.quote(a) for a in cli_argv(runs_dir, "slurm-ddp", "--set", "steps=30"))
+           + "; echo DDPTUI-EXITED $?; sleep 60")
+    term = Term(cmd)
+    try:
+        s = term.wait_until(lambda s: "run ok" in s and s.count("exited ok") >= 2, 150, "the job's run to end ok")
+        run = only_run(runs_dir)
+        assert f"run record: {run}" in s and "slurm job " in s, s  # the record the dashboard follows, its job
+        term.keys("q")
+        s = term.wait_for("DDPTUI-EXITED", 30)
+        assert "DDPTUI-EXITED 0" in s and "submitted Slurm job" in s, s
+    finally:
+        term.close()
+    assert json.loads((run / "summary.json").read_text())["status"] == "ok"
     assert_no_job_left(slurm_clean)
 
 

@@ -199,6 +199,7 @@ class DdpApp(App):
         # No animations: a tab's underline slid for 0.3 s after every switch, 17 more repaints of the screen per key
         # (the widgets already scroll without animating).
         self.animation_level = "none"
+        self.detached_run: Path | None = None  # the record of the run D let go on without the dashboard
 
     def get_line_filters(self):
         """Textual's NO_COLOR greys, with text kept readable on its background (tui/nocolor.py)."""
@@ -219,7 +220,17 @@ class DdpApp(App):
 
     # -- starting runs ------------------------------------------------------------------------------
     def start_run(self, profile) -> None:
-        self.start_source(LiveSource(profile, self.runs_root))
+        """A profile launched from the picker: its engine a process of its own (tui/held.py), started as `ddptui PATH
+        --runs-dir RUNS --set K=V...` from the picker's path and fields; one known by no path runs in this process."""
+        from .screens.picker import PickerScreen
+        picker = next((s for s in self.screen_stack if isinstance(s, PickerScreen)), None)
+        path = picker.selected_path() if picker is not None else None
+        if picker is None or path is None:
+            self.start_source(LiveSource(profile, self.runs_root))
+            return
+        from .held import HeldSource
+        sets = [x for o in picker.overrides() for x in ("--set", o)]
+        self.start_source(HeldSource([str(path), "--runs-dir", str(self.runs_root), *sets]))
 
     def start_source(self, source: Source) -> None:
         from .screens.run import RunScreen
@@ -376,6 +387,32 @@ class DdpApp(App):
         if yes:
             self.notify(self.source.stop_job(), timeout=10, markup=False)
 
+    def action_detach(self) -> None:
+        """D: leave the dashboard, the run goes on (its engine is a process of its own); the terminal then says how
+        to come back (run_app)."""
+        detach = getattr(self.source, "detach", None)
+        if not self.running:
+            self.notify("no live run to detach", severity="warning")
+            return
+        if detach is None:
+            self.notify("this run's engine runs inside the dashboard: it cannot be detached (q stops it)"
+                        if getattr(self.source, "kind", "") == "live" else "q leaves; the run goes on",
+                        severity="warning")
+            return
+        run_dir = detach()
+        if run_dir is None:
+            self.notify("the run is starting or stopping: nothing to detach", severity="warning")
+            return
+        self.detached_run = run_dir
+        self.exit(return_code=0)
+
+    def get_system_commands(self, screen):
+        yield from super().get_system_commands(screen)
+        if self.running and getattr(self.source, "detach", None) is not None:
+            from textual.app import SystemCommand
+            yield SystemCommand("Detach", "Leave the dashboard; the run goes on (ddptui attach RUN_DIR comes back)",
+                                self.action_detach)
+
     def action_dump(self) -> None:
         if self.running and self.source.request_dump():
             self.notify("collecting the stacks of every rank…")
@@ -453,21 +490,34 @@ def _run(app: DdpApp) -> None:
         app.shutdown()
 
 
-def run_app(profile_path, overrides: Sequence[str] = (), runs_root: Path = Path("runs")) -> int:
+def run_app(profile_path, overrides: Sequence[str] = (), runs_root: Path = Path("runs"),
+            engine: tuple[list[str], list[str]] | None = None) -> int:
     """Open the dashboard: the picker (None), or straight into a run of a profile path or a loaded Profile.
 
+    engine: the command line (ARGV, COMMAND) of `ddptui` that asked for the run: its engine then runs as a process of
+    its own (tui/held.py) that D leaves running; without it the engine runs in this process (LiveSource).
     A path that does not load raises ProfileError (the cli prints its one line). Returns the run's exit code.
     """
-    source = None
+    source: Any = None
     extra = None
     if isinstance(profile_path, (str, Path)):
         from ..runners.launch.profile.load import load_profile
-        source = LiveSource(load_profile(profile_path, overrides), runs_root)
+        profile = load_profile(profile_path, overrides)
+        source = LiveSource(profile, runs_root) if engine is None else None
         extra = Path(profile_path)
-    elif profile_path is not None:  # an already loaded Profile (e.g. `ddptui -- CMD`)
+    elif profile_path is not None and engine is None:  # an already loaded Profile (e.g. `ddptui -- CMD`)
         source = LiveSource(profile_path, runs_root)
+    if engine is not None and profile_path is not None:
+        from .held import HeldSource
+        source = HeldSource(*engine)
     app = DdpApp(source=source, picker_extra=extra, runs_root=runs_root)
     _run(app)
+    if app.detached_run is not None:
+        pid = getattr(app.source, "engine", None)
+        print("ddptui: detached; the run goes on" + (f" (its engine: pid {pid.pid})" if pid is not None else "")
+              + f"\nrun: {app.detached_run}\ncome back: ddptui attach {app.detached_run}   (s there stops it; "
+              "--no-ui for its console)", flush=True)
+        return 0
     return app.run_code if app.run_code is not None else (app.return_code or 0)
 
 

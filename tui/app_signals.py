@@ -77,6 +77,8 @@ class AppSignals:
         session = getattr(app.source, "session", None) if app.running else None
         if session is not None:
             session.request_stop(why)  # at once: the engine's thread stops the run whatever the UI does
+        elif app.running and getattr(app.source, "held", False):
+            app.source.request_stop(why)  # the engine is a process of its own (tui/held.py): asked through its channel
         try:
             asyncio.get_running_loop().call_soon_threadsafe(app.leave_on_signal, why)
         except RuntimeError:  # the app's loop is not running (yet, or any more): the watchdog ends it
@@ -86,6 +88,11 @@ class AppSignals:
 
     # -- the watchdog thread --------------------------------------------------------------------------
     def _watch(self, session, done: threading.Event, why: str) -> None:
+        if session is None and getattr(self.app.source, "held", False) and not done.wait(self.bound):
+            os.write(2, f"ddptui: the run did not end within {self.bound:g} s of {why}; ddptui leaves (its engine "
+                        "stops the run when the dashboard that holds it goes)\n".encode())
+            self.exit_fn(1)
+            return
         if session is not None and not done.wait(self.bound):
             give_up(session, f"the run did not end within {self.bound:g} s of {why}; ddptui gives up waiting",
                     self.exit_fn)

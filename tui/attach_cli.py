@@ -94,10 +94,10 @@ def main(argv: list[str]) -> int:
         from ..runners.edge.slurm_job import record_of
         record, _ = record_of(args.slurm.strip())
         if record is not None:  # ddptui submitted it: its engine in the job judges it; follow that engine
-            from .slurm_submit import follow as follow_job
+            from .slurm_follow import follow as follow_job
             print(f"ddptui: job {args.slurm.strip()} was submitted by ddptui: its engine runs in the job and writes"
                   f" {record}; following it (Ctrl-C detaches)", flush=True)
-            return follow_job(args.slurm.strip(), Path(record), stops=False)
+            return follow_job(args.slurm.strip(), Path(record), stops=False, ui=not (args.no_ui or args.watch))
     from ..runners.attach.find import NotAJob
     try:
         job = find(args)

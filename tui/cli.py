@@ -125,7 +125,8 @@ def _main(argv: list[str]) -> int:
         return _dry_run(profile, args.runs_dir)
     from .slurm_submit import is_batch, submit
     if profile is not None and is_batch(profile) and not args.record:
-        return submit(profile, args.runs_dir)  # the engine runs in the job; this follows it
+        # the engine runs in the job; this follows its record (or, --detach, returns at once)
+        return submit(profile, args.runs_dir, ui=not args.no_ui, detach=args.detach)
     if args.detach and args.engine_ready_fd is None:
         if profile is None:
             return _fail("--detach needs a PROFILE or a command after '--'")
@@ -139,7 +140,8 @@ def _main(argv: list[str]) -> int:
     if args.record:
         return _fail("--record is for the headless engine (--no-ui)")
     from .app import run_app
-    return run_app(path if path is not None else profile, args.overrides, args.runs_dir) or 0
+    # the engine a process of its own (tui/held.py), started with this very command line: D leaves it running
+    return run_app(path if path is not None else profile, args.overrides, args.runs_dir, (argv, command)) or 0
 
 
 def _dry_run(profile, runs_dir: str) -> int:

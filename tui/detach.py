@@ -25,6 +25,12 @@ class DetachError(Exception):
 
 def start_engine(argv: list[str], command: list[str]) -> tuple[Path, int]:
     """Start `ddptui ARGV --no-ui [-- COMMAND]` as a detached engine: (its record, its pid) once it answers."""
+    run_dir, proc = spawn_engine(argv, command)
+    return run_dir, proc.pid
+
+
+def spawn_engine(argv: list[str], command: list[str]) -> tuple[Path, subprocess.Popen]:
+    """start_engine's work: (the record, the engine's process) once it answers (the dashboard reaps it)."""
     r, w = os.pipe()
     args = [a for a in argv if a != "--detach"] + ["--no-ui", READY_FLAG, str(w)]
     if command:
@@ -46,7 +52,7 @@ def start_engine(argv: list[str], command: list[str]) -> tuple[Path, int]:
     while True:
         try:
             control.ask(run_dir, "ping", timeout=2.0)
-            return run_dir, proc.pid
+            return run_dir, proc
         except control.ChannelError as e:
             if proc.poll() is not None:
                 raise DetachError(f"the engine (pid {proc.pid}) exited ({proc.returncode}) before it answered: "

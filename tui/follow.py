@@ -27,7 +27,7 @@ def _fd_budget() -> int:
     return max(0, (soft if soft != resource.RLIM_INFINITY else 1 << 16) // 2 - 32)
 
 
-class _Tail:
+class Tail:
     """One file of the record read as it grows: its complete lines only. `keep`: the file stays open between reads
     (close() closes it)."""
 
@@ -85,11 +85,12 @@ class RecordReader:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
-        self.events = _Tail(self.run_dir / "events.jsonl", keep=True)
-        self.logs: dict[int | None, _Tail] = {}
+        self.events = Tail(self.run_dir / "events.jsonl", keep=True)
+        self.logs: dict[int | None, Tail] = {}
         self._budget = _fd_budget()
         self.bad = 0  # lines that did not decode
-        self.finished: ev.RunFinished | None = None
+        self.finished: ev.RunFinished | None = None  # the last one read
+        self.finishes = 0  # run_finished events read (a requeued batch job's record holds one per attempt)
 
     def _find_logs(self) -> dict[int | None, int]:
         """The size now of every log not kept open (one scandir: only the files that grew are opened); a log kept
@@ -103,7 +104,7 @@ class RecordReader:
                 rank = int(m.group(1)) if m.group(1) is not None else None
                 tail = self.logs.get(rank)
                 if tail is None:
-                    tail = self.logs[rank] = _Tail(Path(entry.path), keep=len(self.logs) < self._budget)
+                    tail = self.logs[rank] = Tail(Path(entry.path), keep=len(self.logs) < self._budget)
                 if tail.keep:
                     continue
                 try:
@@ -129,6 +130,7 @@ class RecordReader:
                 continue
             if isinstance(e, ev.RunFinished):
                 self.finished = e
+                self.finishes += 1
             items.append((getattr(e, "wall", 0.0), len(items), e))
         for rank, tail in self.logs.items():
             groups, bad = log_groups(tail.lines(sizes.get(rank)))
@@ -146,8 +148,12 @@ class FollowSource:
 
     kind = "follow"
 
-    def __init__(self, run_dir: Path, chunk: int = 500, poll: float = POLL) -> None:
-        self.run_dir, self.chunk, self.poll = Path(run_dir), chunk, poll
+    def __init__(self, run_dir: Path, chunk: int = 500, poll: float = POLL, past: int = 0,
+                 alive: Callable[[], bool] | None = None) -> None:
+        """past: run_finished events already in the record that do not end the follow (earlier attempts of a requeued
+        batch job); alive: whether the engine still runs (default: it holds the record's lock)."""
+        self.run_dir, self.chunk, self.poll, self.past = Path(run_dir), chunk, poll, past
+        self.alive = alive or (lambda: control.lock_held(self.run_dir))
         self._leave = threading.Event()
         self.emit: Callable[[list], None] = lambda batch: None
         self.left = False  # the viewer left before the run ended
@@ -168,7 +174,7 @@ class FollowSource:
         for i in range(0, len(got), self.chunk):
             self.emit(got[i:i + self.chunk])
         next_lock = 0.0
-        while reader.finished is None:
+        while reader.finishes <= self.past:
             if self._leave.wait(self.poll):
                 self.left = True
                 return 0
@@ -180,25 +186,26 @@ class FollowSource:
             if mono < next_lock:
                 continue
             next_lock = mono + LOCK_EVERY
-            if not control.lock_held(self.run_dir):
+            if not self.alive():
                 got = reader.read()  # what it wrote before it let go
-                if reader.finished is None:
+                if reader.finishes <= self.past:
                     self.died = self._died_line()
                     wall = time.time()
                     got += [ev.LogLines(None, "err", wall, 0.0, (f"ddptui: {self.died}",)),
                             ev.RunFinished("incomplete", 1, "", wall, {})]
                 if got:
                     self.emit(got)
-                if reader.finished is None:
+                if reader.finishes <= self.past:
                     return 1
         self._last_words(reader)
+        assert reader.finished is not None, "read past the earlier attempts' ends"
         return reader.finished.exit_code
 
     def _last_words(self, reader: RecordReader) -> None:
         """The engine flushes the record's files one after the other: once it let go of the record (at most a
         moment after its end), what it wrote after the end was read."""
         end = time.monotonic() + 2.0
-        while control.lock_held(self.run_dir) and time.monotonic() < end and not self._leave.wait(0.05):
+        while self.alive() and time.monotonic() < end and not self._leave.wait(0.05):
             pass
         got = reader.read()
         if got:
@@ -230,4 +237,4 @@ class FollowSource:
         return "asked the engine to stop every rank…"
 
     def again(self) -> FollowSource:
-        return FollowSource(self.run_dir, self.chunk, self.poll)
+        return FollowSource(self.run_dir, self.chunk, self.poll)  # (a record's rerun starts from its beginning)

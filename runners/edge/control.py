@@ -171,7 +171,8 @@ class Channel:
 
     def _answer(self, line: bytes, st: dict) -> dict:
         try:
-            op = json.loads(line).get("op")
+            msg = json.loads(line)
+            op = msg.get("op")
         except (ValueError, AttributeError):
             return {"ok": False, "error": "not a JSON object"}
         if op == "ping":
@@ -179,7 +180,8 @@ class Channel:
         if op == "dump":
             self._dump()
         elif op == "stop":
-            self._stop("asked through its control channel")
+            why = msg.get("why")  # what asked the viewer (the dashboard's terminal hung up), said in the record
+            self._stop(why[:200] if isinstance(why, str) and why else "asked through its control channel")
         elif op in ("hold", "release"):
             st["hold"] = op == "hold"
         else:
@@ -255,8 +257,8 @@ def connect(run_dir: Path, timeout: float = ASK_TIMEOUT) -> socket.socket:
     return s
 
 
-def request(s: socket.socket, op: str) -> dict:
-    s.sendall((json.dumps({"op": op}) + "\n").encode())
+def request(s: socket.socket, op: str, why: str = "") -> dict:
+    s.sendall((json.dumps({"op": op, "why": why} if why else {"op": op}) + "\n").encode())
     buf = b""
     while b"\n" not in buf:
         got = s.recv(4096)
@@ -266,12 +268,12 @@ def request(s: socket.socket, op: str) -> dict:
     return json.loads(buf.split(b"\n", 1)[0])
 
 
-def ask(run_dir: Path, op: str, timeout: float = ASK_TIMEOUT) -> dict:
+def ask(run_dir: Path, op: str, timeout: float = ASK_TIMEOUT, why: str = "") -> dict:
     """One request to the record's engine (ping, dump, stop): its answer; ChannelError (one line) when it cannot be
-    asked."""
+    asked. why: what asked a stop, for the record's line."""
     with connect(run_dir, timeout) as s:
         try:
-            return request(s, op)
+            return request(s, op, why)
         except (OSError, ValueError) as e:
             raise ChannelError(f"{run_dir}: its engine did not answer {op!r} ({e})") from None
 

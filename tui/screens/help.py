@@ -10,6 +10,7 @@ from textual.widgets import Static
 RUN_KEYS = (
     ("q", "quit (asks first while a run is live; stops every rank and waits)"),
     ("s", "stop the run (every rank torn down)"),
+    ("D", "detach: leave the dashboard, the run goes on (`ddptui attach RUN_DIR` comes back; s there stops it)"),
     ("d", "dump the stacks of every rank now"),
     ("r", "rerun the same profile (when the run has ended; a replay says how to run it again)"),
     ("t", "toggle the merged timeline of all ranks"),

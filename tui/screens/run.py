@@ -36,7 +36,8 @@ from ..widgets.timeline import TimelineView
 from ..widgets.verdict_view import VerdictView, verdict_shown
 
 W = TypeVar("W", bound=Widget)
-REPLAY_UNLISTED = frozenset({"app.stop", "app.dump", "app.rerun"})
+REPLAY_UNLISTED = frozenset({"app.stop", "app.dump", "app.rerun", "app.detach"})
+VIEWER_UNLISTED = frozenset({"app.detach"})  # a viewer of a run it did not start leaves with q; the run goes on
 
 TAB_FOCUS = {"timeline": "#timeline-log", "stacks": "#stacks-view", "crash": "#crash-view", "hints": "#hints-view",
              "verdict": "#summary-table", "collectives": "#coll-view"}
@@ -121,6 +122,7 @@ class RunScreen(Screen):
         Binding("l", "chart_what", "chart: loss/step times", show=False),
         Binding("escape", "back", "back"),
         Binding("question_mark", "app.help", "help"),
+        Binding("D", "app.detach", "detach"),  # last: where the footer is cut short, help stays in it
         *[Binding(str(i), f"focus_rank({i})", f"rank {i}", show=False) for i in range(10)],
     ]
 
@@ -143,7 +145,8 @@ class RunScreen(Screen):
     @property
     def unlisted_actions(self) -> frozenset[str]:
         """Keys the footer leaves out: a replay has nothing live to stop, dump or rerun (pressed, each says so)."""
-        return REPLAY_UNLISTED if self.source_kind == "replay" else frozenset()
+        return REPLAY_UNLISTED if self.source_kind == "replay" else frozenset() if self.source_kind == "live" \
+            else VIEWER_UNLISTED
 
     def _the(self, kind: type[W]) -> W:
         """The screen's one widget of a type: composed once and never replaced, so looked up once (a query by type
