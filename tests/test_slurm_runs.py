@@ -226,6 +226,14 @@ def test_a_requeued_job_is_the_next_attempt_of_the_same_record(slurm_clean, runs
     assert_no_job_left(slurm_clean)
     assert slurm_clean.run(["scontrol", "requeue", job]).returncode == 0
     slurm_clean.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
+
+    def state() -> str:
+        shown = slurm_clean.run(["scontrol", "-o", "show", "job", job]).stdout
+        m = re.search(r"\bJobState=(\S+)", shown)
+        return m.group(1) if m else ""
+    # scontrol answers before slurmctld has moved the job out of FAILED: a user attaches to the requeued job, after
+    wait_until(lambda: state() in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETED"), 60, "the job requeued",
+               step=0.2)
     code, out = attach_slurm(slurm_clean, job)
     assert code == 0 and "status: ok (exit 0)" in out, out[-3000:]
     summary = json.loads((run / "summary.json").read_text())
