@@ -193,7 +193,7 @@ def test_attach_to_a_pid_that_is_no_job_is_one_line_and_exit_2(tmp_path):
         assert r.returncode == 2 and r.stdout == ""
         assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("ddptui: "), r.stderr
         r = attach(tmp_path, "nonsense", "--no-ui")  # type: ignore[arg-type]
-        assert r.returncode == 2 and r.stderr.strip() == "ddptui: attach: 'nonsense' is not a pid"
+        assert r.returncode == 2 and r.stderr.strip() == "ddptui: attach: 'nonsense' is not a pid, nor a run record's folder"
         r = attach(tmp_path, "99999999999999999999", "--no-ui")  # type: ignore[arg-type]  # was an OverflowError
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
         assert r.stderr.strip().startswith("ddptui: attach: '99999999999999999999' is not a pid (pids here are 1 to ")

@@ -229,6 +229,7 @@ def test_an_xla_replica_says_hello_as_a_rank_does_with_its_own_local_index(capfd
 
     assert _replicas(replica, (6,)) == [] and said == ["xla-rank-6"]
     rank, xla = reports(capfd.readouterr().out)
-    assert set(rank) == set(xla) == {"k", "r", "world", "local", "pid", "host", "node"}
+    assert set(rank) == set(xla) == {"k", "r", "world", "local", "pid", "host", "node", "attempt"}
+    assert rank["attempt"] == xla["attempt"] == 0  # no TORCHELASTIC_RESTART_COUNT: the first attempt
     assert (rank["world"], rank["local"]) == (8, 0) and (xla["world"], xla["local"]) == (None, 6)
     assert rank["pid"] == xla["pid"] and rank["host"] == xla["host"] and rank["node"] == xla["node"]

@@ -87,6 +87,8 @@ def main(argv: list[str]) -> int:
     if bool(args.pid) == bool(args.slurm):
         return _fail("attach: give a PID or --slurm JOB (one of them)")
     if args.pid and not args.slurm and not args.pid.strip().isdigit():  # a record, not a pid
+        if not Path(args.pid).is_dir():
+            return _fail(f"attach: {args.pid!r} is not a pid, nor a run record's folder")
         return follow(Path(args.pid), args.no_ui or args.watch)
     if args.stall_after <= 0 or (args.stack_every is not None and args.stack_every <= 0):
         return _fail("attach: --stall-after and --stack-every take seconds above 0")
