@@ -158,13 +158,18 @@ def run_headless(profile, runs_dir: str, summary_path: str | None = None, pyspy:
                  stacks: str = "auto", record_dir: str | None = None, ready_fd: int | None = None) -> int:
     """record_dir: the record's folder, fixed by whoever asked for the run (the engine inside a Slurm batch job);
     ready_fd: a detached engine's (tui/detach.py): its output goes to the record, the record's path to that fd."""
+    from ..runners.launch.slurm import in_job_engine
     from ..runners.session import Session
     from . import pidfile
     from .console import Console
     from .stopper import HeadlessStopper
-
     console = Console()
-    stopper = HeadlessStopper()
+    ended_by_slurm = None
+    if in_job_engine(os.environ):  # scancel from outside SIGTERMs this engine too: the job's end, not a stop
+        from ..runners.edge.slurm_job import ended_by_slurm as ended
+        job_id = os.environ["SLURM_JOB_ID"]
+        ended_by_slurm = lambda: ended(job_id)  # noqa: E731
+    stopper = HeadlessStopper(ended_by_scheduler=ended_by_slurm)
     stopper.install()  # before the session exists: a stop that comes early is kept and delivered
     old_usr1 = signal.getsignal(signal.SIGUSR1)
     try:

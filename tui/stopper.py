@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -34,7 +35,12 @@ _SAY = {"again": b"ddptui: already stopping; once more and every rank is SIGKILL
 class HeadlessStopper:
     """Installs the stop handlers of a headless run; `attach(session)` once the session exists."""
 
-    def __init__(self, bound: float | None = None, hurry_bound: float | None = None, exit_fn=os._exit) -> None:
+    def __init__(self, bound: float | None = None, hurry_bound: float | None = None, exit_fn=os._exit,
+                 ended_by_scheduler: Callable[[], bool] | None = None) -> None:
+        """ended_by_scheduler: for the engine inside a Slurm batch job, whether a SIGTERM is Slurm ending the job
+        (scancel from outside, its time limit): that is no stop of ddptui's; the run loop sees the job end and says
+        who ended it. Asked off the signal handler, in a thread of its own (it runs scontrol)."""
+        self.ended_by_scheduler = ended_by_scheduler
         self.bound = STOP_BOUND if bound is None else bound
         self.hurry_bound = HURRY_BOUND if hurry_bound is None else hurry_bound
         self.exit_fn = exit_fn
@@ -76,6 +82,10 @@ class HeadlessStopper:
 
     # -- in the signal handler: set flags only (no exception, no buffered write) --------------------
     def _on_signal(self, signum, frame) -> None:
+        if signum == signal.SIGTERM and self.count == 0 and self.ended_by_scheduler is not None:
+            threading.Thread(target=self._term_unless_scheduler, args=(frame,), name="ddptui-sigterm",
+                             daemon=True).start()
+            return
         self.count += 1
         self._why = self._why or signal.Signals(signum).name
         what = action(self.count)
@@ -85,6 +95,14 @@ class HeadlessStopper:
             except OSError:  # stderr gone (a closed terminal): the stop goes on
                 pass
         self._deliver(what)
+
+    def _term_unless_scheduler(self, frame) -> None:
+        assert self.ended_by_scheduler is not None, "set when this thread is started"
+        if self.ended_by_scheduler():
+            self._arm(self.bound)  # the job's end reaches the run loop; ddptui still leaves within the bound
+            return
+        self.ended_by_scheduler = None  # a SIGTERM of someone's: a stop, and the next ones count as usual
+        self._on_signal(signal.SIGTERM, frame)
 
     def _on_hangup(self, signum, frame) -> None:
         """The terminal closed (or someone sent SIGHUP): a stop, once; never the SIGKILL escalation (a shell and the

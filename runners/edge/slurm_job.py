@@ -203,6 +203,14 @@ def record_of(job_id: str) -> tuple[str | None, str]:
     return slurm_state.ddptui_record(out, job_id), ""
 
 
+def ended_by_slurm(job_id: str) -> bool:
+    """Whether Slurm is ending the job now (scancel, its time limit, a node failure): its state an ended one, or
+    COMPLETING (slurmctld sets it before it signals the job's steps; `scancel --batch --signal=TERM`, ddptui's own
+    stop from another host, leaves it RUNNING)."""
+    info = SlurmJobWatch(SlurmJob("sbatch", "srun", "", job_id)).poll()
+    return info is not None and (info.state in slurm_state.ENDED or info.state == "COMPLETING")
+
+
 def signal_engine(job_id: str, sig: str) -> str | None:
     """Signal the engine a ddptui batch job runs (the batch step only: it tears its own step down); why not, or None."""
     watch = SlurmJobWatch(SlurmJob("sbatch", "srun", "", job_id))

@@ -1,7 +1,7 @@
 """Decisions about the job and the nodes a multi-node run lives on: Slurm's job states, a node lost, agents that linger."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import events as ev
 from ..evidence import slurm_state
@@ -412,6 +412,10 @@ class JobFollow:
     def summary(self) -> dict:
         """summary.json's `job` (None without a Slurm job) and `nodes_lost`."""
         j = self.job
+        if j is not None and self.cancel is not None and not self.cancel["due"] and j.state not in slurm_state.ENDED:
+            # slurmstepd said CANCELLED while the job is still ending: ddptui's engine inside the job writes this
+            # before its own job can end (scancel from outside); Slurm ends it CANCELLED
+            j = replace(j, state="CANCELLED")
         job = None if j is None else {"id": j.job_id, "state": j.state, "reason": j.reason,
                                       "exit_code": j.exit_code, "nodes": list(self.job_nodes),
                                       # ddptui's scancel is what ended it (a job that failed first says FAILED)
