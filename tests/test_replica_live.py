@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from ddptui.runners import events as ev
 from ddptui.runners.evidence import eventcheck
@@ -84,7 +83,7 @@ def test_a_restarted_rank_s_old_reports_never_complete_a_set():
 
 # ---- the digest (the rank side): any differing bit --------------------------------------------------------------
 
-def _pairs():
+def _pairs(torch):
     one = torch.tensor([1.0, 2.0, 3.0])
     low_bit = one.clone()
     low_bit.view(torch.int32)[1] ^= 1  # 2.0 and the next float up: one low bit
@@ -104,9 +103,10 @@ def _pairs():
 
 @pytest.mark.parametrize("way", ["cpu", "device"])
 def test_digests_tell_apart_tensors_that_differ_in_any_bit_and_agree_on_equal_bytes(way):
+    import torch  # here, not at the top: the module is collected on the Pythons whose venvs have no torch (test-pythons)
     digest = ((lambda ts: [ddptui_replica.cpu_digest(t, torch) for t in ts]) if way == "cpu"
               else (lambda ts: ddptui_replica.device_digests(ts, torch)))  # the device way, run on the CPU here
-    for a, b in _pairs():
+    for a, b in _pairs(torch):
         da, db = digest([a, b])
         assert da != db, (a, b)
         assert digest([a.clone()]) == [da]
