@@ -23,20 +23,25 @@ def _append(run: Path, *events: ev.Event) -> None:
 
 
 class FakeWatch:
-    """squeue's answers, one per poll (the last one repeated); the test's hook runs at each poll."""
+    """squeue's answers, one per poll (the last one repeated; None: Slurm did not answer); the test's hook runs at
+    each poll."""
 
-    def __init__(self, answers: list[JobInfo], at_poll=None) -> None:
+    def __init__(self, answers: list[JobInfo | None], at_poll=None) -> None:
         self.answers, self.at_poll, self.polls = answers, at_poll, 0
         self.last: JobInfo | None = None
         self.error = ""
         self.cancelled = 0
+        self.unanswered = False
 
     def poll(self) -> JobInfo | None:
         self.polls += 1
         if self.at_poll is not None:
             self.at_poll(self.polls)
-        self.last = self.answers[min(self.polls, len(self.answers)) - 1]
-        return self.last
+        info = self.answers[min(self.polls, len(self.answers)) - 1]
+        self.unanswered = info is None
+        if info is not None:
+            self.last = info
+        return info
 
     def cancel(self) -> str:
         self.cancelled += 1
@@ -80,6 +85,27 @@ def test_a_pending_job_is_said_then_followed_once_its_engine_started_its_attempt
     out = capsys.readouterr()
     assert "SIGINT: job 9's engine has not started: cancelling the job" in out.out
     assert "job 9 ended (CANCELLED) and its engine left no record" in out.err
+
+
+@pytest.mark.timeout(20)
+def test_slurm_not_answering_for_a_while_is_not_the_job_s_end(tmp_path, monkeypatch):
+    """On a loaded login node squeue and scontrol may time out for seconds in a row: the requeued job is still
+    waited for, and followed once its engine starts (before, five unanswered polls read as the job's end)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    wall = time.time()
+    _append(run, ev.AttemptStarted(0, "", wall), ev.RunFinished("failed", 1, str(run), wall + 1, {}))
+    monkeypatch.setattr(slurm_follow, "POLL", 0.01)
+    silent = 3 * slurm_follow.ENDED_POLLS
+
+    def engine_starts(poll: int) -> None:
+        if poll == silent + 2:
+            _append(run, ev.AttemptStarted(1, "Slurm requeued job 7", wall + 5))
+
+    answers: list[JobInfo | None] = [JobInfo("7", "PENDING", "BeginTime", ""), *[None] * silent,
+                                     JobInfo("7", "RUNNING", "", "n1")]
+    seen = slurm_follow._wait_for_engine("7", run, FakeWatch(answers, engine_starts), [], stops=True)  # type: ignore[arg-type]
+    assert isinstance(seen, slurm_follow.AttemptsSeen) and (seen.started, seen.finished) == (2, 1)
 
 
 @pytest.mark.timeout(20)

@@ -235,7 +235,9 @@ def test_a_requeued_job_is_the_next_attempt_of_the_same_record(slurm_clean, runs
     wait_until(lambda: state() in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETED"), 60, "the job requeued",
                step=0.2)
     code, out = attach_slurm(slurm_clean, job)
-    assert code == 0 and "status: ok (exit 0)" in out, out[-3000:]
+    batch = run / "slurm" / "batch.out"
+    assert code == 0 and "status: ok (exit 0)" in out, (
+        f"{out[:1500]}\n[…]\n{out[-2000:]}\n--- {batch}:\n{batch.read_text()[-3000:] if batch.exists() else 'none'}")
     summary = json.loads((run / "summary.json").read_text())
     (a0, a1) = summary["attempts"]
     assert (a0["attempt"], a0["status"], a1["attempt"], a1["status"]) == (0, "failed", 1, "ok"), summary["attempts"]

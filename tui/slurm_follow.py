@@ -146,7 +146,8 @@ def _wait_for_engine(job_id: str, run_dir: Path, watch: SlurmJobWatch, asked: li
             why = f" ({info.reason})" if info is not None and info.reason else ""
             wait = "" if now[0] in slurm_state.ENDED else "; waiting for its engine to start"
             print(f"ddptui: job {job_id} is {now[0]}{why}{wait}", flush=True)
-        ended = ended + 1 if info is None or info.state in slurm_state.ENDED else 0
+        if not watch.unanswered:  # a client call that timed out under load says nothing of the job
+            ended = ended + 1 if info is None or info.state in slurm_state.ENDED else 0
         if ended >= ENDED_POLLS:  # once may be Slurm's word of a moment ago: a job just requeued, not listed yet
             if seen.read().engine_running or seen.finished:
                 return seen if seen.engine_running else _ended(seen)

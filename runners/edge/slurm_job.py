@@ -29,6 +29,7 @@ class SlurmJobWatch:
         self.step: str | None = None  # "JOB.STEP" of our srun, step mode
         self.last: JobInfo | None = None
         self.error: str | None = None  # the last client failure, said once per kind
+        self.unanswered = False  # the last poll got no answer from Slurm (a client timeout, slurmctld busy or down)
         self._hostnames: dict[str, tuple[str, ...]] = {}
         self._ctld_log: str | None = None  # slurmctld's log file, as `scontrol show config` names it
         # an srun run outside any allocation makes its own job: followed and ended as a job, found by its name
@@ -78,9 +79,12 @@ class SlurmJobWatch:
             return None
         out = self._run(["squeue", "-h", "-j", jid, "-o", "%i|%T|%r|%N"])
         info = slurm_state.parse_squeue(out, jid) if out is not None else None
+        answered = out is not None
         if info is None or info.state in slurm_state.ENDED:
             out = self._run(["scontrol", "show", "job", jid, "-o"])
             info = (slurm_state.parse_scontrol(out, jid) if out is not None else None) or info
+            answered = answered or out is not None or "Invalid job id" in (self.error or "")
+        self.unanswered = info is None and not answered
         if info is not None:
             self.last = info
         return info
