@@ -216,7 +216,7 @@ def test_a_killed_submitter_leaves_the_job_judging_its_hang_and_another_shell_fo
 @pytest.mark.timeout(240)
 def test_a_requeued_job_is_the_next_attempt_of_the_same_record(slurm_clean, runs_dir):
     """A plain script fails in the job's first run; `scontrol requeue` starts the batch script again (Slurm holds a
-    requeued job 120 s: the test moves its start to now), its engine appends attempt 1 to the record and it trains."""
+    requeued job 120 s, cred_expire: the test moves its start to 3 s from now), its engine appends attempt 1 to the record and it trains."""
     code, out = ddptui(slurm_clean, runs_dir, "slurm-ddp", "--no-ui", "--set", "slurm.sbatch_args=--requeue",
                        "--set", f"workload.script={FIXTURES / 'fail_first_attempt.py'}", "--set", "replica_check=false")
     assert code == 1, out[-3000:]
@@ -225,7 +225,9 @@ def test_a_requeued_job_is_the_next_attempt_of_the_same_record(slurm_clean, runs
     assert first["crash"]["root_rank"] == 1 and [a["attempt"] for a in first["attempts"]] == [0], first
     assert_no_job_left(slurm_clean)
     assert slurm_clean.run(["scontrol", "requeue", job]).returncode == 0
-    slurm_clean.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
+    # not now: slurmd takes a job credential made in the second its old one was revoked as revoked too ("Killing
+    # non-startable batch JobId=N: Job credential revoked", seen when the machine is loaded)
+    slurm_clean.run(["scontrol", "update", f"jobid={job}", "StartTime=now+3"], check=True)
 
     def state() -> str:
         shown = slurm_clean.run(["scontrol", "-o", "show", "job", job]).stdout
@@ -237,7 +239,9 @@ def test_a_requeued_job_is_the_next_attempt_of_the_same_record(slurm_clean, runs
     code, out = attach_slurm(slurm_clean, job)
     batch = run / "slurm" / "batch.out"
     assert code == 0 and "status: ok (exit 0)" in out, (
-        f"{out[:1500]}\n[…]\n{out[-2000:]}\n--- {batch}:\n{batch.read_text()[-3000:] if batch.exists() else 'none'}")
+        f"{out[:1500]}\n[…]\n{out[-2000:]}\n--- {batch}:\n{batch.read_text()[-3000:] if batch.exists() else 'none'}"
+        f"\n--- scontrol: {slurm_clean.run(['scontrol', '-o', 'show', 'job', job]).stdout}"
+        f"\n--- slurmctld: {[x for x in (slurm_clean.root / 'log' / 'slurmctld.log').read_text().splitlines() if job in x][-30:]}")
     summary = json.loads((run / "summary.json").read_text())
     (a0, a1) = summary["attempts"]
     assert (a0["attempt"], a0["status"], a1["attempt"], a1["status"]) == (0, "failed", 1, "ok"), summary["attempts"]
