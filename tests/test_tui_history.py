@@ -30,6 +30,14 @@ def test_thinned_stays_bounded_and_keeps_first_last_and_extremes():
     assert t.count == len(pts) and t.width >= len(pts) // 64
 
 
+def test_a_spike_or_a_dip_anywhere_survives_every_merge():
+    for at in range(0, 1000, 37):  # in the left or the right bucket of each pairwise merge
+        t, u = Thinned(cap=8), Thinned(cap=8)
+        t.extend([(s, 9.0 if s == at else 1.0) for s in range(1000)])
+        u.extend([(s, -9.0 if s == at else 1.0) for s in range(1000)])
+        assert (at, 9.0) in t.points() and (at, -9.0) in u.points(), at
+
+
 def test_thinned_short_series_is_kept_whole():
     t = Thinned(cap=64)
     pts = [(s, float(s % 5)) for s in range(50)]
