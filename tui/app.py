@@ -20,6 +20,7 @@ from ..runners import events as ev
 from .gc_policy import COLLECT_PERIOD, BetweenFrames
 from .model import Changes, RunModel
 from .nocolor import readable_filters
+from .palette import ScreenActions
 from .redraw import RedrawCap
 from .replay import ReplaySource
 from .sizes import size_classes
@@ -173,6 +174,7 @@ class ModelChanged(Message, bubble=False):
 class DdpApp(App):
     CSS_PATH = Path(__file__).with_name("app.tcss")  # not relative: a subclass elsewhere (tests) finds it too
     TITLE = "ddptui"
+    COMMANDS = App.COMMANDS | {ScreenActions}  # the palette: Textual's commands and the screen's keys (tui/palette.py)
     BINDINGS = [Binding("ctrl+q", "quit_run", "quit", show=False, priority=True),
                 Binding("p", "screenshot", "screenshot", show=False)]
 
@@ -337,6 +339,10 @@ class DdpApp(App):
             self.exit(return_code=self.run_code or 0)
 
     # -- actions ------------------------------------------------------------------------------------
+    async def action_quit(self) -> None:
+        """Textual's Quit (the command palette's): as q, so a live run asks before every rank is stopped."""
+        self.action_quit_run()
+
     def action_quit_run(self) -> None:
         if self._quitting:
             return
@@ -478,7 +484,7 @@ class DdpApp(App):
 
 # -- entry points (called by tui.cli) -------------------------------------------------------------
 
-def _run(app: DdpApp) -> None:
+def run_dashboard(app: DdpApp) -> None:
     """app.run() with SIGHUP/SIGTERM stopping the run (tui/app_signals.py); then the engine is surely done."""
     from .app_signals import AppSignals
     signals = AppSignals(app)
@@ -511,7 +517,7 @@ def run_app(profile_path, overrides: Sequence[str] = (), runs_root: Path = Path(
         from .held import HeldSource
         source = HeldSource(*engine)
     app = DdpApp(source=source, picker_extra=extra, runs_root=runs_root)
-    _run(app)
+    run_dashboard(app)
     if app.detached_run is not None:
         pid = getattr(app.source, "engine", None)
         print("ddptui: detached; the run goes on" + (f" (its engine: pid {pid.pid})" if pid is not None else "")
@@ -525,7 +531,7 @@ def run_attach(job, runs_root, stall_after: float, stack_every: float, pyspy: st
     """The dashboard on a job ddptui did not launch (`ddptui attach PID`): q detaches, the job runs on."""
     source = AttachSource(job, Path(runs_root), stall_after, stack_every, pyspy)
     app = DdpApp(source=source)
-    _run(app)
+    run_dashboard(app)
     return app.run_code or 0
 
 
@@ -533,7 +539,7 @@ def run_follow(source) -> int:
     """The dashboard on a ddptui run's record another process's engine writes (`ddptui attach RUN_DIR`): q leaves,
     the run goes on; d and s go to its engine through the control channel."""
     app = DdpApp(source=source)
-    _run(app)
+    run_dashboard(app)
     return app.run_code or 0
 
 
@@ -541,5 +547,5 @@ def run_replay(run_dir: str | Path) -> int:
     """Reopen a finished run from its record in the same screens."""
     source = ReplaySource(Path(run_dir))
     app = DdpApp(source=source)
-    _run(app)
+    run_dashboard(app)
     return 1 if source.problems else 0  # as `ddptui replay --no-ui`: the record was incomplete or malformed

@@ -83,6 +83,7 @@ class PickerScreen(Screen):
     BINDINGS = [
         Binding("ctrl+l", "launch", "launch"),
         Binding("q", "app.quit_run", "quit"),
+        Binding("ctrl+c", "app.quit_run", "quit", show=False),  # as q (in a field, Textual's copy)
         Binding("escape", "to_list", "back to the list", show=False),
         Binding("question_mark", "app.help", "help"),
     ]

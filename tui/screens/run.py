@@ -105,6 +105,7 @@ class RunScreen(Screen):
     AUTO_FOCUS = None  # panes take focus once they exist; the hidden search box must never have it
     BINDINGS = [
         Binding("q", "app.quit_run", "quit"),
+        Binding("ctrl+c", "app.quit_run", "quit", show=False),  # as q (Textual's copies a selection)
         Binding("d", "app.dump", "dump stacks"),
         Binding("s", "app.stop", "stop"),
         Binding("r", "app.rerun", "rerun"),
