@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint test-pythons venv xla-venv slurm-deps bench screenshots clean
+.PHONY: run test lint test-pythons venv xla-venv slurm-deps chromium-deps bench screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,11 +26,16 @@ xla-venv:
 slurm-deps:
 	bash scripts/slurm-deps.sh
 
+# The browser test of `ddptui serve` (tests/test_serve_browser.py): Debian's chromium, driven headless (a no-op once
+# installed; without root or apt-get it says why and that test skips with that reason).
+chromium-deps:
+	bash scripts/chromium-deps.sh
+
 # ruff and mypy on runners/ and tui/ (pyproject.toml's [tool.ruff] and [tool.mypy]); a finding fails the build
 lint: $(STAMP)
 	BIN=$(BIN) bash scripts/lint.sh
 
-test: $(STAMP) lint xla-venv slurm-deps
+test: $(STAMP) lint xla-venv slurm-deps chromium-deps
 	$(BIN)/python -m pytest -q --durations=25 tests
 	$(MAKE) --no-print-directory test-pythons
 

@@ -18,6 +18,7 @@ ddptui replay RUN_DIR [--no-ui]            reopen a finished run from its record
 ddptui dump RUN_DIR                        ask the live ddptui of that run to collect stacks now
 ddptui attach RUN_DIR [--no-ui | --watch]  watch a live (or finished) ddptui run from its record
 ddptui attach (PID | --slurm JOB) [--no-ui | --watch]   watch a job ddptui did not launch (attach --help)
+ddptui serve RUN_DIR [--port P] [--host H]  the dashboard of a record in a browser (URL with a token; serve --help)
 ddptui profiles                            list the profiles found (shipped and ./profiles)"""
 
 EPILOG = """\
@@ -98,6 +99,9 @@ def _main(argv: list[str]) -> int:
     if sub is not None and argv[sub] == "attach":  # (`ddptui --runs-dir D attach ...` as well)
         from .attach_cli import main as attach_main
         return attach_main(argv[:sub] + argv[sub + 1:])
+    if sub is not None and argv[sub] == "serve":
+        from .serve import main as serve_main
+        return serve_main(argv[sub + 1:])
     args = _parser().parse_args(argv)
     if args.profile and command:
         return _fail("give either a PROFILE or a command after '--', not both")

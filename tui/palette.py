@@ -35,7 +35,7 @@ def own_bindings(node: object) -> set[tuple[str, str]]:
 def screen_commands(screen: Any) -> Iterator[PaletteCommand]:
     """One command per action the screen (its focused widgets, the app) binds with a description, in the order the
     bindings resolve; none the screen leaves out of its footer (a replay's stop, dump...) or that is disabled now."""
-    hidden = getattr(screen, "unlisted_actions", frozenset())
+    hidden: frozenset[str] = getattr(screen, "unlisted_actions", frozenset())
     seen: set[tuple[str, str]] = set()
     keys: dict[tuple[str, str], list[str]] = {}
     found: list[tuple[tuple[str, str], Any, Binding]] = []

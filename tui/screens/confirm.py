@@ -1,4 +1,4 @@
-"""Asks before quitting while ranks are still running."""
+"""Asks before quitting while ranks are still running (and, in a browser's viewer, before stopping the run)."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
@@ -11,11 +11,16 @@ from textual.widgets import Button, Static
 class ConfirmQuit(ModalScreen[bool]):
     BINDINGS = [Binding("y,enter", "answer(True)", "stop and quit"), Binding("n,escape", "answer(False)", "keep running")]
 
+    def __init__(self, question: str = "The run is still live. Stop every rank and quit?",
+                 yes: str = "Stop and quit (y)") -> None:
+        super().__init__()
+        self.question, self.yes = question, yes
+
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box"):
-            yield Static("The run is still live. Stop every rank and quit?", id="confirm-text")
+            yield Static(self.question, id="confirm-text", markup=False)
             with Horizontal(id="confirm-buttons"):
-                yield Button("Stop and quit (y)", variant="error", id="yes")
+                yield Button(self.yes, variant="error", id="yes")
                 yield Button("Keep running (n)", id="no")
 
     def action_answer(self, yes: bool) -> None:

@@ -1,0 +1,93 @@
+"""`ddptui serve` for real: a committed record served on a free loopback port, opened in headless Chromium, read off
+its xterm.js terminal, driven with a key typed into the page; no process left behind."""
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.support.browser import Browser, Served, chromium
+
+CHROMIUM, WHY_NOT = chromium()
+RECORDS = Path(__file__).parent / "fixtures" / "records"
+
+pytestmark = [
+    pytest.mark.main_suite("a real browser and a served dashboard per tab (the serve rules are in test_serve.py)"),
+    pytest.mark.skipif(CHROMIUM is None, reason=WHY_NOT),
+]
+
+
+def status_of(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def viewers(pid: int) -> list[psutil.Process]:
+    out = []
+    for p in psutil.Process(pid).children(recursive=True):
+        try:
+            if "ddptui.tui.viewer" in " ".join(p.cmdline()):
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def wait_for(cond, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"no {what} after {timeout:g} s")
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(90)
+def test_a_record_in_a_browser_tab_draws_ranks_and_verdict_and_answers_a_key(tmp_path):
+    record = tmp_path / "crash"
+    shutil.copytree(RECORDS / "crash", record)
+    served = Served(record)
+    try:
+        url = served.wait_url()
+        assert url.startswith("http://127.0.0.1:")
+        base, token = url.rstrip("/").rsplit("/", 1)
+        assert len(token) >= 20
+        assert status_of(url) == 200
+        assert status_of(base + "/") == 403 and status_of(f"{base}/{token[:-1]}x/") == 403
+        assert status_of(f"{base}/static/js/textual.js") == 403 and status_of(f"{url}static/js/textual.js") == 200
+        assert viewers(served.proc.pid) == []  # no tab, no viewer
+
+        async def in_the_browser() -> None:
+            browser = Browser(CHROMIUM)
+            try:
+                page = await browser.page()
+                await page.call("Page.navigate", url=url)
+                text = await page.wait_text(r"rank 1 failed first", 60)  # the crash verdict, in the banner
+                assert "crash" in text and "failed" in text and "replay" in text
+                assert len(viewers(served.proc.pid)) == 1  # this tab's own viewer process
+                png = await page.screenshot(tmp_path / "tab.png")  # under tmp_path: never committed
+                assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") >= 800
+                await page.press("t")  # from the crash tab to the timeline: every rank's lines, timed
+                text = await page.wait_text(r"\d+\.\d{3} launcher ! ddptui: launcher torchrun exited with 1", 15)
+                await page.press("t")  # back to the rank grid: a pane per rank, side by side, each with its end
+                # ... and the loss chart under them, a line per rank (drawn just after the panes)
+                await page.wait_text(r"✗ failed \(SIGTERM\) ═+╝┗━+ ✗ failed \(exit 1\) ━┛(?s:.*)━━ r0(?s:.*)━━ r1", 15)
+            finally:
+                await browser.close()
+        asyncio.run(in_the_browser())
+        wait_for(lambda: viewers(served.proc.pid) == [], 15, "end of the closed tab's viewer")
+        kids = psutil.Process(served.proc.pid).children(recursive=True)
+        assert served.stop() == 0
+        assert not [k for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
+        assert "Traceback" not in (served.proc.stderr.read() if served.proc.stderr else "")
+    finally:
+        if served.proc.poll() is None:
+            served.stop()
