@@ -91,3 +91,46 @@ def test_a_record_in_a_browser_tab_draws_ranks_and_verdict_and_answers_a_key(tmp
     finally:
         if served.proc.poll() is None:
             served.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_live_run_in_a_tab_is_followed_and_stopped_only_after_s_and_yes(tmp_path):
+    from ddptui.runners.edge import control
+    from tests.test_detach import detach
+    run, pid = detach(tmp_path / "runs")
+    engine = psutil.Process(pid)
+    served = Served(run)
+    try:
+        url = served.wait_url()
+
+        async def in_the_browser() -> None:
+            browser = Browser(CHROMIUM)
+            try:
+                page = await browser.page()
+                await page.call("Page.navigate", url=url)
+                await page.wait_text(r"· live ·(?s:.*)rank 1 · pid(?s:.*)step \d+ loss", 60)  # followed: each rank's steps
+                await page.press("s")
+                await page.wait_text("Stop every rank of this run", 10)
+                await page.press("n")
+                await page.wait_text(r"· live ·", 10)
+                assert control.state_of(run).state == "live" and engine.is_running()  # no, and nothing stopped
+                await page.press("s")
+                await page.wait_text("Stop every rank of this run", 10)
+                await page.press("y")
+                await page.wait_text(r"■ stopped", 60)  # the engine stopped the run; the tab shows its end
+            finally:
+                await browser.close()
+        asyncio.run(in_the_browser())
+        engine.wait(30)
+        summary = (run / "summary.json").read_text()
+        assert '"status": "stopped"' in summary
+        assert served.stop() == 0
+    finally:
+        if served.proc.poll() is None:
+            served.stop()
+        if engine.is_running():
+            for c in engine.children(recursive=True) + [engine]:
+                try:
+                    c.kill()
+                except psutil.Error:
+                    pass
