@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -12,10 +13,15 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ddptui.runners.edge import control
 from tests.support.browser import Browser, Served, chromium
+from tests.support.cli import ROOT, ddptui
 
 CHROMIUM, WHY_NOT = chromium()
 RECORDS = Path(__file__).parent / "fixtures" / "records"
+# a plain 2-rank gloo DDP loop under the user's own torchrun that runs until it is stopped (as test_detach's)
+ENDLESS = ("--set", "timeout=120", "--", str(Path(sys.executable).parent / "torchrun"), "--standalone",
+           "--nproc_per_node=2", str(ROOT / "tests" / "fixtures" / "healthy_ddp_loop.py"))
 
 pytestmark = [
     pytest.mark.main_suite("a real browser and a served dashboard per tab (the serve rules are in test_serve.py)"),
@@ -95,9 +101,9 @@ def test_a_record_in_a_browser_tab_draws_ranks_and_verdict_and_answers_a_key(tmp
 
 @pytest.mark.timeout(120)
 def test_a_live_run_in_a_tab_is_followed_and_stopped_only_after_s_and_yes(tmp_path):
-    from ddptui.runners.edge import control
-    from tests.test_detach import detach
-    run, pid = detach(tmp_path / "runs")
+    p = ddptui("--detach", *ENDLESS, runs_dir=tmp_path / "runs", timeout=60)
+    assert p.returncode == 0, p.stderr
+    run, pid = Path(p.stdout.splitlines()[0][5:]), int(p.stdout.splitlines()[1].split()[-1])
     engine = psutil.Process(pid)
     served = Served(run)
     try:

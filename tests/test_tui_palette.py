@@ -20,10 +20,12 @@ async def palette_pick(pilot, app, words: str, name: str) -> None:
     await until(pilot, lambda: isinstance(app.screen, CommandPalette), 5, "the palette to open")
     await pilot.press(*words)
 
-    def listed() -> bool:
-        opts = app.screen.query_one("CommandList").options
-        return bool(opts) and str(opts[0].prompt).split("\n")[0].strip() == name
-    await until(pilot, listed, 5, f"the palette to list {name!r} first")
+    def index() -> int | None:
+        names = [str(o.prompt).split("\n")[0].strip() for o in app.screen.query_one("CommandList").options]
+        return names.index(name) if name in names else None
+    await until(pilot, lambda: index() is not None, 5, f"the palette to list {name!r}")
+    await pilot.pause(0.2)  # every provider answered: the list holds still
+    app.screen.query_one("CommandList").highlighted = index()
     await pilot.press("enter")
 
 

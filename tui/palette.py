@@ -48,7 +48,7 @@ def screen_commands(screen: Any) -> Iterator[PaletteCommand]:
             ours[id(node)] = own_bindings(node)
         if (b.action, b.description) not in ours[id(node)]:
             continue
-        ident = (b.description, b.action.split(".", 1)[-1])  # q on the screen and ^q on the app: one "quit"
+        ident = (b.description, "")  # one command per name: q, ctrl+c on the screen and ^q on the app are one "quit"
         keys.setdefault(ident, []).append(key_label(key))
         if ident not in seen:
             seen.add(ident)

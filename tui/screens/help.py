@@ -9,6 +9,8 @@ from textual.widgets import Static
 
 RUN_KEYS = (
     ("q", "quit (asks first while a run is live; stops every rank and waits)"),
+    ("ctrl+c", "copy the text selected with the mouse; with none, quit as q does"),
+    ("ctrl+p", "command palette: every key of this screen by name, and Textual's commands (theme, keys, quit)"),
     ("s", "stop the run (every rank torn down)"),
     ("D", "detach: leave the dashboard, the run goes on (`ddptui attach RUN_DIR` comes back; s there stops it)"),
     ("d", "dump the stacks of every rank now"),
@@ -41,6 +43,7 @@ PICKER_KEYS = (
     ("escape", "leave a field, back to the list"),
     ("q", "quit, from the list (in a field q is typed: ctrl+q quits there)"),
     ("ctrl+q", "quit, from anywhere"),
+    ("ctrl+c", "quit, as q (in a field: copy)"),
     ("p", "save a screenshot (SVG) into the runs folder (from the list)"),
     ("mouse", "click a profile, a field or Launch"),
     ("?", "this help (from the list)"),

@@ -105,7 +105,7 @@ class RunScreen(Screen):
     AUTO_FOCUS = None  # panes take focus once they exist; the hidden search box must never have it
     BINDINGS = [
         Binding("q", "app.quit_run", "quit"),
-        Binding("ctrl+c", "app.quit_run", "quit", show=False),  # as q (Textual's copies a selection)
+        Binding("ctrl+c", "copy_or_quit", "quit", show=False),  # as q, unless text is selected (then a copy)
         Binding("d", "app.dump", "dump stacks"),
         Binding("s", "app.stop", "stop"),
         Binding("r", "app.rerun", "rerun"),
@@ -442,6 +442,13 @@ class RunScreen(Screen):
         if isinstance(f, RankTable):
             return f.cursor_rank
         return f.rank if isinstance(f, RankPane) else None
+
+    def action_copy_or_quit(self) -> None:
+        """Ctrl-C: the text selected with the mouse is copied (Textual's way); with none, it asks as q does."""
+        if self.get_selected_text():
+            self.action_copy_text()
+        else:
+            self.app.action_quit_run()  # type: ignore[attr-defined]  # DdpApp's
 
     def action_zoom(self) -> None:
         from .zoom import ZoomScreen
