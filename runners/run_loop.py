@@ -417,25 +417,21 @@ class RunLoop(abc.ABC):
     def _finish(self, status: str, exit_code: int, preflight: Sequence = ()) -> RunResult:
         self.status = status
         wall = time.time()
+        # an attempt the conclusion did not end (a run that ended before its ranks started) ends before the summary
+        ended = self.judge.end_attempt(status, now=now())
         summary = self.judge.summary(status, exit_code, str(self.run_dir),
                                      round(time.monotonic() - self._started_mono, 3),
                                      round(time.process_time(), 3),  # this process: the engine, and the UI if any
                                      self.stack_collections, self.survivors)
         if preflight:  # why the run never started, in its end event too (the dashboard's banner says it)
             summary["preflight"] = [{"code": p.code, "message": p.message, "fix": p.fix} for p in preflight]
-        ended = self._attempt_ended(summary, wall)
         path = self.record.write_json("summary.json", summary)
         self._emit_progress()  # steps read in the last drain: before the end, never after it
-        for e in ended:
-            self._emit(e)
+        self._carry_out(ended)
         self._emit(ev.RunFinished(status, exit_code, str(path), wall, summary))
         self._flush()
         return RunResult(status, exit_code)
 
-
-    def _attempt_ended(self, summary: dict, wall: float) -> list:
-        """The events that end this run's attempt, its summary completed in place (a requeued Slurm job's engine)."""
-        return []
 
 
 def slurm_words_first(got: list) -> list:

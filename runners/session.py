@@ -17,7 +17,6 @@ from .edge.slurm_job import SlurmJobWatch
 from .edge.tail import Tailer
 from .evidence import fr_records, signals, slurm_state
 from .evidence.hints import HintMatcher
-from .judge import slurm_attempts
 from .judge.job_follow import Agent, node_of_agent
 from .judge.judge import CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_REPLICAS, EXIT_STALLED, EXIT_USAGE, TearDown  # noqa: F401
 from .launch import fr_env
@@ -56,7 +55,6 @@ class Session(RunLoop):
         """record_dir: the record's folder when it is fixed already (the engine in a batch job ddptui submitted)."""
         super().__init__(profile, runs_root, emit, pyspy, stack_method, runner=traits_of(profile),
                          record_dir=record_dir)
-        self._attempt: ev.AttemptStarted | None = None  # the engine of a ddptui batch job: which attempt of it this is
         self.plan: LaunchPlan | None = None
         self._subreaper = False  # this run made the process a subreaper (undone when it ends)
         self._sockets: str | None = None  # the folder of the ranks' debug sockets (runners/launch/fr_env.py), removed at the end
@@ -87,10 +85,7 @@ class Session(RunLoop):
                                  len(here) if self.judge.state.partial else None))
         if plan.job is not None and plan.job.attempt is not None:  # each run of the batch script: one attempt
             self.record.attempt = plan.job.attempt
-            self._attempt = slurm_attempts.started(plan.job.attempt, plan.job.job_id, time.time())
-            self._emit(self._attempt)
-            if plan.job.attempt:
-                self._launcher_line(f"ddptui: {self._attempt.why}: attempt {plan.job.attempt} of this record")
+            self._carry_out(self.judge.requeued(plan.job.attempt, plan.job.job_id, self._earlier_attempts(), now=now()))
         self._sockets, problem = fr_env.prepare(p, self.run_dir)  # before any rank starts: they bind in it
         if problem:
             self._launcher_line(f"ddptui: {problem}")
@@ -236,15 +231,6 @@ class Session(RunLoop):
             self.survivors.append(line)
             self._launcher_line(f"ddptui: {line}")
         return td
-
-    def _attempt_ended(self, summary: dict, wall: float) -> list:
-        """A batch job's attempt ends with the run: its verdict, and summary.json's `attempts` with the earlier ones
-        (read from the summary the previous attempt left in the record)."""
-        if self._attempt is None:
-            return []
-        end = slurm_attempts.ended(self._attempt.attempt, summary, wall)
-        summary["attempts"] = slurm_attempts.timeline(self._earlier_attempts(), self._attempt, end)
-        return [end]
 
     def _earlier_attempts(self) -> list:
         try:

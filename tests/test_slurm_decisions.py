@@ -8,11 +8,10 @@ import pytest
 
 from ddptui.runners import events as ev
 from ddptui.runners.evidence import slurm_state as ss
+from ddptui.runners.evidence.rank_learn import RankLearner, hello_rank
 from ddptui.runners.judge.job_follow import AGENT_EXIT_GRACE, Agent, agent_lost_node, node_of_agent
 from ddptui.runners.judge.judge import EXIT_FAILED, EXIT_OK, TearDown
-from ddptui.runners.evidence.rank_learn import RankLearner, hello_rank
-from tests.support.judge import T0, W0, at, hello_on, job, make, of, say, texts
-from tests.support.wait import wait_until
+from tests.support.judge import PIDS, T0, W0, at, hello, hello_on, job, make, of, say, texts
 
 pytestmark = pytest.mark.any_python
 
@@ -367,7 +366,7 @@ def test_a_node_lost_during_a_stall_is_a_failed_run_not_a_stalled_one():
     assert j.job.status("stopped", EXIT_FAILED) == ("stopped", EXIT_FAILED)
 
 
-# ---- a ddptui batch job: its record found from Slurm, its attempts (runners/judge/slurm_attempts.py) ---------------
+# ---- a ddptui batch job: its record found from Slurm, its attempts (runners/judge/attempts.py) --------------
 def test_the_record_of_a_ddptui_batch_job_is_read_from_its_name_and_stdout():
     from ddptui.runners.evidence.slurm_state import ddptui_record
     line = ("JobId=12 JobName=ddptui-20261205-1-slurm-ddp UserId=root(0) JobState=RUNNING "
@@ -378,23 +377,43 @@ def test_the_record_of_a_ddptui_batch_job_is_read_from_its_name_and_stdout():
     assert ddptui_record(line.replace("slurm/batch.out", "slurm-12.out"), "12") is None
 
 
-def test_attempts_keep_the_earlier_ones_and_say_each_verdict():
-    from ddptui.runners.judge import slurm_attempts as sa
-    s0 = sa.started(0, "12", 100.0)
-    assert s0.why == ""
-    e0 = sa.ended(0, {"status": "failed", "crash": {"text": "rank 1 failed first: RuntimeError"},
-                      "stacks": []}, 110.0)
-    first = sa.timeline([], s0, e0)
-    assert first == [{"attempt": 0, "why": "", "began": 100.0, "ended": 110.0, "status": "failed",
-                      "verdict": "rank 1 failed first: RuntimeError", "stacks": ""}]
-    s1 = sa.started(1, "12", 200.0)
-    assert s1.why == "Slurm requeued job 12"
-    e1 = sa.ended(1, {"status": "stalled", "hang": {"text": "rank 1 is stuck"}, "stacks": ["/r/stacks/01-attempt1-stall"]},
-                  230.0)
-    both = sa.timeline(first, s1, e1)
-    assert [(a["attempt"], a["status"], a["verdict"], a["stacks"]) for a in both] == [
-        (0, "failed", "rank 1 failed first: RuntimeError", ""), (1, "stalled", "rank 1 is stuck",
-                                                                 "/r/stacks/01-attempt1-stall")]
-    ok = sa.ended(1, {"status": "ok", "replica": {"status": "identical", "text": "identical"}}, 1.0)
-    assert ok.verdict == "trained to the end"
-    assert len(sa.timeline(both, s1, ok)) == 2  # attempt 1 again (its summary rewritten): one entry per attempt
+def test_attempts_of_a_requeued_job_keep_the_earlier_ones_and_say_each_verdict():
+    """Each engine of a requeued job (one per run of the batch script) builds the timeline as torchrun's restarts do
+    (runners/judge/attempts.py): the earlier attempts from the record's last summary, then its own."""
+    j0 = make()
+    out = j0.requeued(0, "12", [], now=(T0, W0))
+    assert of(out, ev.AttemptStarted) == [ev.AttemptStarted(0, "", W0)] and texts(out) == []
+    hello(j0, 0)
+    hello(j0, 1)
+    say(j0, 1, 2.0, "Traceback (most recent call last):", '  File "train.py", line 9, in <module>',
+        "RuntimeError: the data shard is not there yet", stream="err")
+    at(j0, 2.1)
+    j0.deaths([(PIDS[1], W0 + 2.0, 1)], own=set())
+    at(j0, 10.0)
+    j0.deaths([(PIDS[0], W0 + 9.5, -15)], own=set())
+    j0.settle()
+    out, status, code = j0.conclude(None, None)
+    assert [(e.attempt, e.status) for e in of(out, ev.AttemptEnded)] == [(0, "failed")]
+    assert j0.end_attempt(status) == []  # ended once: the run's end does not end it again
+    first = j0.summary(status, code, "RUN", 10.0, 0.1, [], [])
+    assert set(first) >= {"attempts"} and "restarts" not in first  # no launcher restarts in a batch job's engine
+    assert [(a["attempt"], a["status"], a["why"], a["began"], a["ended"]) for a in first["attempts"]] == [
+        (0, "failed", "", W0, W0 + 10.0)]
+    assert "rank 1" in first["attempts"][0]["verdict"] and "data shard" in first["attempts"][0]["verdict"]
+
+    j1 = make()
+    out = j1.requeued(1, "12", json.loads(json.dumps(first["attempts"])) + ["junk"], now=(T0, W0 + 100))
+    assert of(out, ev.AttemptStarted) == [ev.AttemptStarted(1, "Slurm requeued job 12", W0 + 100)]
+    assert texts(out) == ["ddptui: Slurm requeued job 12: attempt 1 of this record"]
+    at(j1, 130.0)
+    ended = of(j1.end_attempt("preflight failed"), ev.AttemptEnded)  # a run that ended before its ranks started
+    assert [(e.attempt, e.status, e.verdict) for e in ended] == [(1, "preflight failed", "")]
+    both = j1.summary("preflight failed", 2, "RUN", 30.0, 0.1, [], [])["attempts"]
+    assert [(a["attempt"], a["status"], a["why"]) for a in both] == [
+        (0, "failed", ""), (1, "preflight failed", "Slurm requeued job 12")]
+    again = make()  # attempt 1 again (its engine ran once more): one entry per attempt number
+    again.requeued(1, "12", both, now=(T0, W0 + 200))
+    at(again, 5.0)
+    again.end_attempt("ok")
+    assert [(a["attempt"], a["status"]) for a in again.summary("ok", 0, "RUN", 5.0, 0.1, [], [])["attempts"]] == [
+        (0, "failed"), (1, "ok")]

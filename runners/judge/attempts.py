@@ -1,11 +1,15 @@
-"""A launcher's restarts as attempts of one run: the verdict each attempt ends with, and fresh rank tracks for the next.
+"""A run's attempts, the one way its attempt timeline is built: the verdict each attempt ends with, fresh rank tracks
+for the next, summary.json's `attempts`.
 
-torchrun's elastic agent (`--max-restarts N`) restarts every rank after a failure: new pids, new rank files
+Two kinds of restart make attempts. torchrun's elastic agent (`--max-restarts N`) restarts every rank after a failure: new pids, new rank files
 (`attempt_<n>/`), `TORCHELASTIC_RESTART_COUNT` in each rank, which its hello reports as `attempt`. A failure with
 restarts left is not the run's end: it ends the attempt, with its own verdict (the crash verdict's root cause, or the
-hang read from the stacks taken before the restart), and the first hello of the next attempt begins it."""
+hang read from the stacks taken before the restart), and the first hello of the next attempt begins it. Slurm's
+requeue runs the batch script again: the engine in the job (one per attempt) begins attempt K (SLURM_RESTART_COUNT)
+of the same record, after the earlier attempts that the record's last summary kept (`requeued`)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .. import events as ev
@@ -34,16 +38,37 @@ class Attempts:
         self.began = state.wall  # wall time the current attempt began
         self.why = ""  # why it began ("" for attempt 0)
         self.folders: list[str] = []  # stacks folders taken during the current attempt
+        self.requeue = False  # the engine of one attempt of a requeued Slurm job (`requeued`)
+        self.open = False  # the current attempt began and has not ended
+
+    @property
+    def restarts(self) -> bool:
+        """The launcher may restart the ranks within this engine's run (torchrun's --max-restarts)."""
+        return self.s.max_restarts > 0
 
     @property
     def follows(self) -> bool:
-        return self.s.max_restarts > 0
+        return self.restarts or self.requeue
 
     def begin(self) -> None:
         """The run starts: attempt 0 begins (said only when the launcher may restart)."""
         self.began = self.s.wall
         if self.follows:
+            self.open = True
             self.s.emit(ev.AttemptStarted(0, "", self.s.wall))
+
+    def requeued(self, attempt: int, job_id: str | None, earlier: Sequence[Any]) -> None:
+        """This engine runs attempt `attempt` of a ddptui batch job (each run of the batch script: one attempt; a later
+        one was started again by Slurm's requeue); `earlier`: the attempts the record's last summary kept (an attempt
+        whose engine was killed left none)."""
+        s = self.s
+        self.requeue, self.open = True, True
+        s.attempt, self.began = attempt, s.wall
+        self.why = f"Slurm requeued job {job_id}" if attempt else ""
+        self.history = [dict(a) for a in earlier if isinstance(a, dict) and a.get("attempt") != attempt]
+        s.emit(ev.AttemptStarted(attempt, self.why, s.wall))
+        if attempt:
+            s.say(f"ddptui: {self.why}: attempt {attempt} of this record")
 
     def stacks_taken(self, folder: str | None) -> None:
         if folder:
@@ -69,7 +94,7 @@ class Attempts:
     def hello(self, attempt: Any) -> None:
         """A rank's hello named its attempt: one past the current begins the next (the current one ends first)."""
         s = self.s
-        if not self.follows or not isinstance(attempt, int) or isinstance(attempt, bool) or attempt <= s.attempt:
+        if not self.restarts or not isinstance(attempt, int) or isinstance(attempt, bool) or attempt <= s.attempt:
             return
         ended = max((t.exit_wall for t in s.tracks.values() if t.exit_wall is not None), default=s.wall)
         self._ended(self.verdict(), min(ended, s.wall))
@@ -110,7 +135,8 @@ class Attempts:
         if s.attempt > 0 and verdict["status"] == "failed" and STALE_STORE_NEEDLE in verdict["verdict"]:
             s.raise_hint(RESTART_STALE_STORE.code, (verdict.get("crash") or {}).get("root_rank"), verdict["verdict"])
         entry = {"attempt": s.attempt, "began": self.began, "ended": wall, "why": self.why, **verdict}
-        self.history.append(entry)
+        self.history = sorted(self.history + [entry], key=lambda a: a.get("attempt", 0))
+        self.open = False
         s.emit(ev.AttemptEnded(s.attempt, verdict["status"], verdict["verdict"], wall, verdict["stacks"]))
 
     def _fresh(self, attempt: int) -> None:
@@ -124,16 +150,17 @@ class Attempts:
         s.first_digests = {}
         log, s.launcher_log = s.launcher_log, TorchrunLog()
         s.launcher_log.now = log.now
-        self.began, self.folders, s.ending_attempt = s.wall, [], False
+        self.began, self.folders, s.ending_attempt, self.open = s.wall, [], False, True
         self.watch.new_attempt()
         self.ingest.new_attempt()
         self.job.new_attempt()
 
     # ---- the run's end -------------------------------------------------------------------------------
     def conclude(self, status: str) -> None:
-        """The run ended with `status`: its last attempt ends with the run's verdicts."""
+        """The run ended with `status` (also one that ended before its ranks started): its last attempt ends with the
+        run's verdicts, once."""
         s = self.s
-        if not self.follows:
+        if not self.open:
             return
         stacks = s.hang.path if s.hang is not None and s.hang.path else (self.folders[-1] if self.folders else "")
         text = s.crash.text if s.crash is not None else s.hang.text if s.hang is not None else \
@@ -147,4 +174,6 @@ class Attempts:
         """summary.json's `attempts` (each attempt: began, ended, why, status, verdict, stacks) and `restarts`."""
         if not self.follows:
             return {}
+        if not self.restarts:
+            return {"attempts": self.history}
         return {"attempts": self.history, "restarts": self.s.attempt, "max_restarts": self.s.max_restarts}

@@ -100,6 +100,12 @@ class Judge:
         self.attempts.begin()
         return self.state.take()
 
+    def requeued(self, attempt: int, job_id: str | None, earlier: Sequence, now: Now | None = None) -> list:
+        """This engine runs attempt `attempt` of a requeued Slurm job's record (attempts.Attempts.requeued)."""
+        self._at(now)
+        self.attempts.requeued(attempt, job_id, earlier)
+        return self.state.take()
+
     def rank_learned(self, guess: int | None, rank: int, now: Now | None = None) -> list:
         """A rank's hello named `rank` where the plan guessed `guess` (tail.Tailer.take_renamed): feed it before the
         lines read with it. A ddptui that tracks only its node's ranks renumbers the track (runners/judge/world_view.py)."""
@@ -318,6 +324,13 @@ class Judge:
         status, exit_code = self.job.status(status, exit_code)
         self.attempts.conclude(status)
         return out + self.state.take(), status, exit_code
+
+    def end_attempt(self, status: str, now: Now | None = None) -> list:
+        """The run ends with `status` before its summary: an attempt that `conclude` did not end (a run that ended
+        before its ranks started) ends now."""
+        self._at(now)
+        self.attempts.conclude(status)
+        return self.state.take()
 
     def _node_lost_crash(self, out: list) -> list:
         """The crash verdict of a run that lost a node says so first (and there is one even without rank evidence);
