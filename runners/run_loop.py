@@ -364,8 +364,8 @@ class RunLoop(abc.ABC):
             if res.workers:
                 workers[rank] = stack_types.workers_json(res)
         files = {rank: _stack_file(self.tracks[rank], res) for rank, res in sorted(taken.results.items())}
-        why = f"attempt{self.judge.state.attempt}-{req.why}" if self.judge.state.max_restarts else req.why
-        folder = str(self.record.stacks(len(self.stack_collections) + 1, why, files, taken.fr_dumps,
+        folder = str(self.record.stacks(len(self.stack_collections) + 1, self.judge.attempts.stacks_attempt, req.why,
+                                        files, taken.fr_dumps,
                                         {"why": req.why, "seconds": taken.seconds, "method": method,
                                          "threads": threads, "workers": workers, "fr": taken.fr_said}))
         self.stack_collections.append(folder)

@@ -84,7 +84,6 @@ class Session(RunLoop):
         self._emit(ev.RunStarted(str(self.run_dir), p.name, p.runner, self.world, p.steps, time.time(),
                                  len(here) if self.judge.state.partial else None))
         if plan.job is not None and plan.job.attempt is not None:  # each run of the batch script: one attempt
-            self.record.attempt = plan.job.attempt
             self._carry_out(self.judge.requeued(plan.job.attempt, plan.job.job_id, self._earlier_attempts(), now=now()))
         self._sockets, problem = fr_env.prepare(p, self.run_dir)  # before any rank starts: they bind in it
         if problem:

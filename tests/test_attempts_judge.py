@@ -9,10 +9,19 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
+from ddptui.runners.edge.record import RunRecord
 from ddptui.runners.evidence.hints import HintMatcher
 from ddptui.runners.evidence.launcher_log import TorchrunLog
-from ddptui.runners.judge.judge import CRASH_GRACE, EXIT_FAILED, EXIT_OK, CollectStacks, EndAttempt, Judge, \
-    Launcher, TearDown
+from ddptui.runners.judge.judge import (
+    CRASH_GRACE,
+    EXIT_FAILED,
+    EXIT_OK,
+    CollectStacks,
+    EndAttempt,
+    Judge,
+    Launcher,
+    TearDown,
+)
 from ddptui.runners.judge.runner_traits import RunnerTraits
 from ddptui.runners.launch.profile.errors import ProfileError
 from ddptui.runners.launch.profile.load import load_profile
@@ -196,3 +205,18 @@ def test_a_restarted_attempt_refused_in_connectfullmesh_raises_the_stale_store_h
     j.conclude(None, None, [Launcher("torchrun", 1)])
     (hint,) = [h for h in j.hints if h["code"] == "restart-stale-store"]
     assert hint["rank"] == 0 and "PrefixStore" in hint["fix"]
+
+
+def test_the_stacks_folder_names_its_attempt_once(tmp_path):
+    """stacks/NN-attemptK-why/: the attempt tag is made in one place (the record, from the judge's attempt), also when
+    a requeued Slurm job's engine runs torchrun with restarts (it was `attemptK-` twice: the record's and the loop's)."""
+    record = RunRecord(tmp_path)
+    plain, _ = judge(0)
+    restarts, _ = judge(2)
+    both, _ = judge(2)
+    both.requeued(1, "12", [])
+    named = [record.stacks(n, j.attempts.stacks_attempt, "stall", {0: "stack"}, {}, {}).name
+             for n, j in enumerate((plain, restarts, both), 1)]
+    assert named == ["01-stall", "02-attempt0-stall", "03-attempt1-stall"]
+    assert (tmp_path / "stacks" / "03-attempt1-stall" / "rank0.txt").read_text() == "stack"
+    record.close()

@@ -38,7 +38,6 @@ class RunRecord:
         self.dir.mkdir(parents=True, exist_ok=True)
         self._events = open(self.dir / "events.jsonl", "a", encoding="utf-8")
         self._logs: dict[int | None, TextIO] = {}
-        self.attempt = 0  # a later attempt on the same record (a requeued Slurm job) names its stacks folders
 
     def write_json(self, name: str, data) -> Path:
         path = self.dir / name
@@ -58,11 +57,12 @@ class RunRecord:
         os.replace(tmp, path)
         return path
 
-    def stacks(self, n: int, why: str, rank_files: dict[int, str], fr: dict[int, dict], taken: dict) -> Path:
-        """The run's `n`th collection of stacks, taken for `why`: stacks/<NN>-<why>/ (stacks/<NN>-attempt<K>-<why>/ in a
-        later attempt) with rank<R>.txt (`rank_files`),
-        each rank's Flight Recorder dump (`write_fr`) and stacks.json (`taken`). Returns the folder."""
-        tag = f"attempt{self.attempt}-" if self.attempt else ""
+    def stacks(self, n: int, attempt: int | None, why: str, rank_files: dict[int, str], fr: dict[int, dict],
+               taken: dict) -> Path:
+        """The run's `n`th collection of stacks, taken for `why`: stacks/<NN>-<why>/ (stacks/<NN>-attempt<K>-<why>/ in
+        attempt K of a run that has attempts: `attempt` not None, the judge's Attempts.stacks_attempt) with rank<R>.txt
+        (`rank_files`), each rank's Flight Recorder dump (`write_fr`) and stacks.json (`taken`). Returns the folder."""
+        tag = f"attempt{attempt}-" if attempt is not None else ""
         folder = self.dir / "stacks" / f"{n:02d}-{tag}{why.replace(' ', '-')}"
         folder.mkdir(parents=True, exist_ok=True)
         for rank, text in rank_files.items():

@@ -50,6 +50,12 @@ class Attempts:
     def follows(self) -> bool:
         return self.restarts or self.requeue
 
+    @property
+    def stacks_attempt(self) -> int | None:
+        """The attempt that names the stacks folders taken now (stacks/NN-attemptK-why/), None for a run of one
+        attempt (and a batch job's first, not requeued yet)."""
+        return self.s.attempt if self.restarts or self.s.attempt else None
+
     def begin(self) -> None:
         """The run starts: attempt 0 begins (said only when the launcher may restart)."""
         self.began = self.s.wall
