@@ -1,12 +1,13 @@
 """A run's attempts, the one way its attempt timeline is built: the verdict each attempt ends with, fresh rank tracks
 for the next, summary.json's `attempts`.
 
-Two kinds of restart make attempts. torchrun's elastic agent (`--max-restarts N`) restarts every rank after a failure: new pids, new rank files
-(`attempt_<n>/`), `TORCHELASTIC_RESTART_COUNT` in each rank, which its hello reports as `attempt`. A failure with
-restarts left is not the run's end: it ends the attempt, with its own verdict (the crash verdict's root cause, or the
-hang read from the stacks taken before the restart), and the first hello of the next attempt begins it. Slurm's
-requeue runs the batch script again: the engine in the job (one per attempt) begins attempt K (SLURM_RESTART_COUNT)
-of the same record, after the earlier attempts that the record's last summary kept (`requeued`)."""
+Two kinds of restart make attempts. torchrun's elastic agent (`--max-restarts N`) restarts every rank after a
+failure: new pids, new rank files (`attempt_<n>/`), `TORCHELASTIC_RESTART_COUNT` in each rank, which its hello
+reports as `attempt`. A failure with restarts left is not the run's end: it ends the attempt, with its own verdict
+(the crash verdict's root cause, or the hang read from the stacks taken before the restart), and the first hello of
+the next attempt begins it. Slurm's requeue runs the batch script again: the engine in the job (one per attempt)
+begins attempt K (SLURM_RESTART_COUNT) of the same record, after the earlier attempts that the record's last summary
+kept (`requeued`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
