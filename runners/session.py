@@ -121,7 +121,7 @@ class Session(RunLoop):
         for src in plan.sources:
             tailer.add(src.path, src.rank, src.stream, learn=src.learn_rank)
         if plan.job is not None and self.procs:
-            self._follow_job(SlurmJobWatch(plan.job, self.procs[0].spec.stdout))
+            self._follow_job(SlurmJobWatch(plan.job))
             self.judge.job_submitted(plan.job.launch)
         self._flush()
         return None

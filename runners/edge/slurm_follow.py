@@ -44,7 +44,7 @@ class SlurmFollow:
             self._carry_out(self.judge.job_canceller(requests, where, now=now()))
 
     def end_state(self, bound: float = 10.0) -> None:
-        """How Slurm ended the job, for the summary: sbatch --wait has returned, the job may still be COMPLETING."""
+        """How Slurm ended the job, for the summary: srun (its own job) has returned; it may still be COMPLETING."""
         end = time.monotonic() + bound
         while self.watch.job_id is not None and time.monotonic() < end:
             last = self.watch.last

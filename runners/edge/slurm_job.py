@@ -3,8 +3,6 @@ runners/evidence/slurm_state.py reads what Slurm says, the judge (job_follow.py)
 from __future__ import annotations
 
 import subprocess
-import time
-from pathlib import Path
 
 from ..evidence import slurm_state
 from ..evidence.slurm_state import JobInfo
@@ -19,12 +17,12 @@ LOG_TAIL = 4 << 20  # bytes of slurmctld's log read from its end for a job's kil
 
 
 class SlurmJobWatch:
-    """One run's Slurm job: its id (sbatch mode: the first line `sbatch --parsable` printed into `sbatch_out`), its
-    state as Slurm reports it, and scancel. Every command takes the environment as it is (SLURM_CONF)."""
+    """One run's Slurm job: its id (an srun outside any allocation: found by its name), its state as Slurm reports it,
+    and scancel. Every command takes the environment as it is (SLURM_CONF). Mode "sbatch": a ddptui batch job followed
+    from outside it (tui/slurm_follow.py), its id known; the engine's own job is a step of it ("step" mode)."""
 
-    def __init__(self, job: SlurmJob, sbatch_out: str | None = None) -> None:
+    def __init__(self, job: SlurmJob) -> None:
         self.job = job
-        self.sbatch_out = sbatch_out
         self._id = job.job_id
         self.step: str | None = None  # "JOB.STEP" of our srun, step mode
         self.last: JobInfo | None = None
@@ -32,7 +30,8 @@ class SlurmJobWatch:
         self.unanswered = False  # the last poll got no answer from Slurm (a client timeout, slurmctld busy or down)
         self._hostnames: dict[str, tuple[str, ...]] = {}
         self._ctld_log: str | None = None  # slurmctld's log file, as `scontrol show config` names it
-        # an srun run outside any allocation makes its own job: followed and ended as a job, found by its name
+        # an srun run outside any allocation makes its own job: followed and ended as a job, found by its name; a batch
+        # job followed from outside is ended as a job too
         self.own_job = job.mode == "sbatch" or job.job_id is None
 
     def _find_by_name(self) -> str | None:
@@ -43,19 +42,7 @@ class SlurmJobWatch:
     # ---- the job id ------------------------------------------------------------------------------------
     @property
     def job_id(self) -> str | None:
-        if self._id is None and self.sbatch_out:
-            try:
-                self._id = slurm_state.sbatch_job_id(Path(self.sbatch_out).read_text(errors="replace"))
-            except OSError:
-                pass
         return self._id
-
-    def wait_for_id(self, seconds: float) -> str | None:
-        """The job id, waiting up to `seconds` for sbatch to print it (a stop right after the submission)."""
-        end = time.monotonic() + seconds
-        while self.job_id is None and time.monotonic() < end:
-            time.sleep(0.05)
-        return self.job_id
 
     # ---- Slurm's answers -------------------------------------------------------------------------------
     def _run(self, argv: list[str]) -> str | None:
@@ -149,8 +136,8 @@ class SlurmJobWatch:
                 return "no step found to cancel (our srun is ended with TERM)"
             self._run(["scancel", step])
             return f"step {step}"
-        jid = self.wait_for_id(2.0) if self.job.mode == "sbatch" else (self.job_id or self._find_by_name())
-        if jid is None:  # sbatch has not said the id (yet): the job's name is ddptui's own and unique to the run
+        jid = self.job_id or self._find_by_name()
+        if jid is None:  # srun's job is not listed (yet): the job's name is ddptui's own and unique to the run
             self._run(["scancel", "--name", self.job.name])
             return f"job named {self.job.name}"
         self._run(["scancel", jid])
