@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
+from ddptui.runners.edge.record import event_line
 from ddptui.runners.evidence.slurm_state import JobInfo
-from ddptui.tui import slurm_follow
+from ddptui.tui import follow, slurm_follow
 
 pytestmark = pytest.mark.any_python
 
@@ -67,13 +68,19 @@ def test_a_pending_job_is_said_then_followed_once_its_engine_started_its_attempt
     assert out.count("ddptui: job 7 is PENDING (BeginTime); waiting for its engine to start") == 1, out
     assert "job 7 is RUNNING; waiting for its engine to start" in out
     assert isinstance(seen, slurm_follow.AttemptsSeen) and (seen.started, seen.finished) == (2, 1)
-    # the follow goes past attempt 0's end, to attempt 1's
-    source = slurm_follow.JobFollowSource("7", run, seen.finished, watch)  # type: ignore[arg-type]
+    # the follow goes past attempt 0's end, to attempt 1's, reading on from where the wait read to: each event of the
+    # record decoded once
+    decoded: list = []
+    monkeypatch.setattr(follow, "event_line", lambda line: decoded.append(line) or event_line(line))
+    monkeypatch.setattr(slurm_follow, "event_line", follow.event_line, raising=False)
+    source = slurm_follow.JobFollowSource("7", run, seen.finished, watch, seen)  # type: ignore[arg-type]
     got: list = []
     source.prepare(got.extend)
     _append(run, ev.RunFinished("ok", 0, str(run), wall + 9, {}))
     assert source.run() == 0
     assert [e.status for e in got if isinstance(e, ev.RunFinished)] == ["failed", "ok"]
+    assert [e.attempt for e in got if isinstance(e, ev.AttemptStarted)] == [0, 1]
+    assert len(decoded) == 1  # the wait read the first three: only the last is read by the follow
     # a viewer asked to leave while the job is pending leaves; a submitter's Ctrl-C cancels a job not yet started
     watch = FakeWatch([pending])
     assert slurm_follow._wait_for_engine("8", tmp_path / "none", watch, ["SIGINT"], stops=False) is None

@@ -149,10 +149,13 @@ class FollowSource:
     kind = "follow"
 
     def __init__(self, run_dir: Path, chunk: int = 500, poll: float = POLL, past: int = 0,
-                 alive: Callable[[], bool] | None = None) -> None:
+                 alive: Callable[[], bool] | None = None,
+                 start: tuple[RecordReader, list[ev.Event]] | None = None) -> None:
         """past: run_finished events already in the record that do not end the follow (earlier attempts of a requeued
-        batch job); alive: whether the engine still runs (default: it holds the record's lock)."""
+        batch job); alive: whether the engine still runs (default: it holds the record's lock); start: a reader of the
+        record that has read already, and what it read (shown first), for the follow to go on from."""
         self.run_dir, self.chunk, self.poll, self.past = Path(run_dir), chunk, poll, past
+        self._start = start
         self.alive = alive or (lambda: control.lock_held(self.run_dir))
         self._leave = threading.Event()
         self.emit: Callable[[list], None] = lambda batch: None
@@ -163,14 +166,15 @@ class FollowSource:
         self.emit = emit
 
     def run(self) -> int:
-        reader = RecordReader(self.run_dir)
+        reader, held = self._start or (RecordReader(self.run_dir), [])
+        self._start = None  # once: a rerun (again()) reads the record from its beginning
         try:
-            return self._follow(reader)
+            return self._follow(reader, held)
         finally:
             reader.close()
 
-    def _follow(self, reader: RecordReader) -> int:
-        got = reader.read()
+    def _follow(self, reader: RecordReader, held: list[ev.Event]) -> int:
+        got = held + reader.read()
         for i in range(0, len(got), self.chunk):
             self.emit(got[i:i + self.chunk])
         next_lock = 0.0

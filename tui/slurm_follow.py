@@ -12,11 +12,10 @@ from pathlib import Path
 
 from ..runners import events as ev
 from ..runners.edge import control, slurm_job
-from ..runners.edge.record import event_line
 from ..runners.edge.slurm_job import SlurmJobWatch
 from ..runners.evidence import slurm_state
 from ..runners.launch.plan import SlurmJob
-from .follow import FollowSource, Tail
+from .follow import FollowSource, RecordReader
 
 POLL = 1.0  # seconds between looks at the job's state and its record while its engine has not started
 # Polls in a row that must find the job ended before the follower believes it: just after `scontrol requeue` Slurm
@@ -25,23 +24,26 @@ ENDED_POLLS = 5
 
 
 class AttemptsSeen:
-    """How many attempts the record's engine started and how many runs it finished, read as events.jsonl grows: the
-    engine of the job's current attempt runs while it started more than it finished."""
+    """How many attempts the record's engine started and how many runs it finished, read as the record grows: the
+    engine of the job's current attempt runs while it started more than it finished. What it read is held for the
+    follow, which goes on with the same reader (the record is read once)."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.tail = Tail(Path(run_dir) / "events.jsonl")
+        self.reader = RecordReader(Path(run_dir))
+        self.held: list[ev.Event] = []
         self.started = self.finished = 0
 
     def read(self) -> AttemptsSeen:
-        for line in self.tail.lines():
-            if '"attempt_started"' not in line and '"run_finished"' not in line:
-                continue
-            e = event_line(line)
-            if isinstance(e, ev.AttemptStarted):
-                self.started += 1
-            elif isinstance(e, ev.RunFinished):
-                self.finished += 1
+        if not self.reader.run_dir.is_dir():  # not there yet (or not seen yet on this host's shared filesystem)
+            return self
+        got = self.reader.read()
+        self.held += got
+        self.started += sum(isinstance(e, ev.AttemptStarted) for e in got)
+        self.finished += sum(isinstance(e, ev.RunFinished) for e in got)
         return self
+
+    def close(self) -> None:
+        self.reader.close()
 
     @property
     def engine_running(self) -> bool:
@@ -53,8 +55,11 @@ class JobFollowSource(FollowSource):
     host (engine.json's) and does not answer here, the job's state says whether it lives, stop goes through
     `scancel --signal=TERM --batch` and a dump is refused in words."""
 
-    def __init__(self, job_id: str, run_dir: Path, past: int, watch: SlurmJobWatch) -> None:
-        super().__init__(run_dir, past=past, alive=self._engine_alive)
+    def __init__(self, job_id: str, run_dir: Path, past: int, watch: SlurmJobWatch,
+                 seen: AttemptsSeen | None = None) -> None:
+        """seen: what the wait for the engine read, and its reader: the follow goes on from there."""
+        super().__init__(run_dir, past=past, alive=self._engine_alive,
+                         start=(seen.reader, seen.held) if seen is not None else None)
         self.job_id, self.watch = job_id, watch
 
     def engine_host(self) -> str | None:
@@ -108,7 +113,7 @@ def follow(job_id: str, run_dir: Path, stops: bool, ui: bool = False) -> int:
             return 0
         if isinstance(seen, int):
             return seen
-        source = JobFollowSource(job_id, run_dir, seen.finished, watch)
+        source = JobFollowSource(job_id, run_dir, seen.finished, watch, seen)
         if ui:
             for s, h in old.items():
                 signal.signal(s, h)
@@ -130,6 +135,7 @@ def _wait_for_engine(job_id: str, run_dir: Path, watch: SlurmJobWatch, asked: li
     seen, said, cancelled, ended = AttemptsSeen(run_dir), None, False, 0
     while not seen.read().engine_running:
         if asked and not stops:
+            seen.close()
             print(f"ddptui: left; job {job_id} goes on judging itself (ddptui attach {run_dir})", flush=True)
             return None
         if asked and not cancelled:
@@ -138,6 +144,7 @@ def _wait_for_engine(job_id: str, run_dir: Path, watch: SlurmJobWatch, asked: li
                   flush=True)
         info = watch.poll()
         if info is None and watch.last is None and watch.error:
+            seen.close()
             print(f"ddptui: cannot follow job {job_id}: {watch.error}", file=sys.stderr)
             return 1
         now = (info.state, info.reason) if info is not None else None
@@ -151,6 +158,7 @@ def _wait_for_engine(job_id: str, run_dir: Path, watch: SlurmJobWatch, asked: li
         if ended >= ENDED_POLLS:  # once may be Slurm's word of a moment ago: a job just requeued, not listed yet
             if seen.read().engine_running or seen.finished:
                 return seen if seen.engine_running else _ended(seen)
+            seen.close()
             return _end_code(run_dir, job_id, watch.last)
         time.sleep(POLL)
     return seen
