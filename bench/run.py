@@ -4,7 +4,8 @@ measured side by side with what users would run instead (bare torchrun, torchrun
   .venv/bin/python bench/run.py [--quick] [--repeats N] [--only overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach,many,viewer,restarts,replica,serve]
 
 Writes bench/results.md (docs/performance.md is made from it) and bench/results.json; with --only, the
-sections not run keep their figures from the results.json already there (each section says when it was measured).
+sections not run keep their figures and their text from the results.json already there (each section says when it
+was measured).
 Every figure is min / median / max over the repeats; ratios are taken pair by pair within one repeat
 (the machine is shared and noisy), and the order of the pair alternates between repeats.
 """
@@ -666,11 +667,13 @@ def write_report(res: dict, cfg) -> str:
              f"not across runs. Whole bench: {m.get('total_s', 0):.0f} s.\n")
     if m.get("kept"):
         k, km = m["kept"], m["kept"]["meta"]
-        L.append(f"Only {', '.join(s for s in res if s not in ('meta', 'errors') and s not in k['sections'])} "
+        L.append(f"Only {', '.join(s for s in res if s not in ('meta', 'errors', 'text') and s not in k['sections'])} "
                  f"measured in this run; sections {', '.join(k['sections'])} are kept from the run of {k['date']} "
                  f"(load average at start {km.get('load_start')}, at end {km.get('load_end')}; "
                  f"{km.get('repeats')} repeat(s); that run's whole bench: {km.get('total_s', 0):.0f} s).\n")
     tick = lambda ok: "met" if ok else "**missed**"
+    starts: list[tuple[str, int]] = []  # each section's first line in L
+    starts.append(("overhead", len(L)))
     if "overhead" in res:
         o = res["overhead"]
         L.append("## 1. Overhead: one 2-rank gloo training run\n")
@@ -690,6 +693,7 @@ def write_report(res: dict, cfg) -> str:
         L.append("")
         L.append(f"Target ≤ 1.02 (median): {tick(o['met'])}."
                  + (f" Runs that failed (their pairs left out of the ratios): {o['failures']}" if o['failures'] else "") + "\n")
+    starts.append(("ingest", len(L)))
     if "ingest" in res:
         g = res["ingest"]
         L.append("## 2. Ingest: ranks printing as fast as they can\n")
@@ -716,6 +720,7 @@ def write_report(res: dict, cfg) -> str:
         for k, v in g["ratios"].items():
             L.append(f"- delivered-rate ratio {k}: {fmt3(v, 2)}")
         L.append(f"\nTarget ≥ 1,000,000 lines/s aggregate with nothing lost: {tick(g['met'])}.\n")
+    starts.append(("engine", len(L)))
     if "engine" in res:
         e = res["engine"]
         L.append("### 2b. The engine alone: read, split, parse, hint-match, record, console\n")
@@ -729,6 +734,7 @@ def write_report(res: dict, cfg) -> str:
                          f"{fmt3(r['us_per_line_cpu'], 2)} | {','.join(map(str, r['lost']))} |")
         L.append("\nWhere the time goes (cProfile, short lines, by own time):\n")
         L.append("```\n" + _trim_profile(e.get("cprofile_top", "")) + "\n```\n")
+    starts.append(("stall", len(L)))
     if "stall" in res:
         s = res["stall"]
         L.append("## 3. Stall: from a rank's hang to the verdict\n")
@@ -745,6 +751,7 @@ def write_report(res: dict, cfg) -> str:
                      f"{(' errors: ' + '; '.join(r['errors'])) if r['errors'] else ''} |")
         L.append(f"\nTarget verdict ≤ stall_after + 1 s (detection, max): {tick(s['met_detect'])}; "
                  f"stacks of 8 ranks ≤ 2 s: {tick(s['met_stacks8'])}.\n")
+    starts.append(("memory", len(L)))
     if "memory" in res:
         mm = res["memory"]
         L.append("## 4. Memory: the engine process\n")
@@ -764,6 +771,7 @@ def write_report(res: dict, cfg) -> str:
                  "drained after it ('still draining' in section 2); the drain goes one chunk at a time, so the peak "
                  "does not grow with that backlog (before the drain was chunked, the same runs peaked at "
                  "412-535 MB with short lines and ~1.25 GB with the mix).\n")
+    starts.append(("startup", len(L)))
     if "startup" in res:
         st = res["startup"]
         L.append("## 5. Start-up\n")
@@ -778,6 +786,7 @@ def write_report(res: dict, cfg) -> str:
         if "help_s" in st:
             L.append(f"\nTarget `--help` ≤ 0.2 s (median): {tick(st['met_help'])}. Slowest imports (-X importtime, "
                      "cumulative µs): " + ", ".join(f"{x['module'].strip()} {x['us']:,}" for x in st["top_imports_us"][:6]) + "\n")
+    starts.append(("ui", len(L)))
     if "ui" in res:
         u = res["ui"]
         L.append("## 6. Dashboard: keypress → repaint, and its CPU share\n")
@@ -810,23 +819,42 @@ def write_report(res: dict, cfg) -> str:
                         if res.get("overhead", {}).get("ddptui_own_cpu_share") else "") + ".\n")
         elif live:
             L.append(f"Live dashboard run: not measured ({live.get('not_measured') or live.get('runs')}).\n")
+    starts.append(("multinode", len(L)))
     if "multinode" in res:
         L += multinode.report(res["multinode"], fmt3)
+    starts.append(("fr", len(L)))
     if "fr" in res:
         L += fr_overhead.report(res["fr"], fmt3)
+    starts.append(("attach", len(L)))
     if "attach" in res:
         L += attach_cost.report(res["attach"], fmt3)
+    starts.append(("many", len(L)))
     if "many" in res:
         L += ui_many.report(res["many"], fmt3)
+    starts.append(("viewer", len(L)))
     if "viewer" in res:
         L += ui_viewer.report(res["viewer"], fmt3)
+    starts.append(("restarts", len(L)))
     if "restarts" in res:
         L += restart_pace.report(res["restarts"], fmt3)
+    starts.append(("replica", len(L)))
     if "replica" in res:
         L += replica_cost.report(res["replica"], fmt3)
+    starts.append(("serve", len(L)))
     if "serve" in res:
         L += serve_latency.report(res["serve"], fmt3)
-    return "\n".join(L) + "\n"
+    return "\n".join(L[:starts[0][1]] + [_section_text(res, name, L[at:until]) for (name, at), (_, until)
+                                         in zip(starts, starts[1:] + [("", len(L))], strict=True) if until > at]) + "\n"
+
+
+def _section_text(res: dict, name: str, lines: list[str]) -> str:
+    """A section's text in the report: a section kept from an earlier run (--only) as that run wrote it (its figures
+    were told with that run's sizes and repeats, not this one's), else as rendered now; remembered in res["text"]."""
+    text = res.setdefault("text", {})
+    if name in res["meta"].get("kept", {}).get("sections", ()) and name in text:
+        return text[name]
+    text[name] = "\n".join(lines)
+    return text[name]
 
 
 def keep_sections_not_run(res: dict, old_json: Path, not_run: list[str]) -> dict:
@@ -837,6 +865,8 @@ def keep_sections_not_run(res: dict, old_json: Path, not_run: list[str]) -> dict
     kept = [name for name in not_run if name in old]
     for name in kept:
         res[name] = old[name]
+        if name in old.get("text", {}):  # its text as that run wrote it (results.json of before: rendered again)
+            res.setdefault("text", {})[name] = old["text"][name]
     if kept:
         res["meta"]["kept"] = {"sections": kept, "date": old.get("meta", {}).get("kept", {}).get("date")
                                or old["meta"]["date"], "meta": old.get("meta", {}).get("kept", {}).get("meta")
