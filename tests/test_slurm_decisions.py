@@ -375,6 +375,9 @@ def test_the_record_of_a_ddptui_batch_job_is_read_from_its_name_and_stdout():
     assert ddptui_record(line, "13") is None
     assert ddptui_record(line.replace("JobName=ddptui-20261205-1-slurm-ddp", "JobName=mine"), "12") is None
     assert ddptui_record(line.replace("slurm/batch.out", "slurm-12.out"), "12") is None
+    spaced = line.replace("/shared/runs/", "/shared/my runs/") + " StdIn=/dev/null Power="  # Slurm quotes no value
+    assert ddptui_record(spaced, "12") == "/shared/my runs/20261205-1-slurm-ddp"
+    assert ss.parse_scontrol(spaced, "12") == ss.JobInfo("12", "RUNNING", "", "", "", "")
 
 
 def test_attempts_of_a_requeued_job_keep_the_earlier_ones_and_say_each_verdict():

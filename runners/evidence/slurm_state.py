@@ -52,18 +52,26 @@ def parse_squeue(out: str, job_id: str) -> JobInfo | None:
     return None
 
 
-_FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z:/_]*)=(\S*)")
+_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z:/_]*)=")
+
+
+def fields(line: str) -> dict[str, str]:
+    """One line of `scontrol show ... -o`: its Key=Value fields. A value runs to the next " Key=": Slurm does not
+    quote it, and a path (StdOut, WorkDir, Command) may hold spaces."""
+    keys = list(_KEY.finditer(line))
+    return {m.group(1): line[m.end():nxt.start() if nxt is not None else len(line)].strip()
+            for m, nxt in zip(keys, [*keys[1:], None], strict=False)}
 
 
 def parse_scontrol(out: str, job_id: str) -> JobInfo | None:
     """`scontrol show job ID -o`: one line of Key=Value fields; None when Slurm no longer knows the job."""
     for line in out.splitlines():
-        fields = dict(_FIELD.findall(line))
-        if fields.get("JobId") == job_id and "JobState" in fields:
-            nodes = fields.get("NodeList", "")
-            end = fields.get("EndTime", "")
-            return JobInfo(job_id, fields["JobState"].upper(), _reason(fields.get("Reason", "")),
-                           "" if nodes == "(null)" else nodes, fields.get("ExitCode", ""),
+        kv = fields(line)
+        if kv.get("JobId") == job_id and "JobState" in kv:
+            nodes = kv.get("NodeList", "")
+            end = kv.get("EndTime", "")
+            return JobInfo(job_id, kv["JobState"].upper(), _reason(kv.get("Reason", "")),
+                           "" if nodes == "(null)" else nodes, kv.get("ExitCode", ""),
                            end if end[:1].isdigit() else "")
     return None
 
@@ -232,10 +240,10 @@ def ddptui_record(out: str, job_id: str) -> str | None:
     """The record a ddptui-submitted batch job writes, from `scontrol show job ID -o`: its name is ddptui-<record's
     folder name> and its StdOut that folder's slurm/batch.out (runners/launch/slurm.py); None for any other job."""
     for line in out.splitlines():
-        fields = dict(_FIELD.findall(line))
-        if fields.get("JobId") != job_id:
+        kv = fields(line)
+        if kv.get("JobId") != job_id:
             continue
-        name, out_path = fields.get("JobName", ""), fields.get("StdOut", "")
+        name, out_path = kv.get("JobName", ""), kv.get("StdOut", "")
         parts = out_path.rsplit("/", 3)
         if len(parts) == 4 and parts[2:] == ["slurm", "batch.out"] and name == f"ddptui-{parts[1]}":
             return out_path[: -len("/slurm/batch.out")]
