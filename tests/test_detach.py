@@ -4,6 +4,7 @@ writes the summary; an engine SIGKILLed mid-run makes its viewer say the record 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -30,7 +31,8 @@ def detach(runs: Path) -> tuple[Path, int]:
     lines = p.stdout.splitlines()
     assert lines[0].startswith("run: ") and lines[1].startswith("engine: pid "), p.stdout
     run, pid = Path(lines[0][5:]), int(lines[1].split()[-1])
-    assert f"ddptui attach {run}" in lines[2]
+    command = lines[2].removeprefix("watch it: ").split("   (")[0]
+    assert shlex.split(command) == ["ddptui", "attach", str(run)], lines[2]  # a shell gives it the folder whole
     assert control.ask(run, "ping")["pid"] == pid  # usable as printed
     return run, pid
 
@@ -47,7 +49,7 @@ def steps_seen(out: Output) -> int:
 
 @pytest.mark.timeout(120)
 def test_two_viewers_follow_a_detached_run_one_dumps_and_leaves_and_a_stop_writes_the_summary(tmp_path):
-    runs = tmp_path / "runs"
+    runs = tmp_path / "my runs"  # a folder with a space: the printed command quotes it
     run, pid = detach(runs)
     engine = psutil.Process(pid)
     procs = []

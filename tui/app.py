@@ -17,6 +17,7 @@ from textual.message import Message
 from textual.worker import Worker, WorkerState
 
 from ..runners import events as ev
+from .attach_words import attach_command
 from .gc_policy import COLLECT_PERIOD, BetweenFrames
 from .model import Changes, RunModel
 from .nocolor import readable_filters
@@ -521,7 +522,7 @@ def run_app(profile_path, overrides: Sequence[str] = (), runs_root: Path = Path(
     if app.detached_run is not None:
         pid = getattr(app.source, "engine", None)
         print("ddptui: detached; the run goes on" + (f" (its engine: pid {pid.pid})" if pid is not None else "")
-              + f"\nrun: {app.detached_run}\ncome back: ddptui attach {app.detached_run}   (s there stops it; "
+              + f"\nrun: {app.detached_run}\ncome back: {attach_command(app.detached_run)}   (s there stops it; "
               "--no-ui for its console)", flush=True)
         return 0
     return app.run_code if app.run_code is not None else (app.return_code or 0)

@@ -8,6 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
+from .attach_words import attach_command
+
 USAGE = ("ddptui attach (RUN_DIR | PID | --slurm JOB) [--no-ui | --watch] [--stall-after S] [--stack-every S] "
          "[--runs-dir DIR]")
 DESCRIPTION = """\
@@ -173,7 +175,7 @@ def follow(run_dir: Path, headless: bool) -> int:
         for s, h in old.items():
             signal.signal(s, h)
     if source.left:
-        print(f"ddptui: left the run; it goes on (ddptui attach {run_dir} to watch it again)", file=sys.stderr)
+        print(f"ddptui: left the run; it goes on ({attach_command(run_dir)} to watch it again)", file=sys.stderr)
     elif source.died:
         print(f"ddptui: attach: {source.died}", file=sys.stderr)
     return code

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from ..runners.edge import control
+from .attach_words import attach_command
 
 READY_BOUND = 60.0  # seconds for the engine to make its record and answer a ping (imports, a slow disk, load)
 READY_FLAG = "--engine-ready-fd"
@@ -99,5 +100,5 @@ def run_detached(argv: list[str], command: list[str]) -> int:
         print(f"ddptui: --detach: {e}", file=sys.stderr)
         return e.code
     print(f"run: {run_dir}\nengine: pid {pid}\n"
-          f"watch it: ddptui attach {run_dir}   (s there, or kill {pid}, stops it; its output: engine.log)")
+          f"watch it: {attach_command(run_dir)}   (s there, or kill {pid}, stops it; its output: engine.log)")
     return 0

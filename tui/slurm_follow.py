@@ -15,6 +15,7 @@ from ..runners.edge import control, slurm_job
 from ..runners.edge.slurm_job import SlurmJobWatch
 from ..runners.evidence import slurm_state
 from ..runners.launch.plan import SlurmJob
+from .attach_words import attach_command
 from .follow import FollowSource, RecordReader
 
 POLL = 1.0  # seconds between looks at the job's state and its record while its engine has not started
@@ -120,7 +121,7 @@ def follow(job_id: str, run_dir: Path, stops: bool, ui: bool = False) -> int:
             from .app import run_follow
             code = run_follow(source)
             if source.left:
-                print(f"ddptui: left; job {job_id} goes on judging itself (ddptui attach {run_dir})", flush=True)
+                print(f"ddptui: left; job {job_id} goes on judging itself ({attach_command(run_dir)})", flush=True)
             return code
         return _console(source, stops, asked, old)
     finally:
@@ -136,7 +137,7 @@ def _wait_for_engine(job_id: str, run_dir: Path, watch: SlurmJobWatch, asked: li
     while not seen.read().engine_running:
         if asked and not stops:
             seen.close()
-            print(f"ddptui: left; job {job_id} goes on judging itself (ddptui attach {run_dir})", flush=True)
+            print(f"ddptui: left; job {job_id} goes on judging itself ({attach_command(run_dir)})", flush=True)
             return None
         if asked and not cancelled:
             cancelled = True
@@ -195,7 +196,7 @@ def _console(source: JobFollowSource, stops: bool, asked: list[str], old: dict) 
         on_signal(signal.SIGINT if asked[0] == "SIGINT" else signal.SIGTERM, None)
     code = source.run()
     if source.left:
-        print(f"ddptui: left; job {source.job_id} goes on judging itself (ddptui attach {source.run_dir})",
+        print(f"ddptui: left; job {source.job_id} goes on judging itself ({attach_command(source.run_dir)})",
               flush=True)
         return 0
     if source.died:

@@ -12,6 +12,7 @@ from ..runners.edge import slurm_job
 from ..runners.edge.record import new_run_dir
 from ..runners.launch.slurm import prepare, submit_mode
 from ..runners.session import make_plan
+from .attach_words import attach_command
 from .slurm_follow import follow
 
 
@@ -35,7 +36,7 @@ def submit(profile, runs_dir: str, ui: bool = False, detach: bool = False) -> in
         return 1
     print(f"ddptui: submitted Slurm job {job_id}; its engine runs inside the job and writes the record {run_dir}",
           flush=True)
-    print(f"ddptui: follow it from any shell: ddptui attach {run_dir}  (or: ddptui attach --slurm {job_id})",
+    print(f"ddptui: follow it from any shell: {attach_command(run_dir)}  (or: ddptui attach --slurm {job_id})",
           flush=True)
     if detach:
         return 0
