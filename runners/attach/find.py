@@ -517,7 +517,7 @@ def _scontrol(job_id: str) -> tuple[dict[str, str], str]:
         raise NotAJob(f"Slurm job {job_id}: scontrol not found here (is this a Slurm login node?)") from e
     except subprocess.TimeoutExpired as e:
         raise NotAJob(f"Slurm job {job_id}: scontrol did not answer within {SLURM_TIMEOUT:g} s") from e
-    fields = next((dict(slurm_state._FIELD.findall(ln)) for ln in r.stdout.splitlines() if f"JobId={job_id} " in ln
+    fields = next((slurm_state.fields(ln) for ln in r.stdout.splitlines() if f"JobId={job_id} " in ln
                    or ln.startswith(f"JobId={job_id}")), None)
     if r.returncode != 0 or not fields:
         said = (r.stderr.strip().splitlines() or [""])[-1]
