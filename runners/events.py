@@ -354,6 +354,46 @@ class CollectiveProgress(Event):
     # finding (fr_analysis.Finding.to_dict()) with its `fix` (runners/evidence/fix_lines.py); {} when there is none
     mismatch: dict[str, Any] = field(default_factory=dict)
 
+    def to_json(self) -> dict[str, Any]:
+        """The record's form: each group's members once, in `members` (pg name -> global ranks), and in each entry
+        that has the same members its group's name in their place (`"ranks": "0"`; a 1,024-rank event held them once
+        per rank: 1.3 MB a line for a viewer to read); an entry whose members differ from the first seen for its
+        group name keeps its own."""
+        d = super().to_json()
+        members: dict[str, Any] = {}
+        by_rank: dict[int, dict[str, Any]] = {}
+        for r, groups in self.by_rank.items():
+            out: dict[str, Any] = {}
+            for pg, entry in groups.items():
+                ranks = entry.get("ranks") if isinstance(entry, dict) else None
+                if ranks is not None:
+                    known = members.setdefault(pg, ranks)
+                    if known is ranks or known == ranks:
+                        entry = {**entry, "ranks": pg}
+                out[pg] = entry
+            by_rank[r] = out
+        d["by_rank"] = by_rank
+        if members:
+            d["members"] = members
+        return d
+
+
+def _members_back(by_rank: Any, members: Any) -> None:
+    """A collectives line's `members` put back in place of the group names that refer to them (the one decoded list
+    shared by every entry of a group: read, never changed); a record written before `members` has no names there."""
+    if not (isinstance(members, dict) and all(isinstance(m, list) for m in members.values())):
+        raise TypeError(f"members: expected {{group: [rank, ...]}}, got {members!r:.40}")
+    if not isinstance(by_rank, dict):
+        return  # the type check says what is wrong with it
+    for groups in by_rank.values():
+        if isinstance(groups, dict):
+            for entry in groups.values():
+                name = entry.get("ranks") if isinstance(entry, dict) else None
+                if isinstance(name, str):
+                    if name not in members:
+                        raise ValueError(f"by_rank: ranks {name!r:.20} names no group of members")
+                    entry["ranks"] = members[name]
+
 
 @dataclass(frozen=True)
 class AttemptStarted(Event):
@@ -409,6 +449,8 @@ _INT_KEY_FIELDS = {"cpu", "rss", "method", "threads", "where", "table", "workers
 def from_json(d: dict[str, Any]) -> Event:
     """Rebuild an event from its ``to_json()`` form (JSON turns tuples into lists and int keys into str)."""
     cls = EVENT_TYPES[d["kind"]]
+    if cls is CollectiveProgress:
+        _members_back(d.get("by_rank"), d.get("members", {}))
     kw = {}
     for name in _FIELD_NAMES[cls]:
         if name not in d:

@@ -9,6 +9,7 @@ import json
 
 from ddptui.runners.evidence import collectives as co
 from ddptui.runners import events as ev
+from ddptui.runners.edge.record import event_line
 from ddptui.runners.evidence.eventcheck import problem
 
 from tests.support.judge import T0, W0, at, hello, make, of, say
@@ -207,3 +208,24 @@ def test_the_engine_says_a_live_mismatch_with_its_fix_and_drops_it_once_the_call
     say(j, 0, 6.0, coll(0, _0=pg(12, 12)))
     say(j, 1, 6.0, coll(1, _0=pg(12, 12)))
     assert of(j.progress(), ev.CollectiveProgress)[0].mismatch == {}
+
+
+def test_the_records_collectives_line_holds_each_groups_members_once_and_reads_back_whole():
+    world = list(range(1024))
+    by_rank = {r: {"0": {"desc": "default_pg", "ranks": list(world), "enqueued": 7, "completed": 6, "frontier": None},
+                   "1": {"desc": "tp", "ranks": [r - r % 2, r - r % 2 + 1], "enqueued": 3, "completed": 3,
+                         "frontier": None}} for r in range(0, 1024, 4)}
+    by_rank[0]["2"] = {"desc": "", "ranks": [], "enqueued": 0, "completed": 0, "frontier": None}
+    e = ev.CollectiveProgress(by_rank, (1,), W0, {})
+    line = json.dumps(e.to_json())
+    assert len(line) < 60_000 and line.count(json.dumps(world)) == 1  # inline, it was 1.3 MB: the world once per rank
+    back = event_line(line)
+    assert back == e and problem(back) is None and back.by_rank[4]["0"]["ranks"] == world
+    assert back.by_rank[8]["1"]["ranks"] == [8, 9]  # a group name with other members on other ranks keeps its own
+    # a record written before `members` (each entry its own list) reads as it did
+    old = json.dumps({**{k: v for k, v in e.to_json().items() if k != "members"}, "by_rank": by_rank})
+    assert event_line(old) == e
+    bad = json.loads(line)
+    bad["by_rank"]["4"]["0"]["ranks"] = "9"
+    assert event_line(json.dumps(bad)) == "collectives: by_rank: ranks '9' names no group of members"
+    assert event_line(json.dumps({**json.loads(line), "members": [1]})).startswith("collectives: members: expected")

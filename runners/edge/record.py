@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..events import Event, LogLines, RunFinished, RunStarted, from_json
+from ..evidence.eventcheck import problem, record_file_problem
 
 
 def new_run_dir(runs_root: Path, profile_name: str) -> Path:
@@ -191,7 +192,8 @@ def _read_events(path: Path, notes: list[str]) -> list[Event]:
 
 
 NOT_JSON = "not JSON"
-BIG_LINE = 1 << 18  # characters: a line this long is decoded in steps (a 1,024-rank collectives event: 1.3 MB)
+BIG_LINE = 1 << 18  # characters: a line this long is decoded in steps (a 1,024-rank collectives event of a record
+# written before its `members` table: 1.3 MB; ~40 kB since)
 _WS = re.compile(r"[ \t\n\r]*")
 
 
@@ -276,7 +278,6 @@ def event_line(line: str) -> Event | str:
 
 def _decode_problem(d) -> Event | str:
     """The event a decoded JSON line holds, or why it holds none."""
-    from ..evidence.eventcheck import problem
     kind = d.get("kind") if isinstance(d, dict) else None
     if not isinstance(kind, str):
         return "not an event (no \"kind\")"
@@ -341,7 +342,6 @@ def replay_events(run_dir: Path, problems: list[str] | None = None) -> Iterator[
 
 def _file_problem(path: Path) -> str | None:
     """What is wrong with one of the record's JSON files (summary.json, plan.json), in words, or None."""
-    from ..evidence.eventcheck import record_file_problem
     try:
         d = json.loads(path.read_bytes().decode("utf-8", errors="replace"))
     except OSError as e:
