@@ -116,3 +116,29 @@ def test_a_long_line_decodes_in_steps_to_what_json_loads_gives_or_its_error():
             got = str(e)
         assert repr(got) == repr(want), text
     assert isinstance(event_line('{"kind": "progress", "rank": 0' + pad), str)  # a cut line: why, not a crash
+
+
+def test_a_short_line_decodes_as_json_loads_and_an_event_is_built_as_its_class_builds_it():
+    for text in ['{"a": [1, 2.5, null], "b": "x"}', '{"a": 1} ', '{"a": 1}\r', " {}", "\ufeff{}", '{"a": 1} x',
+                 '{"a": 1,}', "", "NaN", "[1,"]:
+        try:
+            want: object = json.loads(text)
+        except ValueError as e:
+            want = str(e)
+        try:
+            got = loads_in_steps(text)
+        except ValueError as e:
+            got = str(e)
+        assert repr(got) == repr(want), text
+    made = [ev.Progress(3, 7, 0.5, 1.0, "hook", (), 16, 0.25), ev.RunFinished("ok", 0, "s.json", 2.0),
+            ev.CrashVerdict("rank 1 exit 1", 1, (0, 2), "exit 1", ("Traceback",), 3.0)]
+    for e in made:
+        back = event_line(json.dumps(e.to_json()))
+        assert back == e and repr(back) == repr(e) and problem(back) is None
+        assert not isinstance(e, ev.Progress) or hash(back) == hash(e)  # (the others hold dicts: not hashable)
+    a, b = (event_line('{"kind": "run_finished", "status": "ok", "exit_code": 0, "summary_path": "", "wall": 1}')
+            for _ in range(2))
+    assert isinstance(a, ev.RunFinished) and a.summary == {} and a.summary is not b.summary  # a default made fresh
+    assert event_line('{"kind": "progress", "rank": 0}').startswith("progress: ")  # a required field left out
+    with pytest.raises(AttributeError):
+        a.status = "failed"  # type: ignore[misc]  # still frozen
