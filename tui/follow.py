@@ -9,6 +9,7 @@ import resource
 import threading
 import time
 from collections.abc import Callable
+from operator import itemgetter
 from pathlib import Path
 
 from ..runners import events as ev
@@ -137,7 +138,7 @@ class RecordReader:
             self.bad += bad
             for wall, stream, texts in groups:
                 items.append((wall, len(items), ev.LogLines(rank, stream, wall, 0.0, tuple(texts))))
-        items.sort(key=lambda x: (x[0], x[1]))
+        items.sort(key=itemgetter(0))  # stable: lines of one time stay in the order read, as (wall, index) sorts them
         return [e for _, _, e in items]
 
 
