@@ -90,7 +90,7 @@ async def test_search_filters_panes_and_timeline_toggle_zoom_help():
         await pilot.press("slash")
         assert screen.query_one("#search", Input).has_focus
         await pilot.press(*"step 2")  # each key is handled (Input.Changed, the panes redrawn) before press returns
-        tail = screen.query_one("#rank-0 TailView", TailView)
+        tail = screen.query_one("#rank-0", TailView)  # the pane is its tail (one widget)
         shown = str(tail.render())
         assert "step 2" in shown and "step 1" not in shown and "step 3" not in shown
         await pilot.press("enter")
@@ -217,7 +217,7 @@ async def test_batches_waiting_in_the_queue_are_merged_in_order_and_none_is_lost
         rv = app.model.ranks[0]
         assert rv.seq == 5000 and [t for _, _, t in rv.lines] == [f"line {i}" for i in range(3000, 5000)]
         assert sum(handled) == 5001 and len(handled) < 5001  # some messages stood for several batches
-        assert "line 4999" in str(app.screen.query_one("#rank-0 TailView").render())
+        assert "line 4999" in str(app.screen.query_one("#rank-0", TailView).render())
 
 
 @pytest.mark.timeout(40)
@@ -333,12 +333,12 @@ async def test_tail_repaints_only_when_its_lines_change():
         original = tail.refresh
         tail.refresh = lambda *a, **kw: (painted.append(1), original(*a, **kw))[1]
         lines = deque([(1.0, "out", "step 1")], maxlen=3)
-        tail.show(lines, 0.0, "", seq=1)
-        tail.show(lines, 0.0, "", seq=1)  # the rank's step or loss moved, its lines did not
+        tail.show_lines(lines, 0.0, "", seq=1)
+        tail.show_lines(lines, 0.0, "", seq=1)  # the rank's step or loss moved, its lines did not
         assert len(painted) == 1
         lines.append((2.0, "out", "step 2"))
-        tail.show(lines, 0.0, "", seq=2)
-        tail.show(lines, 0.0, "step 2", seq=2)  # a new filter repaints the same lines
+        tail.show_lines(lines, 0.0, "", seq=2)
+        tail.show_lines(lines, 0.0, "step 2", seq=2)  # a new filter repaints the same lines
         assert len(painted) == 3
         await pilot.pause()
         assert "step 2" in str(tail.render()) and "step 1" not in str(tail.render())

@@ -45,17 +45,18 @@ def test_dashboard_stays_responsive_with_the_collectives_tab_live_under_the_floo
 
 @pytest.mark.timeout(60)
 @aio
-async def test_a_rank_pane_is_one_line_api_widget_inside_its_border():
-    """A full repaint (a tab shown again, a resize) costs Textual per widget on screen: a pane's status line, progress
-    bar and newest lines are one Line-API widget (16 panes were 112 widgets: a ProgressBar is four)."""
+async def test_a_rank_pane_is_one_line_api_widget_with_its_border():
+    """A full repaint (a tab shown again, a resize) costs Textual per widget on screen: a pane's border, status line,
+    progress bar and newest lines are one Line-API widget (16 panes were 112 widgets: a ProgressBar is four; then 32,
+    the border a container around the rest)."""
     src = SyntheticSource(ranks=16, lines_per_s=200, seconds=30)
     app = DdpApp(source=src)
     async with app.run_test(size=(160, 50)) as pilot:
         await until(pilot, lambda: len(app.screen.query(RankPane)) == 16 and app.model.lines_seen > 2000, 20)
         await until(pilot, lambda: all(p.shown is not None and p.shown.bar for p in app.screen.query(RankPane)), 10)
         for pane in app.screen.query(RankPane):
-            assert [type(w) for w in pane.query("*")] == [PaneBody], pane
-        body = app.screen.query_one("#rank-3 PaneBody", PaneBody)
+            assert isinstance(pane, PaneBody) and not pane.children, pane
+        body = app.screen.query_one("#rank-3", RankPane)
         await until(pilot, lambda: body.rows(), 10)
         rv = app.model.rank(3)
         text = screen_text(app)
@@ -154,6 +155,85 @@ async def test_the_grid_answers_the_key_before_the_loss_chart_catches_up():
         assert seen[0] == before, seen  # the grid's repaint came first, with the chart it had
         src.request_stop()
     app.shutdown(5)
+
+
+@pytest.mark.timeout(60)
+@aio
+async def test_a_tab_switch_is_one_partial_frame_with_the_underline_in_place():
+    """t paints the new tab once: no full-screen frame for the focus change (Screen.focused repainted the whole
+    screen), the tab underline moved in that same frame (Textual's Tabs moved it after it, a frame of its own), and
+    lines arriving on the timeline grow its scroll range without a relayout of the screen."""
+    from textual._compositor import Compositor
+    from textual.screen import Screen
+
+    src = SyntheticSource(ranks=4, lines_per_s=50, seconds=30)
+    app = DdpApp(source=src)
+    frames: list[tuple[str, int, int]] = []  # (kind, underline start, active tab start) at each frame
+    async with app.run_test(size=(160, 50)) as pilot:
+        tabs = app.screen.query_one(TabbedContent)
+        timeline = app.screen.query_one(TimelineView)
+        underline = app.screen.query_one("Underline")
+        await until(pilot, lambda: app.model.lines_seen > 20, 20, "lines")
+
+        def tab_start() -> int:
+            tab = app.screen.query_one("#tabs-list > Tab.-active")
+            return tab.virtual_region.shrink(tab.styles.gutter).x
+
+        real_full, real_partial, real_layout = (Compositor.render_full_update, Compositor.render_partial_update,
+                                                Screen._refresh_layout)
+        layouts: list[str] = []
+        try:
+            Compositor.render_full_update = lambda self, *a, **k: (  # type: ignore[method-assign]
+                frames.append(("full", underline.highlight_start, tab_start())), real_full(self, *a, **k))[1]
+            Compositor.render_partial_update = lambda self: (  # type: ignore[method-assign]
+                frames.append(("partial", underline.highlight_start, tab_start())), real_partial(self))[1]
+            Screen._refresh_layout = lambda self, *a, **k: (  # type: ignore[method-assign]
+                layouts.append(tabs.active), real_layout(self, *a, **k))[1]
+            for want in ("timeline", "ranks", "timeline"):
+                frames.clear()
+                await pilot.press("t")
+                await until(pilot, lambda want=want: tabs.active == want and bool(frames), 10, f"the {want} tab painted")
+                assert all(kind == "partial" for kind, _, _ in frames), frames
+                assert frames[0][1] == frames[0][2], f"the underline under the {want} tab in its first frame: {frames}"
+            rows = timeline.virtual_size.height
+            layouts.clear()
+            await until(pilot, lambda: timeline.virtual_size.height > rows + 50, 10, "more lines on the timeline")
+            assert timeline.max_scroll_y > 0 and timeline.scroll_y == timeline.max_scroll_y  # follows the newest
+            assert not layouts, f"lines arriving relaid out the screen: {layouts}"
+        finally:
+            Compositor.render_full_update, Compositor.render_partial_update = real_full, real_partial  # type: ignore[method-assign]
+            Screen._refresh_layout = real_layout  # type: ignore[method-assign]
+        src.request_stop()
+    app.shutdown(5)
+
+
+def test_a_collection_owed_waits_for_a_keys_repaint_but_not_for_ever():
+    import gc
+
+    from ddptui.tui.gc_policy import KEY_FRAME, MAX_WAITS, BetweenFrames
+
+    def owe() -> None:
+        junk = [[] for _ in range(2000)]  # tracked objects: past the young threshold
+        for a in junk:
+            a.append(a)
+
+    c = BetweenFrames()
+    c.hold()
+    try:
+        owe()
+        c.key_pressed(now=100.0)
+        assert c.due(now=100.0 + KEY_FRAME / 2) is None and sum(c.made) == 0, "made inside the key's frame"
+        assert c.due(now=100.0 + KEY_FRAME + 0.01) is not None and sum(c.made) == 1, "made once the frame is over"
+        assert c.due(now=100.3) is None and sum(c.made) == 1  # nothing owed: nothing made, no key or not
+        owe()  # a key held down: each look falls inside a key's frame
+        for i in range(MAX_WAITS):
+            c.key_pressed(now=200.0 + i * 0.1)
+            assert c.due(now=200.0 + i * 0.1 + 0.01) is None, i
+        c.key_pressed(now=300.0)
+        assert c.due(now=300.01) is not None and sum(c.made) == 2, "waited MAX_WAITS looks, then made all the same"
+    finally:
+        c.release()
+    assert gc.isenabled()
 
 
 @pytest.mark.timeout(120)

@@ -7,7 +7,6 @@ import pytest
 from ddptui.runners import events as ev
 from ddptui.tui.app import DdpApp
 from ddptui.tui.widgets.rank_pane import RankPane
-from ddptui.tui.widgets.tail_view import TailView
 from tests.support.ui import GatedSource, aio, on_screen, screen_text
 
 pytestmark = pytest.mark.any_python
@@ -46,7 +45,7 @@ async def test_header_and_panes_say_phase_then_pace_eta_and_load():
         assert await on_screen(pilot, app, lambda t: head in t and "(rendezvous 12s)" in t), screen_text(app)
         text = screen_text(app)
         assert "(importing torch 14s)" in text and "(no output yet)" not in text
-        tails = {p.rank: p.query_one(TailView).render().plain for p in app.screen.query(RankPane)}
+        tails = {p.rank: p.render().plain for p in app.screen.query(RankPane)}  # a pane is its own TailView
         assert tails == {0: "(rendezvous 12s)", 1: "(importing torch 14s)"}
         assert "steps/s" not in text  # no step timed yet: no pace, no ETA
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from textual import work
 from textual.app import App
 from textual.binding import Binding
+from textual.events import Key
 from textual.message import Message
 from textual.worker import Worker, WorkerState
 
@@ -207,6 +208,11 @@ class DdpApp(App):
     def get_line_filters(self):
         """Textual's NO_COLOR greys, with text kept readable on its background (tui/nocolor.py)."""
         return readable_filters(super().get_line_filters())
+
+    async def on_event(self, event) -> None:
+        if isinstance(event, Key):
+            self.collector.key_pressed()  # the key's repaint before any collection owed (tui/gc_policy.py)
+        await super().on_event(event)
 
     def on_resize(self, event) -> None:
         self.update_classes(size_classes(event.size.width, event.size.height))  # app.tcss: 80x24 .. 220x60

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import gc
+import time
 
 COLLECT_PERIOD = 0.1  # s between the dashboard's looks at what the collector is owed (DdpApp's timer)
 YOUNG_PER_MIDDLE = 100  # young collections per middle one (Python's default: 10)
+KEY_FRAME = 0.15  # s after a key during which a collection owed waits: the key's repaint comes first
+MAX_WAITS = 5  # looks in a row a collection owed may wait (keys held down): then it is made all the same
 
 
 def freeze_long_lived() -> None:
@@ -33,6 +36,12 @@ class BetweenFrames:
     def __init__(self) -> None:
         self.holding = False  # automatic collections are off because of us (and we turn them on again)
         self.made = [0, 0, 0]  # collections made per generation (tests, the bench)
+        self.quiet_until = 0.0  # time.monotonic() before which a collection owed waits (a key's frame)
+        self.waited = 0  # looks in a row at which a collection owed waited
+
+    def key_pressed(self, now: float | None = None) -> None:
+        """A key came: its repaint is 30-100 ms of work; a collection (2-15 ms) made inside it delays it."""
+        self.quiet_until = (time.monotonic() if now is None else now) + KEY_FRAME
 
     def hold(self) -> None:
         """Turn automatic collections off; a pause someone else made (gc.disable before us) is left theirs."""
@@ -45,12 +54,18 @@ class BetweenFrames:
             self.holding = False
             gc.enable()
 
-    def due(self) -> int | None:
-        """Make the collection that is due now, if any; its generation, else None."""
+    def due(self, now: float | None = None) -> int | None:
+        """Make the collection that is due now, if any; its generation, else None. Within KEY_FRAME of a key it
+        waits for a later look, at most MAX_WAITS looks in a row."""
         if not self.holding:
             return None
         t0, t1, t2 = gc.get_threshold()
         gen = owed_generation(gc.get_count(), (t0, max(t1, YOUNG_PER_MIDDLE), t2))
+        if gen is not None and self.waited < MAX_WAITS \
+                and (time.monotonic() if now is None else now) < self.quiet_until:
+            self.waited += 1
+            return None
+        self.waited = 0
         if gen is not None:
             gc.collect(gen)
             self.made[gen] += 1

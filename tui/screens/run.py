@@ -10,9 +10,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
 from textual.css.query import NoMatches
+from textual.reactive import Reactive
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Input, Static, TabbedContent, TabPane
+from textual.widgets import Input, Static, TabbedContent, TabPane, Tabs
 
 from ...runners.evidence.words import clock_words
 from .. import compact as compact_rules
@@ -103,6 +104,9 @@ def head_text(model: RunModel, source_kind: str) -> Text:
 
 class RunScreen(Screen):
     AUTO_FOCUS = None  # panes take focus once they exist; the hidden search box must never have it
+    # A focus change restyles the widget that gains it and the one that loses it, and they repaint themselves;
+    # Screen's own `focused` also repainted the whole screen: a second full frame on every tab switch.
+    focused: Reactive[Widget | None] = Reactive(None, repaint=False)
     BINDINGS = [
         Binding("q", "app.quit_run", "quit"),
         Binding("ctrl+c", "copy_or_quit", "quit", show=False),  # as q, unless text is selected (then a copy)
@@ -376,12 +380,24 @@ class RunScreen(Screen):
         if tabs.active == "ranks" and name != "ranks":
             self._last_rank = self.focused_rank()
         tabs.active = name
+        self._underline_now()
         # Focus must move into the new tab: TabbedContent follows focus back to a hidden pane otherwise.
         if name == "ranks":
             self.focus_rank_pane(self._last_rank)
         else:
             self.query_one(TAB_FOCUS[name]).focus()
         self.show()
+
+    def _underline_now(self) -> None:
+        """Put the tab underline under the active tab in the frame that shows the tab: Textual's Tabs moves it after
+        the next repaint, a frame of its own (its later move finds it in place and repaints nothing)."""
+        strip = self._the(Tabs)
+        try:
+            tab = strip.query_one("#tabs-list > Tab.-active")
+        except NoMatches:
+            return
+        underline = strip.query_one("Underline")
+        underline.highlight_start, underline.highlight_end = tab.virtual_region.shrink(tab.styles.gutter).column_span  # type: ignore[attr-defined]
 
     def action_chart_window(self) -> None:
         """w: the chart shows the recent window or the whole run (thinned)."""

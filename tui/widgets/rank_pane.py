@@ -4,8 +4,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from textual.app import ComposeResult
-from textual.containers import Vertical
 from textual.reactive import reactive
 
 from ..marks import WARN, marked
@@ -82,9 +80,13 @@ def _quantum(bar: tuple[int, int] | None) -> tuple | None:
     return None if bar is None else (bar[0], bar[1] * 200 // bar[0])
 
 
-class RankPane(Vertical, can_focus=True):
-    """Focusable (digits / tab); z zooms the focused one. Shows ``shown``; ``bar_room`` says whether the
-    run screen left it a row for the progress bar."""
+class RankPane(PaneBody, can_focus=True):
+    """A rank's pane: its border (title and badge) around its status line, progress bar and newest lines, all one
+    Line-API widget (pane_body.py). It was a container around that widget: two widgets a pane for Textual to lay out,
+    send Show/Hide/Resize to and cut every line at, each time the grid is shown again.
+
+    Focusable (digits / tab); z zooms the focused one. Shows ``shown``; ``bar_room`` says whether the run screen
+    left it a row for the progress bar."""
 
     shown: reactive[PaneShown | None] = reactive(None, repaint=False, init=False)
     bar_room: reactive[bool] = reactive(True, repaint=False, init=False)
@@ -92,15 +94,11 @@ class RankPane(Vertical, can_focus=True):
     def __init__(self, rank: int, **kw) -> None:
         super().__init__(id=f"rank-{rank}", classes="rank-pane -starting", **kw)
         self.rank = rank
-        self._ready = False  # children exist only after mount; the screen may show it first
+        self._ready = False  # the screen may show it before it is mounted
         self._asked: tuple | None = None  # (model, needle) of a show() before mount: done on mount
-
-    def compose(self) -> ComposeResult:
-        yield PaneBody(classes="rank-tail")  # status line, progress bar and newest lines: one widget (pane_body.py)
 
     def on_mount(self) -> None:
         self.border_title = f"rank {self.rank}"
-        self._tail = self.query_one(PaneBody)
         self._ready = True
         if self._asked is not None:
             self.show(*self._asked)
@@ -112,8 +110,8 @@ class RankPane(Vertical, can_focus=True):
             return
         rv = model.rank(self.rank)
         self.shown = pane_shown(rv, model.steps, model.last_wall)
-        self._tail.idle = model.phase_text(rv)  # instead of "(no output yet)" while it has no line
-        self._tail.show(rv.lines, model.start_wall, needle, rv.seq)
+        self.idle = model.phase_text(rv)  # instead of "(no output yet)" while it has no line
+        self.show_lines(rv.lines, model.start_wall, needle, rv.seq)
 
     def watch_shown(self, old: PaneShown | None, new: PaneShown | None) -> None:
         if not self._ready or new is None:
@@ -125,7 +123,7 @@ class RankPane(Vertical, can_focus=True):
         if not self.has_class(new.cls):
             self.remove_class(*BADGE_CLASSES)
             self.add_class(new.cls)
-        self._tail.status = new.status
+        self.status = new.status
         if old is None or _quantum(old.bar) != _quantum(new.bar):
             self._draw_bar()
 
@@ -134,7 +132,7 @@ class RankPane(Vertical, can_focus=True):
             self._draw_bar()
 
     def _draw_bar(self) -> None:
-        self._tail.bar = self.shown.bar if self.shown is not None and self.bar_room else None
+        self.bar = self.shown.bar if self.shown is not None and self.bar_room else None
 
     def show_bar(self, room: bool) -> None:
         """Keep the progress bar row (room) or give it to the log lines."""

@@ -75,7 +75,7 @@ class TailView(Widget):
         self._rows_h = -1  # the height _rows was cut for
         self._base: Style | None = None  # rich_style walks the ancestors: once per refresh, not per row
 
-    def show(self, lines: Sequence, start_wall: float | None, needle: str, seq: int) -> None:
+    def show_lines(self, lines: Sequence, start_wall: float | None, needle: str, seq: int) -> None:
         """Show the newest of `lines`, of which `seq` were ever appended."""
         if lines is not self.lines:
             self.lines = lines

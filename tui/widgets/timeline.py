@@ -98,8 +98,11 @@ class TimelineView(ScrollView, can_focus=True):
         if new:
             self._width = max(self._width, PREFIX + max(len(it[3]) for it in new))
         size = Size(self._width, len(self._rows))
-        if size != self.virtual_size:
-            self.virtual_size = size  # a relayout: only while the buffer fills or a longer line comes
+        if size != self.virtual_size:  # while the buffer fills or a longer line comes
+            # Its own scrollbars only (always shown: overflow scroll), not a relayout of the whole screen: setting
+            # virtual_size reflowed every widget, 2-8 ms of each redraw of this tab and of the key that shows it.
+            self.set_reactive(ScrollView.virtual_size, size)
+            self._scroll_update(size)
         if following:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
         else:  # rows that left the buffer's front: the same lines stay in view
