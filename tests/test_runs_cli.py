@@ -19,8 +19,8 @@ from ddptui.tui.follow import FollowSource
 from ddptui.tui.open_record import source_for
 from ddptui.tui.replay import ReplaySource
 from tests.support.cli import ROOT, ddptui
+from tests.support.replay import runs_folder
 from tests.support.wait import wait_until
-from tests.test_tui_runs import runs_folder
 
 pytestmark = pytest.mark.main_suite("a live --detach run of real torchrun ranks among finished records")
 LOOP = ROOT / "tests" / "fixtures" / "healthy_ddp_loop.py"
@@ -59,7 +59,10 @@ def test_runs_lists_a_live_run_among_finished_cut_and_unreadable_records_and_pru
         assert rows[live.name]["name"] == "adhoc-healthy_ddp_loop" and rows[live.name]["runner"] == "torchrun"
         assert rows["crash"]["status"] == "failed" and rows["crash"]["verdict"].startswith("rank 1 failed first")
         assert rows["crash-killed"]["status"] == "incomplete" and "ends in a cut line" in rows["crash-killed"]["verdict"]
-        table = runs(folder).stdout.splitlines()
+        listed = runs(folder)
+        table = listed.stdout.splitlines()
+        assert listed.stderr == (f"ddptui runs: {folder / 'crash-killed'}: events.jsonl ends in a cut line (the engine "
+                                 "was killed while writing, or the file was cut)\n")
         assert table[0].startswith("STARTED") and "adhoc-healthy_ddp_loop" in table[1] and " live " in table[1]
         assert [ln.split()[-1] for ln in runs(folder, "--status", "live").stdout.splitlines()[1:]] == [str(live)]
         assert len(runs(folder, "--profile", "adhoc-*").stdout.splitlines()) == 2

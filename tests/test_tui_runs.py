@@ -3,7 +3,6 @@ the rows newest first, enter replays a record on the run screen, R there lists i
 and 160x48, with and without NO_COLOR."""
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,24 +11,11 @@ import ddptui.tui.screens.picker as picker
 from ddptui.tui.app import DdpApp
 from ddptui.tui.screens.runs import RunsScreen
 from ddptui.tui.widgets.banner import Banner
-from tests.support.replay import PROFILES, RECORDS, replayed
+from tests.support.replay import PROFILES, replayed, runs_folder
 from tests.support.ui import aio, screen_text, until
 
 pytestmark = [pytest.mark.any_python, pytest.mark.usefixtures("utc")]  # tests/conftest.py: the records' zone
 SIZES = [(80, 24), (160, 48)]
-
-
-def runs_folder(where: Path) -> Path:
-    """The four real records, and a fifth whose engine was killed mid-write: no summary, its last line cut."""
-    runs = where / "runs"
-    for name in ("cpu-ddp", "crash", "hang", "slow-collectives"):
-        shutil.copytree(RECORDS / name, runs / name)
-    cut = runs / "crash-killed"
-    shutil.copytree(RECORDS / "crash", cut)
-    (cut / "summary.json").unlink()
-    lines = (cut / "events.jsonl").read_bytes().splitlines(keepends=True)
-    (cut / "events.jsonl").write_bytes(b"".join(lines[:20]) + lines[20][:25])
-    return runs
 
 
 def _app(monkeypatch, tmp_path) -> DdpApp:

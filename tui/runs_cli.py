@@ -58,6 +58,9 @@ def main(argv: list[str]) -> int:
         print(f"no run records in {root}" + (" that match" if args.status or args.profile or args.since else ""))
         return 0
     print("\n".join(rl.table_lines(rows)))
+    for r in rows:  # the table cuts a verdict short: what could not be read, whole, one line a record
+        if r.problem:
+            print(f"ddptui runs: {r.path}: {r.problem}", file=sys.stderr)
     return 0
 
 

@@ -112,8 +112,8 @@ def row_of(seen: Seen, now: float) -> RunRow:
     folder = seen.path.rstrip("/").rsplit("/", 1)[-1]
     problem = "; ".join(seen.problems)
     if seen.state == "unreadable":
-        return RunRow(folder, seen.path, None, None, "?", None, None, "unreadable", seen.state_line, seen.state,
-                      seen.state_line)
+        why = seen.state_line.split(": ", 1)[-1]
+        return RunRow(folder, seen.path, None, None, "?", None, None, "unreadable", why, seen.state, why)
     started = _num(first, "wall") if first and first.get("kind") == "run_started" else None
     name = str((s or {}).get("profile") or (first or {}).get("profile") or (seen.profile or {}).get("name") or folder)
     runner = str((s or {}).get("runner") or (first or {}).get("runner") or (seen.profile or {}).get("runner") or "?")
