@@ -1,7 +1,7 @@
 """`make bench`: ddptui's overhead, ingest throughput, stall latency, memory, start-up and UI latency,
 measured side by side with what users would run instead (bare torchrun, torchrun --tee, a plain pipe).
 
-  .venv/bin/python bench/run.py [--quick] [--repeats N] [--only overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach,many,viewer,restarts,replica,serve]
+  .venv/bin/python bench/run.py [--quick] [--repeats N] [--only overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach,many,viewer,restarts,replica,serve,runs]
 
 Writes bench/results.md (docs/performance.md is made from it) and bench/results.json; with --only, the
 sections not run keep their figures and their text from the results.json already there (each section says when it
@@ -31,6 +31,7 @@ import attach_cost  # noqa: E402
 import multinode
 import replica_cost
 import restart_pace
+import runs_list
 import ui_many
 import ui_viewer
 import serve_latency
@@ -843,6 +844,9 @@ def write_report(res: dict, cfg) -> str:
     starts.append(("serve", len(L)))
     if "serve" in res:
         L += serve_latency.report(res["serve"], fmt3)
+    starts.append(("runs", len(L)))
+    if "runs" in res:
+        L += runs_list.report(res["runs"], fmt3)
     return "\n".join(L[:starts[0][1]] + [_section_text(res, name, L[at:until]) for (name, at), (_, until)
                                          in zip(starts, starts[1:] + [("", len(L))], strict=True) if until > at]) + "\n"
 
@@ -891,7 +895,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="1 repeat, smaller sizes (smoke run)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--only", default="overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach,many,"
-                                      "viewer,restarts,replica,serve")
+                                      "viewer,restarts,replica,serve,runs")
     ap.add_argument("--out", default=str(BENCH / "results.md"))
     ap.add_argument("--report-only", action="store_true", help="re-render results.md from the JSON next to it")
     cfg = ap.parse_args()
@@ -942,7 +946,8 @@ def main() -> int:
              ("viewer", lambda c, w, r: ui_viewer.bench(c, w, r, log, mmm)),
              ("restarts", lambda c, w, r: restart_pace.bench(c, w, r, log, mmm)),
              ("replica", lambda c, w, r: replica_cost.bench(c, w, r, log, mmm)),
-             ("serve", lambda c, w, r: serve_latency.bench(c, w, r, log, mmm))]
+             ("serve", lambda c, w, r: serve_latency.bench(c, w, r, log, mmm)),
+             ("runs", lambda c, w, r: runs_list.bench(c, w, r, log, mmm))]
     try:
         for name, fn in steps:
             if name in only:

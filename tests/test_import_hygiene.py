@@ -52,3 +52,21 @@ def test_no_textual_import_statement_in_runners():
                  if any(line.lstrip().startswith(("import textual", "from textual"))
                         for line in f.read_text().splitlines())]
     assert not offenders
+
+
+RUNS_LIST = """
+import sys
+from ddptui.tui.cli import main
+code = main(['runs', '--runs-dir', sys.argv[1]])
+print('BAD', sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'torch')))
+sys.exit(code)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_the_runs_list_imports_neither_textual_nor_torch(tmp_path):
+    """`ddptui runs` is headless: 1,000 records in a second leave no time for the dashboard's imports."""
+    p = subprocess.run([sys.executable, "-c", RUNS_LIST, str(ROOT / "tests" / "fixtures" / "records")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=50)
+    assert p.returncode == 0, p.stderr
+    assert "BAD []" in p.stdout and "crash" in p.stdout, p.stdout

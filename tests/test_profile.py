@@ -438,7 +438,7 @@ def test_shipped_profiles_load(path):
 def test_adhoc_env_runner(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     p = adhoc_profile(["python", "train.py", "--x"])
-    assert (p.name, p.runner, p.nproc, p.nnodes, p.source) == ("adhoc", "env", 1, 1, "<command line>")
+    assert (p.name, p.runner, p.nproc, p.nnodes, p.source) == ("adhoc-train", "env", 1, 1, "<command line>")
     assert p.workload.command == ("python", "train.py", "--x") and p.mirage.workspace == str(tmp_path)
     p = adhoc_profile(["python", "train.py"], ["nnodes=2", "nproc=3", "fault.kind=crash", "fault.rank=5"])
     assert p.world_size == 6 and p.fault.rank == 5

@@ -443,7 +443,8 @@ class DdpApp(App):
             return
         if self.source.kind == "replay":  # replaying the record again would only draw the very same screens
             name = self.model.profile if self.model else ""
-            again = f"; to run its profile again: ddptui {name}" if name and name != "adhoc" else ""
+            adhoc = name == "adhoc" or name.startswith("adhoc-")  # a wrapped command's: no profile of that name
+            again = f"; to run its profile again: ddptui {name}" if name and not adhoc else ""
             self.notify(f"replay of {self.source.run_dir}: r reruns live runs only{again}", severity="warning",
                         timeout=8, markup=False)
             return
@@ -464,6 +465,15 @@ class DdpApp(App):
         XDG_DOWNLOAD_DIR and fails without it), the path said in a notification."""
         from .screenshot import save
         return save(self, filename, path)
+
+    def action_runs(self) -> None:
+        """R: the Runs screen on the runs folder (a replayed or followed record's own folder's)."""
+        from .screens.runs import RunsScreen
+        if isinstance(self.screen, RunsScreen):
+            return
+        shown = getattr(self.source, "run_dir", None)
+        root = Path(shown).parent if shown is not None and self.source.kind in ("replay", "follow") else self.runs_root
+        self.push_screen(RunsScreen(root))
 
     def action_help(self) -> None:
         from .screens.help import HelpScreen

@@ -346,7 +346,8 @@ def look(run_dir: Path, ping: bool = True) -> Facts:
     run_dir = Path(run_dir)
     info = read_info(run_dir)
     named = info.get("run_dir")
-    if isinstance(named, str) and named != str(run_dir.resolve()):  # a copy: its socket and lock are another run's
+    if isinstance(named, str) and named != os.path.abspath(run_dir) and named != str(run_dir.resolve()):
+        # a copy: its socket and lock are another run's
         return Facts(str(run_dir), (run_dir / "events.jsonl").is_file(), (run_dir / "summary.json").exists(), False,
                      False, None, os.getuid(), None, None, named)
     sock = Path(info.get("socket") or socket_path(run_dir))

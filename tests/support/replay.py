@@ -1,6 +1,7 @@
 """The dashboard replaying a committed run record to its end, and the text each view then shows."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from textual.widgets import Static
@@ -13,6 +14,20 @@ from tests.support.ui import screen_text, settle, until
 
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "records"
 PROFILES = Path(__file__).resolve().parents[2] / "profiles"
+
+
+def runs_folder(where: Path) -> Path:
+    """A runs folder in `where`: the four real records, and a fifth whose engine was killed mid-write (no summary,
+    its last line cut)."""
+    runs = where / "runs"
+    for name in ("cpu-ddp", "crash", "hang", "slow-collectives"):
+        shutil.copytree(RECORDS / name, runs / name)
+    cut = runs / "crash-killed"
+    shutil.copytree(RECORDS / "crash", cut)
+    (cut / "summary.json").unlink()
+    lines = (cut / "events.jsonl").read_bytes().splitlines(keepends=True)
+    (cut / "events.jsonl").write_bytes(b"".join(lines[:20]) + lines[20][:25])
+    return runs
 
 
 def replay_app(name: str, until: float | None = None) -> DdpApp:

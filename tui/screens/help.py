@@ -29,6 +29,7 @@ RUN_KEYS = (
     ("k o c h v", "stacks, collectives, crash, hints, verdict tabs"),
     ("y / Y", "Stacks tab: copy the stacks of the rank at the top of the view (the culprit's when scrolled to the top) / every rank's"),
     ("p", "save a screenshot (SVG) into the run record: RUN/screenshots/"),
+    ("R", "runs: every record of the runs folder; enter replays one, or follows a live one"),
     ("escape", "back: clear filter, back to the grid, back to the profile picker"),
     ("← → ⇧wheel", "scroll long lines sideways (timeline, zoom, stacks)"),
     ("mouse", "click a tab or a pane to show or focus it; the wheel scrolls"),
@@ -45,6 +46,7 @@ PICKER_KEYS = (
     ("ctrl+q", "quit, from anywhere"),
     ("ctrl+c", "quit, as q (in a field: copy)"),
     ("p", "save a screenshot (SVG) into the runs folder (from the list)"),
+    ("R", "runs: every record of the runs folder; enter replays one, or follows a live one (from the list)"),
     ("mouse", "click a profile, a field or Launch"),
     ("?", "this help (from the list)"),
 )
@@ -59,11 +61,21 @@ ZOOM_KEYS = (
     ("?", "this help"),
 )
 
+RUNS_KEYS = (
+    ("↑ ↓", "pick a record (newest first)"),
+    ("enter", "open it: a finished run replayed, a live one followed (q there leaves it running)"),
+    ("g", "read the runs folder again"),
+    ("escape", "back to the screen it was opened from"),
+    ("q", "quit"),
+    ("?", "this help"),
+)
+
 # The screen's class name -> its keys and what it is called in the title.
 SCREENS = {
     "RunScreen": ("run screen", RUN_KEYS),
     "PickerScreen": ("profile picker", PICKER_KEYS),
     "ZoomScreen": ("zoomed rank", ZOOM_KEYS),
+    "RunsScreen": ("runs", RUNS_KEYS),
 }
 
 

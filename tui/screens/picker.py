@@ -71,7 +71,7 @@ def settings_text(profile) -> Text:
 
 # What the footer says, by where focus is: in a field every printable key is typed (q, ?, p), so there only keys
 # that reach the screen are shown.
-LIST_KEYS = (("enter", "launch"), ("tab", "fields"), ("q", "quit"), ("p", "screenshot"), ("?", "help"))
+LIST_KEYS = (("enter", "launch"), ("tab", "fields"), ("R", "runs"), ("q", "quit"), ("p", "screenshot"), ("?", "help"))
 FIELD_KEYS = (("enter", "launch"), ("esc", "back to the list"), ("tab", "next"), ("^q", "quit"))
 
 
@@ -84,6 +84,7 @@ class PickerScreen(Screen):
         Binding("ctrl+l", "launch", "launch"),
         Binding("q", "app.quit_run", "quit"),
         Binding("ctrl+c", "app.quit_run", "quit", show=False),  # as q (in a field, Textual's copy)
+        Binding("R", "app.runs", "runs"),
         Binding("escape", "to_list", "back to the list", show=False),
         Binding("question_mark", "app.help", "help"),
     ]

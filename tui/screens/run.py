@@ -125,6 +125,7 @@ class RunScreen(Screen):
         Binding("v", "tab('verdict')", "verdict", show=False),
         Binding("w", "chart_window", "chart: whole run/recent", show=False),
         Binding("l", "chart_what", "chart: loss/step times", show=False),
+        Binding("R", "app.runs", "runs: every record", show=False),
         Binding("escape", "back", "back"),
         Binding("question_mark", "app.help", "help"),
         Binding("D", "app.detach", "detach"),  # last: where the footer is cut short, help stays in it

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Sequence
 from dataclasses import replace
@@ -83,11 +84,33 @@ def adhoc_profile(command: Sequence[str], overrides: Sequence[str] = ()) -> Prof
         return loc, _Node("scalar", v, loc, str(v))
 
     workload = _Node("map", {"command": (loc, _Node("seq", [scalar(c)[1] for c in cmd], loc))}, loc)
-    root = _Node("map", {"name": scalar("adhoc"), "runner": scalar(runner),
+    root = _Node("map", {"name": scalar(adhoc_name(cmd)), "runner": scalar(runner),
                          "nproc": scalar(nproc), "nnodes": scalar(nnodes), "workload": (loc, workload)}, loc)
     for item in overrides:
         _apply_override(root, item)
     return _build(root, ADHOC_SOURCE, Path(os.getcwd()), "adhoc")
+
+
+_LAUNCHERS = {"python", "python3", "torchrun", "srun", "mirage", "env", "uv", "exec", "nohup"}
+_LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch", "torch_xla.distributed.xla_run"}
+
+
+def adhoc_name(cmd: Sequence[str]) -> str:
+    """The name of a wrapped command's profile, and so of its record: `adhoc-<script>` after the program it runs
+    (`python train.py`, `torchrun ... train.py` -> adhoc-train; `python -m pkg.trainer` -> adhoc-trainer; a program
+    of its own -> its file name), `adhoc` when none is named (`python -c ...`)."""
+    script = next((Path(c).stem for c in cmd if c.endswith(".py") and not c.startswith("-")), None)
+    if script is None:
+        mods = [cmd[i + 1] for i, c in enumerate(cmd[:-1]) if c == "-m" and cmd[i + 1] not in _LAUNCHER_MODULES]
+        if mods:
+            script = mods[0].rsplit(".", 1)[-1]
+        elif "-c" not in cmd:  # a program of its own: the first named by a path, else the last word
+            own = [c for c in cmd if not c.startswith("-") and "=" not in c and not c.isdigit()
+                   and Path(c).name.split(".")[0].rstrip("0123456789") not in _LAUNCHERS]
+            pick = next((c for c in own if "/" in c), own[-1] if own else None)
+            script = Path(pick).stem if pick else None
+    safe = re.sub(r"[^\w.-]+", "_", script or "").strip("._-")[:120]
+    return f"adhoc-{safe}" if safe else "adhoc"
 
 
 def _runner_of(cmd: Sequence[str]) -> tuple[str, int, int]:

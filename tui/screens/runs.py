@@ -1,0 +1,123 @@
+"""The Runs screen (`R` from the picker and the run screen): the records of the runs folder, newest first, as
+`ddptui runs` lists them; enter replays a finished one or follows a live one (tui/open_record.py)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Static
+
+from ...runners.edge.runs_read import read_runs
+from ...runners.evidence import runs_list as rl
+from ..marks import FAILED, OK, STOPPED, WARN, mark
+from ..open_record import open_record
+from ..widgets.keybar import KeyBar
+
+COLUMNS = ("started", "took", "name", "ranks", "status", "record", "verdict")
+STYLES = {OK: "green", FAILED: "bold red", WARN: "yellow", STOPPED: "magenta"}
+
+
+def status_cell(r: rl.RunRow) -> Text:
+    """The status with a marker that reads without colour (NO_COLOR, tui/marks.py): ● for a live run."""
+    if r.held:
+        return Text(f"● {r.status}", style="bold cyan")
+    m = mark(r.status) or WARN
+    return Text(f"{m} {r.status}", style=STYLES.get(m, ""))
+
+
+def cells(r: rl.RunRow, root: Path) -> tuple:
+    started = rl.started_text(r.started)
+    folder = Path(r.path).name
+    return (started[5:] if r.started else "?", rl.duration_text(r.duration), r.name, rl.world_text(r), status_cell(r),
+            f"{root.name}/{folder}", rl.cut(r.verdict, 90))
+
+
+class RunsScreen(Screen):
+    BINDINGS = [
+        Binding("enter", "open", "open"),
+        Binding("g", "reload", "read again"),
+        Binding("escape", "back", "back"),
+        Binding("q", "app.quit_run", "quit"),
+        Binding("question_mark", "app.help", "help"),
+    ]
+
+    def __init__(self, runs_root: Path) -> None:
+        super().__init__()
+        self.runs_root = Path(runs_root)
+        self.rows: list[rl.RunRow] = []
+        self.loaded = False  # the folder was read (tests wait for it)
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(f" ddptui · runs in {self.runs_root} (newest first; enter opens)", style="bold"),
+                     id="runs-head")
+        yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=False)
+        yield Static("", id="runs-detail")
+        yield KeyBar()
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).add_columns(*COLUMNS)
+        self.action_reload()
+
+    def action_reload(self) -> None:
+        self.loaded = False
+        self.run_worker(self._read, thread=True, exclusive=True, group="runs-list", name="ddptui-runs-list")
+
+    def _read(self) -> None:
+        rows = rl.rows_of(read_runs(self.runs_root), time.time())  # off the UI thread: 1,000 records ~0.3 s
+        self.app.call_from_thread(self._show, rows)
+
+    def _show(self, rows: list[rl.RunRow]) -> None:
+        self.rows = rows
+        table = self.query_one(DataTable)
+        table.clear()
+        for i, r in enumerate(rows):
+            table.add_row(*cells(r, self.runs_root), key=str(i))
+        if not rows:
+            self.query_one("#runs-detail", Static).update(f"no run records in {self.runs_root}")
+        table.focus()
+        self.loaded = True
+        self._detail(table.cursor_row)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._detail(event.cursor_row)
+
+    def _detail(self, i: int) -> None:
+        if not 0 <= i < len(self.rows):
+            return
+        r = self.rows[i]
+        t = Text()
+        t.append(f"{r.name}", style="bold")
+        where = f"{r.ranks if r.ranks is not None else '?'} ranks" + (f" on {r.nodes} node(s)" if r.nodes else "")
+        t.append(f"  {r.runner}, {where}, {r.status}, started {rl.started_text(r.started)}, "
+                 f"took {rl.duration_text(r.duration)}  {r.path}\n")
+        t.append(r.verdict)
+        self.query_one("#runs-detail", Static).update(t)
+
+    def selected(self) -> rl.RunRow | None:
+        i = self.query_one(DataTable).cursor_row
+        return self.rows[i] if 0 <= i < len(self.rows) else None
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open()
+
+    def action_open(self) -> None:
+        r = self.selected()
+        if r is None:
+            return
+        if r.status == "unreadable":
+            self.app.notify(r.verdict, severity="warning", timeout=8, markup=False)
+            return
+        app = self.app
+        if getattr(app, "running", False):
+            app.notify("a run is still live here: stop it (s) or leave it (D) first", severity="warning")
+            return
+        app.pop_screen()
+        if not open_record(app, Path(r.path)):
+            app.push_screen(RunsScreen(self.runs_root))
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
