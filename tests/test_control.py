@@ -43,6 +43,9 @@ def test_what_a_run_dir_is_decided_from_what_was_seen():
         "R: the engine (pid unknown) died: the record is incomplete"
     copy = decide(facts(names_run="/runs/orig"))  # a copied record: never the original's socket
     assert copy.state == "copy" and "names the run /runs/orig, not this record" in copy.line
+    away = decide(facts(lock_held=False, engine_host="node17"))  # a batch job's engine: its lock not seen from here
+    assert away.state == "elsewhere" and "runs or ran on node17" in away.line and not away.usable
+    assert decide(facts(lock_held=False, engine_host="node17", finished=True)).state == "finished"
     assert decide(facts(answered_pid=None)).state == "busy"
     two = decide(facts(answered_pid=43))
     assert two.state == "two-engines" and "pid 42" in two.line and "pid 43" in two.line

@@ -76,11 +76,12 @@ def test_prune_keeps_the_newest_and_never_a_record_an_engine_holds():
     rows = rl.rows_of([seen(f"/r/{i}", {"status": "ok"}, started(NOW - 86400 * i)) for i in range(5)]
                       + [seen("/r/live-old", None, started(NOW - 86400 * 30), state="live"),
                          seen("/r/busy", None, started(NOW - 86400 * 31), state="busy"),
+                         seen("/r/batch", None, started(NOW - 86400 * 32), state="elsewhere"),
                          seen("/r/theirs", state="unreadable"),
                          seen("/r/pending", state="not-a-record", mtime=NOW - 86400 * 40)], NOW)
     keep2 = rl.to_prune(rows, NOW, keep=2)
     assert [r.path for r in keep2.remove] == ["/r/2", "/r/3", "/r/4"]
-    assert {r.path for r in keep2.keep_held} == {"/r/live-old", "/r/busy", "/r/theirs", "/r/pending"}
+    assert {r.path for r in keep2.keep_held} == {"/r/live-old", "/r/busy", "/r/batch", "/r/theirs", "/r/pending"}
     week = rl.to_prune(rows, NOW, older_than=rl.parse_age("3d"))
     assert [r.path for r in week.remove] == ["/r/4"]  # 4 days old; 3 days is not older than 3 days
     assert "/r/live-old" in {r.path for r in week.keep_held}

@@ -148,8 +148,9 @@ def follow(run_dir: Path, headless: bool) -> int:
     from ..runners.edge import control
     state = control.state_of(run_dir)
     if not (state.usable or (state.state == "dead" and not headless)):
-        return _fail(f"attach: {state.line}" + ("; `ddptui replay` shows what it holds" if state.state == "dead"
-                                                 else ""))
+        more = {"dead": "; `ddptui replay` shows what it holds",
+                "elsewhere": "; a batch job's record is followed through Slurm: `ddptui attach --slurm JOB`"}
+        return _fail(f"attach: {state.line}{more.get(state.state, '')}")
     from .follow import FollowSource
     source = FollowSource(run_dir)
     if not headless:

@@ -293,11 +293,13 @@ class Facts:
     engine_pid: int | None  # engine.json's
     answered_pid: int | None  # the pid a ping was answered for (None: not asked, or no answer)
     names_run: str | None = None  # the run engine.json names when it is not this one (a copied record)
+    engine_host: str | None = None  # engine.json's host when it is not this one (a batch job's engine on its node)
 
 
 @dataclass(frozen=True)
 class RecordState:
-    """`state`: not-a-record | copy | foreign | live | finished | dead | busy | two-engines; `line`: says it."""
+    """`state`: not-a-record | copy | foreign | live | finished | dead | elsewhere | busy | two-engines; `line`: says
+    it."""
     state: str
     line: str
     pid: int | None = None
@@ -322,6 +324,9 @@ def decide(f: Facts) -> RecordState:
                                       "nothing asked or signalled", pid)
     if f.finished:
         return RecordState("finished", f"{d}: the run has finished", pid)
+    if not f.lock_held and f.engine_host:  # its lock, taken on another host, is not seen from here
+        return RecordState("elsewhere", f"{d}: its engine ({who}) runs or ran on {f.engine_host}: whether it still "
+                                        "runs cannot be seen from this host", pid)
     if not f.lock_held:
         stale = "; its control socket is stale" if f.socket_there else ""
         return RecordState("dead", f"{d}: the engine ({who}) died: the record is incomplete{stale}", pid)
@@ -365,8 +370,10 @@ def look(run_dir: Path, ping: bool = True) -> Facts:
             answered = ask(run_dir, "ping", timeout=2.0).get("pid")
         except (ChannelError, OSError, ValueError):
             answered = None
+    host = info.get("host")
+    elsewhere = host if isinstance(host, str) and host and host != socket.gethostname() else None
     return Facts(str(run_dir), (run_dir / "events.jsonl").is_file(), finished, held, there, uid, os.getuid(), pid,
-                 answered if isinstance(answered, int) else None)
+                 answered if isinstance(answered, int) else None, engine_host=elsewhere)
 
 
 def state_of(run_dir: Path) -> RecordState:

@@ -26,7 +26,8 @@ class Seen:
     owner: int
     profile: dict | None = None
 
-HELD = ("live", "busy", "two-engines", "foreign")  # an engine holds the record now: never removed
+# an engine holds the record now, or may (its engine on another host): never removed
+HELD = ("live", "busy", "two-engines", "foreign", "elsewhere")
 REMOVABLE = ("finished", "dead")  # a run that ended (or whose engine died): its record may go
 VERDICT_WIDTH = 72
 
