@@ -364,3 +364,9 @@ def _file_problem(path: Path) -> str | None:
         why = "a value nested too deep"
     return f"{path.name} is malformed ({why})" if why else None
 
+
+
+def record_events(run_dir: Path, problems: list[str]) -> list[Event]:
+    """The events of a record's events.jsonl alone, decoded and checked as `replay_events` does it (no rank log read):
+    what `ddptui compare` and `export` need; what could not be read said in `problems`."""
+    return _read_events(Path(run_dir) / "events.jsonl", problems)

@@ -1,0 +1,250 @@
+"""`ddptui compare`'s figures of each run (pace, step-time percentiles, samples/s, time to first step, losses at the
+steps every run has) and the table that puts them side by side, as text and as JSON: pure."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..runners.evidence.words import seconds_words
+from .chart_scale import fmt_num
+from .rate import fmt_samples_rate
+from .run_series import RankSeries, RunSeries
+
+MATCHING_SHOWN = 6  # losses at this many of the steps every run has (the first, the last and evenly between)
+JSON_MATCHING = 100  # and at this many in --json
+
+
+def weighted_percentile(pairs: list[tuple[float, float]], q: float) -> float | None:
+    """The q-th percentile (0..100) of (value, weight) pairs, each value counted weight times (nearest rank)."""
+    pairs = sorted(p for p in pairs if p[1] > 0)
+    total = sum(w for _, w in pairs)
+    if total <= 0:
+        return None
+    need, acc = total * q / 100.0, 0.0
+    for v, w in pairs:
+        acc += w
+        if acc >= need - 1e-9:
+            return v
+    return pairs[-1][0]
+
+
+@dataclass(frozen=True)
+class RankFigures:
+    rank: int
+    steps: int  # the newest step (the run's last attempt)
+    steps_per_s: float | None  # first step read to last, by the record's read times
+    p50: float | None  # step time percentiles over its steps (each event's step time, weighted by the steps it covers)
+    p95: float | None
+    samples_per_s: float | None  # samples per step (median over its steps) x steps/s; None when unknown
+    first_step_s: float | None  # from the run's start to its first step
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    name: str
+    path: str
+    ranks: int
+    status: str
+    verdict: str
+    ranks_figures: dict[int, RankFigures]
+    steps: int | None  # the newest step of the slowest rank
+    steps_per_s: float | None  # the slowest rank's: DDP's ranks step together
+    p50: float | None  # over every rank's steps
+    p95: float | None
+    samples_per_s: float | None  # every rank's, summed (each its share of the global batch)
+    first_step_s: float | None  # until every rank had its first step
+    losses: dict[int, float] = field(default_factory=dict)  # step -> mean loss over the ranks that have it
+
+
+def _last_attempt(rs: RankSeries, attempt: int) -> list[int]:
+    """The indexes of the rank's events in the run's last attempt."""
+    return [i for i, a in enumerate(rs.attempts) if a == attempt]
+
+
+def _weights(rs: RankSeries, idx: list[int]) -> list[tuple[int, float]]:
+    """(event index, steps it covers): the steps since the rank's previous event (its first: its own step count)."""
+    out, prev = [], 0
+    for i in idx:
+        out.append((i, float(max(0, rs.steps[i] - prev))))
+        prev = max(prev, rs.steps[i])
+    return out
+
+
+def rank_figures(rs: RankSeries, attempt: int, started: float | None) -> tuple[RankFigures, list]:
+    """One rank's figures, and its (step time, weight) pairs for the run's percentiles."""
+    idx = _last_attempt(rs, attempt)
+    if not idx:
+        return RankFigures(rs.rank, 0, None, None, None, None, None), []
+    weights = _weights(rs, idx)
+    timed = [(rs.step_times[i], w) for i, w in weights if rs.step_times[i] is not None and math.isfinite(rs.step_times[i])]  # type: ignore[arg-type]
+    first, last = idx[0], idx[-1]
+    span_steps, span_s = rs.steps[last] - rs.steps[first], rs.walls[last] - rs.walls[first]
+    rate = span_steps / span_s if span_steps > 0 and span_s > 0 else None
+    if rate is None and timed:  # one read held every step: the engine's step time says the pace
+        p = weighted_percentile(timed, 50)  # type: ignore[arg-type]
+        rate = 1.0 / p if p else None
+    per_step = weighted_percentile([(float(rs.samples[i]), w) for i, w in weights if rs.samples[i]], 50)  # type: ignore[arg-type]
+    samples = per_step * rate if per_step and rate else None
+    first_step = next((rs.walls[i] for i in idx if rs.steps[i] >= 1), None)
+    since = first_step - started if first_step is not None and started is not None else None
+    return RankFigures(rs.rank, rs.steps[last], rate, weighted_percentile(timed, 50), weighted_percentile(timed, 95),  # type: ignore[arg-type]
+                       samples, since), timed
+
+
+def mean_losses(run: RunSeries) -> dict[int, float]:
+    """step -> the mean over the ranks of their loss at that step (the last attempt; NaN/inf left out)."""
+    acc: dict[int, list[float]] = {}
+    for rs in run.ranks.values():
+        seen: dict[int, float] = {}
+        for a, s, v in rs.losses:
+            if a == run.attempt and math.isfinite(v):
+                seen[s] = v
+        for s, v in seen.items():
+            acc.setdefault(s, []).append(v)
+    return {s: sum(vs) / len(vs) for s, vs in acc.items()}
+
+
+def run_figures(run: RunSeries) -> RunFigures:
+    ranks: dict[int, RankFigures] = {}
+    pool: list = []
+    for r in sorted(run.ranks):
+        ranks[r], timed = rank_figures(run.ranks[r], run.attempt, run.started)
+        pool += timed
+    stepped = [f for f in ranks.values() if f.steps]
+    rates = [f.steps_per_s for f in stepped if f.steps_per_s]
+    samples = [f.samples_per_s for f in stepped if f.samples_per_s]
+    firsts = [f.first_step_s for f in stepped if f.first_step_s is not None]
+    return RunFigures(run.name, run.path, run.world_size or len(run.ranks), run.status, run.verdict, ranks,
+                      min(f.steps for f in stepped) if stepped else None, min(rates) if rates else None,
+                      weighted_percentile(pool, 50), weighted_percentile(pool, 95),
+                      sum(samples) if samples else None, max(firsts) if firsts else None, mean_losses(run))
+
+
+def matching_steps(figs: list[RunFigures], shown: int = MATCHING_SHOWN) -> tuple[list[int], int]:
+    """Up to `shown` of the steps at which every run has a loss (the first, the last, evenly between), and how many
+    such steps there are."""
+    if not figs:
+        return [], 0
+    common = set(figs[0].losses)
+    for f in figs[1:]:
+        common &= set(f.losses)
+    steps = sorted(common)
+    if len(steps) <= shown:
+        return steps, len(steps)
+    picks = sorted({steps[round(i * (len(steps) - 1) / (shown - 1))] for i in range(shown)})
+    return picks, len(steps)
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    values: tuple  # one raw value per run (None: none), for JSON
+    cells: tuple[str, ...]  # one cell per run, as the table shows it
+
+
+@dataclass(frozen=True)
+class Comparison:
+    runs: tuple[RunFigures, ...]
+    rows: tuple[Row, ...]
+    common_steps: int  # steps at which every run has a loss
+    notes: tuple[str, ...]  # what could not be compared, in words
+
+
+def _change(v: float | None, base: float | None) -> str:
+    if v is None or base is None or base == 0:
+        return ""
+    ratio = v / base
+    if 0.5 <= ratio <= 2:
+        pct = (ratio - 1) * 100
+        return f" ({'+' if pct >= 0 else ''}{pct:.0f}%)"
+    return f" (x{ratio:.3g})"
+
+
+def _row(label: str, values: list, fmt, relative: bool = True) -> Row:
+    cells = []
+    for i, v in enumerate(values):
+        cell = "—" if v is None else fmt(v)
+        if relative and i and v is not None:
+            cell += _change(v, values[0])
+        cells.append(cell)
+    return Row(label, tuple(values), tuple(cells))
+
+
+def _rate(v: float) -> str:
+    return f"{v:.3g}"
+
+
+def compare(runs: list[RunSeries]) -> Comparison:
+    """The runs side by side: the run's own figures, then each rank's where the runs have that rank (runs with
+    different rank counts: the ranks they share per rank, the rest in total), then the losses at matching steps."""
+    figs = [run_figures(r) for r in runs]
+    rows = [
+        _row("ranks", [f.ranks for f in figs], str, relative=False),
+        _row("status", [f.status for f in figs], str, relative=False),
+        _row("steps", [f.steps for f in figs], str, relative=False),
+        _row("steps/s", [f.steps_per_s for f in figs], _rate),
+        _row("step time p50", [f.p50 for f in figs], seconds_words),
+        _row("step time p95", [f.p95 for f in figs], seconds_words),
+        _row("samples/s (total)", [f.samples_per_s for f in figs], lambda v: fmt_samples_rate(v).split()[0]),
+        _row("time to first step", [f.first_step_s for f in figs], seconds_words),
+    ]
+    notes = []
+    all_ranks = sorted({r for f in figs for r in f.ranks_figures})
+    for r in all_ranks:
+        per = [f.ranks_figures.get(r) for f in figs]
+        rows.append(_row(f"rank {r} step p50", [p.p50 if p else None for p in per], seconds_words))
+        rows.append(_row(f"rank {r} step p95", [p.p95 if p else None for p in per], seconds_words))
+        rows.append(_row(f"rank {r} samples/s", [p.samples_per_s if p else None for p in per],
+                         lambda v: fmt_samples_rate(v).split()[0]))
+    counts = sorted({f.ranks for f in figs})
+    if len(counts) > 1:
+        notes.append("the runs have " + " and ".join(map(str, counts)) + " ranks: the ranks they share compared per "
+                     "rank, the others only in the run's totals (steps/s, step time over every rank, samples/s)")
+    steps, common = matching_steps(figs)
+    for s in steps:
+        rows.append(_row(f"loss at step {s}", [f.losses.get(s) for f in figs], fmt_num))
+    if not common:
+        notes.append("no step has a loss in every run")
+    return Comparison(tuple(figs), tuple(rows), common, tuple(notes))
+
+
+LABEL_W = 20
+
+
+def letter(i: int) -> str:
+    """A run's name in the table and the charts' legend: A, B, ... (then R26, R27, ...)."""
+    return chr(ord("A") + i) if i < 26 else f"R{i}"
+
+
+def table_lines(c: Comparison, width: int = 100) -> list[str]:
+    """The comparison as text: a legend of the runs (letter, name, verdict), then one row per figure."""
+    letters = [letter(i) for i in range(len(c.runs))]
+    out = [f"{k}: {f.name}  {f.verdict}"[:width] for k, f in zip(letters, c.runs, strict=True)]
+    cell_w = max([12] + [len(x) for row in c.rows for x in row.cells])
+    out.append("")
+    out.append(" " * LABEL_W + "".join(k.ljust(cell_w + 2) for k in letters).rstrip())
+    for row in c.rows:
+        out.append(row.label.ljust(LABEL_W) + "".join(x.ljust(cell_w + 2) for x in row.cells).rstrip())
+    if c.common_steps:
+        out.append(f"(losses: the mean over each run's ranks; {c.common_steps} steps have a loss in every run)")
+    out += [f"note: {n}" for n in c.notes]
+    return out
+
+
+def to_json(c: Comparison) -> dict:
+    """The comparison as data: each run's figures (and each rank's), the matching losses, the notes."""
+    runs = []
+    for f in c.runs:
+        runs.append({
+            "name": f.name, "path": f.path, "ranks": f.ranks, "status": f.status, "verdict": f.verdict,
+            "steps": f.steps, "steps_per_s": f.steps_per_s, "step_time_p50_s": f.p50, "step_time_p95_s": f.p95,
+            "samples_per_s": f.samples_per_s, "time_to_first_step_s": f.first_step_s,
+            "per_rank": {str(r): {"steps": p.steps, "steps_per_s": p.steps_per_s, "step_time_p50_s": p.p50,
+                                  "step_time_p95_s": p.p95, "samples_per_s": p.samples_per_s,
+                                  "time_to_first_step_s": p.first_step_s}
+                         for r, p in f.ranks_figures.items()},
+        })
+    steps, _ = matching_steps(list(c.runs), shown=JSON_MATCHING)
+    return {"runs": runs, "matching_steps": {"count": c.common_steps, "steps": steps,
+                                             "losses": [[f.losses[s] for f in c.runs] for s in steps]},
+            "notes": list(c.notes)}
