@@ -3,6 +3,7 @@ or their steps and events written as CSV / JSON; the Compare screen only on a te
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 from pathlib import Path
@@ -26,6 +27,7 @@ def compare_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if len(args.runs) < 2:
         return _fail("compare", "give at least two run records to compare")
+    gc.disable()  # a short-lived command building a few million small objects: collections would only cost
     try:
         runs = [read_run(r) for r in args.runs]
     except NotARecord as e:

@@ -3,7 +3,10 @@ steps every run has) and the table that puts them side by side, as text and as J
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass, field
+from itertools import accumulate
+from operator import itemgetter, sub
 
 from ..runners.evidence.words import seconds_words
 from .chart_scale import fmt_num
@@ -14,18 +17,18 @@ MATCHING_SHOWN = 6  # losses at this many of the steps every run has (the first,
 JSON_MATCHING = 100  # and at this many in --json
 
 
-def weighted_percentile(pairs: list[tuple[float, float]], q: float) -> float | None:
-    """The q-th percentile (0..100) of (value, weight) pairs, each value counted weight times (nearest rank)."""
-    pairs = sorted(p for p in pairs if p[1] > 0)
-    total = sum(w for _, w in pairs)
+def weighted_percentiles(pairs: list[tuple[float, float]], qs: tuple[float, ...]) -> list[float | None]:
+    """The qs-th percentiles (0..100) of (value, weight) pairs, each value counted weight times (nearest rank)."""
+    pairs = sorted(pairs)  # (already sorted runs, as a run's ranks' lists one after the other, merge in linear time)
+    acc = list(accumulate(map(itemgetter(1), pairs)))
+    total = acc[-1] if acc else 0
     if total <= 0:
-        return None
-    need, acc = total * q / 100.0, 0.0
-    for v, w in pairs:
-        acc += w
-        if acc >= need - 1e-9:
-            return v
-    return pairs[-1][0]
+        return [None] * len(qs)
+    return [pairs[min(len(pairs) - 1, bisect_left(acc, total * q / 100.0 - 1e-9))][0] for q in qs]
+
+
+def weighted_percentile(pairs: list[tuple[float, float]], q: float) -> float | None:
+    return weighted_percentiles(pairs, (q,))[0]
 
 
 @dataclass(frozen=True)
@@ -56,52 +59,57 @@ class RunFigures:
     losses: dict[int, float] = field(default_factory=dict)  # step -> mean loss over the ranks that have it
 
 
-def _last_attempt(rs: RankSeries, attempt: int) -> list[int]:
-    """The indexes of the rank's events in the run's last attempt."""
-    return [i for i, a in enumerate(rs.attempts) if a == attempt]
-
-
-def _weights(rs: RankSeries, idx: list[int]) -> list[tuple[int, float]]:
-    """(event index, steps it covers): the steps since the rank's previous event (its first: its own step count)."""
-    out, prev = [], 0
-    for i in idx:
-        out.append((i, float(max(0, rs.steps[i] - prev))))
-        prev = max(prev, rs.steps[i])
-    return out
+def _attempt_start(attempts: list[int], attempt: int) -> int:
+    """Where the run's last attempt begins in a rank's list (attempts only grow along it)."""
+    return bisect_left(attempts, attempt)
 
 
 def rank_figures(rs: RankSeries, attempt: int, started: float | None) -> tuple[RankFigures, list]:
-    """One rank's figures, and its (step time, weight) pairs for the run's percentiles."""
-    idx = _last_attempt(rs, attempt)
-    if not idx:
+    """One rank's figures, and its (step time, weight) pairs for the run's percentiles: each of its Progress events'
+    step time, weighted by the steps it covers (the steps since the rank's previous event)."""
+    a = _attempt_start(rs.attempts, attempt)
+    steps, walls, times, samples = rs.steps[a:], rs.walls[a:], rs.step_times[a:], rs.samples[a:]
+    if not steps:
         return RankFigures(rs.rank, 0, None, None, None, None, None), []
-    weights = _weights(rs, idx)
-    timed = [(rs.step_times[i], w) for i, w in weights if rs.step_times[i] is not None and math.isfinite(rs.step_times[i])]  # type: ignore[arg-type]
-    first, last = idx[0], idx[-1]
-    span_steps, span_s = rs.steps[last] - rs.steps[first], rs.walls[last] - rs.walls[first]
+    weights = list(map(sub, steps, [0, *accumulate(steps[:-1], max)]))  # the steps since the rank's newest before
+    if min(weights) < 0:  # a step counted again (a restart within the attempt): covers none
+        weights = [max(0, w) for w in weights]
+    if None in times or not all(map(math.isfinite, times)):  # type: ignore[arg-type]
+        timed = [(t, w) for t, w in zip(times, weights, strict=True) if t is not None and math.isfinite(t)]
+    else:
+        timed = list(zip(times, weights, strict=True))
+    timed.sort()
+    span_steps, span_s = steps[-1] - steps[0], walls[-1] - walls[0]
+    p50, p95 = weighted_percentiles(timed, (50, 95))
     rate = span_steps / span_s if span_steps > 0 and span_s > 0 else None
-    if rate is None and timed:  # one read held every step: the engine's step time says the pace
-        p = weighted_percentile(timed, 50)  # type: ignore[arg-type]
-        rate = 1.0 / p if p else None
-    per_step = weighted_percentile([(float(rs.samples[i]), w) for i, w in weights if rs.samples[i]], 50)  # type: ignore[arg-type]
-    samples = per_step * rate if per_step and rate else None
-    first_step = next((rs.walls[i] for i in idx if rs.steps[i] >= 1), None)
+    if rate is None and p50:  # one read held every step: the engine's step time says the pace
+        rate = 1.0 / p50
+    counted = [(n, w) for n, w in zip(samples, weights, strict=True) if n] if None in samples else \
+        list(zip(samples, weights, strict=True))
+    per_step = weighted_percentile(counted, 50)
+    first_step = next((w for s, w in zip(steps, walls, strict=True) if s >= 1), None)
     since = first_step - started if first_step is not None and started is not None else None
-    return RankFigures(rs.rank, rs.steps[last], rate, weighted_percentile(timed, 50), weighted_percentile(timed, 95),  # type: ignore[arg-type]
-                       samples, since), timed
+    return RankFigures(rs.rank, steps[-1], rate, p50, p95, per_step * rate if per_step and rate else None,
+                       since), timed
 
 
 def mean_losses(run: RunSeries) -> dict[int, float]:
     """step -> the mean over the ranks of their loss at that step (the last attempt; NaN/inf left out)."""
-    acc: dict[int, list[float]] = {}
+    total: dict[int, float] = {}
+    count: dict[int, int] = {}
     for rs in run.ranks.values():
-        seen: dict[int, float] = {}
-        for a, s, v in rs.losses:
-            if a == run.attempt and math.isfinite(v):
-                seen[s] = v
+        a = bisect_left(rs.loss_attempts, run.attempt)
+        values = rs.loss_values[a:]
+        seen = dict(zip(rs.loss_steps[a:], values, strict=True))  # a step reported twice: its newest loss
+        if not all(map(math.isfinite, values)):
+            seen = {s: v for s, v in seen.items() if math.isfinite(v)}
+        if not total:
+            total, count = seen, dict.fromkeys(seen, 1)
+            continue
         for s, v in seen.items():
-            acc.setdefault(s, []).append(v)
-    return {s: sum(vs) / len(vs) for s, vs in acc.items()}
+            total[s] = total.get(s, 0.0) + v
+            count[s] = count.get(s, 0) + 1
+    return {s: v / count[s] for s, v in total.items()} if len(run.ranks) > 1 else total
 
 
 def run_figures(run: RunSeries) -> RunFigures:
@@ -116,7 +124,7 @@ def run_figures(run: RunSeries) -> RunFigures:
     firsts = [f.first_step_s for f in stepped if f.first_step_s is not None]
     return RunFigures(run.name, run.path, run.world_size or len(run.ranks), run.status, run.verdict, ranks,
                       min(f.steps for f in stepped) if stepped else None, min(rates) if rates else None,
-                      weighted_percentile(pool, 50), weighted_percentile(pool, 95),
+                      *weighted_percentiles(pool, (50, 95)),
                       sum(samples) if samples else None, max(firsts) if firsts else None, mean_losses(run))
 
 

@@ -28,7 +28,7 @@ def step_rows(run: RunSeries) -> list[tuple]:
         for i, (a, s) in enumerate(zip(rs.attempts, rs.steps, strict=True)):
             at[(a, s)] = i
         loss: dict[tuple[int, int], float] = {}
-        for a, s, v in rs.losses:
+        for a, s, v in zip(rs.loss_attempts, rs.loss_steps, rs.loss_values, strict=True):
             loss[(a, s)] = v
         for a, s in sorted(at.keys() | loss.keys()):
             i = at.get((a, s))

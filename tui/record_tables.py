@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..runners.edge.record import record_events
+from ..runners.edge.record import scan_events
 from . import export_rows
-from .run_series import RunSeries, fold
+from .run_series import RunFolder, RunSeries
 
 
 class NotARecord(Exception):
@@ -19,11 +19,12 @@ def read_run(path: str | Path) -> RunSeries:
     if not (run_dir / "events.jsonl").is_file():
         raise NotARecord(f"{run_dir}: not a ddptui run record (no events.jsonl)")
     problems: list[str] = []
+    folder = RunFolder(run_dir.resolve().name or str(run_dir), str(run_dir))
     try:
-        events = record_events(run_dir, problems)
+        scan_events(run_dir / "events.jsonl", problems, folder.event, folder.progress)
     except OSError as e:
         raise NotARecord(f"{run_dir}: cannot read events.jsonl: {e.strerror or e}") from None
-    run = fold(events, run_dir.resolve().name or str(run_dir), str(run_dir))
+    run = folder.result()
     run.problems = problems
     return run
 

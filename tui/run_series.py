@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import itemgetter
 
 from ..runners import events as ev
+from ..runners.edge.record import ProgressColumns, event_columns
 from .rate import ReadTimes
 
 
@@ -21,7 +24,10 @@ class RankSeries:
     step_times: list[float | None] = field(default_factory=list)
     samples: list[int | None] = field(default_factory=list)
     attempts: list[int] = field(default_factory=list)
-    losses: list[tuple[int, int, float]] = field(default_factory=list)  # (attempt, step, loss), in record order
+    # every loss point, in record order: its attempt, step and loss
+    loss_attempts: list[int] = field(default_factory=list)
+    loss_steps: list[int] = field(default_factory=list)
+    loss_values: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -43,34 +49,52 @@ class RunSeries:
     problems: list[str] = field(default_factory=list)  # what the record lacked or could not be read
 
 
-def fold(events: Iterable[ev.Event], name: str, path: str = "") -> RunSeries:
-    """Fold a record's events (as runners.edge.record reads them) into a RunSeries. A record from before Progress
-    carried the engine's step time (`step_time` False) is timed by the engine's rule over its read times."""
-    run = RunSeries(name, path or name)
-    read_times: ReadTimes | None = None
-    crash = hang = diverged = replica = slow = ""
-    for e in events:
-        if isinstance(e, ev.Progress):
-            rs = run.ranks.get(e.rank)
+class RunFolder:
+    """Folds a record's events into a RunSeries, one at a time: `event` for any event, `progress` for a Progress
+    event's fields as its JSON line holds them (the readers' fast path: a long run's record is mostly Progress)."""
+
+    def __init__(self, name: str, path: str = "") -> None:
+        self.run = RunSeries(name, path or name)
+        self._read_times: ReadTimes | None = None
+        self._verdicts: dict[str, str] = {}
+
+    def progress(self, cols: ProgressColumns) -> None:
+        """Progress events as columns, in record order (runners.edge.record's fast path: a long run's record is mostly
+        these). A record from before Progress carried the engine's step time (`step_time` False) is timed by the
+        engine's rule over its read times."""
+        run, attempt = self.run, self.run.attempt
+        point_rank = _picked(cols.rank, cols.point_event)
+        for rank in sorted(set(cols.rank)):
+            rs = run.ranks.get(rank)
             if rs is None:
-                rs = run.ranks[e.rank] = RankSeries(e.rank)
-            if e.losses:
-                rs.losses.extend((run.attempt, int(s), float(v)) for s, v in e.losses)
-            elif e.loss is not None and e.step is not None:
-                rs.losses.append((run.attempt, e.step, float(e.loss)))
-            if e.step is None:
-                continue
-            st = e.step_time
-            if st is False:
-                read_times = read_times or ReadTimes()
-                clock = read_times.add(e.rank, e.wall, e.step)
-                st = clock.step_time() if clock is not None else None
-            rs.steps.append(e.step)
-            rs.walls.append(e.wall)
-            rs.step_times.append(None if st is None else float(st))
-            rs.samples.append(e.samples)
-            rs.attempts.append(run.attempt)
-            continue
+                rs = run.ranks[rank] = RankSeries(rank)
+            pts = _where(point_rank, rank)
+            rs.loss_steps += _picked(cols.point_step, pts)
+            rs.loss_values += _picked(cols.point_loss, pts)
+            rs.loss_attempts += [attempt] * len(pts)
+            stepped = _where(cols.rank, rank)
+            if None in cols.step:
+                stepped = [i for i in stepped if cols.step[i] is not None]
+            times = _picked(cols.step_time, stepped)
+            if any(t is False for t in times):  # an older record's: timed by its read times
+                self._read_times = self._read_times or ReadTimes()
+                times = [self._timed(rank, cols.wall[i], cols.step[i]) if t is False else t  # type: ignore[arg-type]
+                         for i, t in zip(stepped, times, strict=True)]
+            rs.steps += _picked(cols.step, stepped)
+            rs.walls += _picked(cols.wall, stepped)
+            rs.step_times += times
+            rs.samples += _picked(cols.samples, stepped)
+            rs.attempts += [attempt] * len(stepped)
+
+    def _timed(self, rank: int, wall: float, step: int) -> float | None:
+        clock = self._read_times.add(rank, wall, step)  # type: ignore[union-attr]
+        return clock.step_time() if clock is not None else None
+
+    def event(self, e: ev.Event) -> None:
+        if isinstance(e, ev.Progress):
+            self.progress(event_columns([e]))
+            return
+        run = self.run
         run.others.append(e)
         if isinstance(e, ev.RunStarted):
             run.started, run.profile, run.runner, run.world_size = e.wall, e.profile, e.runner, e.world_size
@@ -78,21 +102,40 @@ def fold(events: Iterable[ev.Event], name: str, path: str = "") -> RunSeries:
             run.ended, run.status = e.wall, e.status
         elif isinstance(e, ev.AttemptStarted):
             run.attempt = e.attempt
-        elif isinstance(e, ev.CrashVerdict):
-            crash = e.text
+        elif isinstance(e, (ev.CrashVerdict, ev.ReplicaDiverged, ev.ReplicaVerdict)):
+            self._verdicts[e.kind] = e.text
         elif isinstance(e, ev.HangVerdict):
-            if e.reason == "slow":
-                slow = e.text
-            else:
-                hang = e.text
-        elif isinstance(e, ev.ReplicaDiverged):
-            diverged = e.text
-        elif isinstance(e, ev.ReplicaVerdict):
-            replica = e.text
-    if not run.world_size:
-        run.world_size = len(run.ranks)
-    run.verdict = verdict_line(run.status, crash or hang or diverged or slow or replica)
-    return run
+            self._verdicts["slow" if e.reason == "slow" else "hang"] = e.text
+
+    def result(self) -> RunSeries:
+        run, v = self.run, self._verdicts
+        if not run.world_size:
+            run.world_size = len(run.ranks)
+        first = next((v[k] for k in ("crash_verdict", "hang", "replica_diverged", "slow", "replica_verdict") if v.get(k)),
+                     "")
+        run.verdict = verdict_line(run.status, first)
+        return run
+
+
+def fold(events: Iterable[ev.Event], name: str, path: str = "") -> RunSeries:
+    """A record's events (as runners.edge.record reads them) folded into a RunSeries."""
+    folder = RunFolder(name, path)
+    for e in events:
+        folder.event(e)
+    return folder.result()
+
+
+def _where(col: list, value) -> list[int]:
+    """The indexes of col's items equal to value (in C: compress over map)."""
+    return list(compress(range(len(col)), map(value.__eq__, col)))
+
+
+def _picked(col: list, idx: list[int]) -> list:
+    """col's items at idx, in C (itemgetter)."""
+    if not idx:
+        return []
+    got = itemgetter(*idx)(col)
+    return list(got) if len(idx) > 1 else [got]
 
 
 def verdict_line(status: str, text: str) -> str:
