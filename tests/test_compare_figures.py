@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -164,3 +165,61 @@ def test_chart_data_one_curve_a_run():
     steps = compare_chart_data([two, four], "step time")
     assert steps.series[0].ys[0] == pytest.approx(0.05) and steps.series[1].ys[0] == pytest.approx(0.1)
     assert compare_chart_data([fold([], "e")], "loss").series == ()
+
+
+# ---- the reader: Progress lines read by the writer's pattern, the same as decoded one by one ----
+
+def _record(tmp_path, events, extra_lines=()) -> Path:
+    from ddptui.runners.edge.record import RunRecord
+    rec = RunRecord(tmp_path / "rec")
+    for e in events:
+        rec.event(e)
+    rec.close()
+    with open(tmp_path / "rec" / "events.jsonl", "a", encoding="utf-8") as f:
+        for line in extra_lines:
+            f.write(line + "\n")
+    return tmp_path / "rec"
+
+
+def _same(a, b) -> None:
+    assert sorted(a.ranks) == sorted(b.ranks)
+    for r in a.ranks:
+        x, y = a.ranks[r], b.ranks[r]
+        assert (x.steps, x.walls, x.samples, x.attempts) == (y.steps, y.walls, y.samples, y.attempts)
+        assert x.step_times == pytest.approx(y.step_times, nan_ok=True)
+        assert (x.loss_attempts, x.loss_steps) == (y.loss_attempts, y.loss_steps)
+        assert x.loss_values == pytest.approx(y.loss_values, nan_ok=True)
+    assert (a.status, a.verdict, a.attempt, len(a.others)) == (b.status, b.verdict, b.attempt, len(b.others))
+
+
+def test_the_fast_reader_reads_what_the_events_say(tmp_path):
+    from ddptui.runners.edge.record import _PROGRESS_LINE
+    from ddptui.tui.record_tables import read_run
+    events = run_events(2, 30, 0.1, per_event=3, loss=lambda r, s: math.nan if s == 7 else 1.0 / s)
+    events.insert(5, ev.Progress(0, None, None, T0 + 3.1, "parsed", (), None, None))  # no step yet
+    events.insert(6, ev.Progress(1, 3, 2.5, T0 + 3.2, "parsed", (), None, None))  # a loss without points
+    restart = [ev.AttemptStarted(1, "torchrun restarted", T0 + 50)]
+    restart += [ev.Progress(0, s, 5.0, T0 + 50 + s, "hook", ((s, 5.0), (s, 4.0)), 8, 1e-5) for s in (1, 2)]
+    events = events[:-2] + restart + events[-2:]
+    run_dir = _record(tmp_path, events)
+    line = (run_dir / "events.jsonl").read_text().splitlines()[1]
+    assert _PROGRESS_LINE.match(line), line  # the shape RunRecord writes is the pattern's: else every line is slow
+    got = read_run(run_dir)
+    assert got.problems == []
+    _same(got, fold(events, "rec"))
+    assert got.ranks[0].loss_values[-1] == 4.0 and got.attempt == 1
+
+
+def test_the_reader_says_a_bad_line_and_reads_the_rest(tmp_path):
+    from ddptui.tui.record_tables import read_run
+    events = run_events(1, 10, 0.1)
+    bad = '{"rank": "zero", "step": 3, "loss": 1.0, "wall": 1.0, "source": "hook", "losses": [], "kind": "progress"}'
+    older = '{"rank": 0, "step": 12, "loss": 0.5, "wall": 1700000010.0, "source": "report", "losses": [[12, 0.5]], ' \
+            '"kind": "progress"}'  # a record from before samples and step_time: decoded one by one
+    run_dir = _record(tmp_path, events[:-1], [bad, older, json.dumps(events[-1].to_json())])
+    with open(run_dir / "events.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"rank": 0, "step": 13, "loss": 0.4, "wall": 17')  # the engine stopped while writing it
+    got = read_run(run_dir)
+    assert got.ranks[0].steps[-1] == 12 and got.ranks[0].loss_steps[-1] == 12 and got.status == "ok"
+    assert any("1 malformed line" in p and "progress.rank" in p for p in got.problems), got.problems
+    assert any("the last, is cut short" in p for p in got.problems), got.problems

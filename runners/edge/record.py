@@ -259,8 +259,8 @@ def scan_events(path: Path, notes: list[str], on_event: Callable[[Event], None],
     total = text.count("\n") + (1 if cut else 0)
     bad: list[tuple[int, str]] = []
     cuts, at = [], text.find(ATTEMPT_TAIL) if on_progress is not None else -1
-    while at >= 0:  # each attempt's Progress events apart: they are that attempt's steps
-        cuts.append(at + len(ATTEMPT_TAIL))
+    while at >= 0:  # each attempt's Progress events apart, its AttemptStarted first: they are that attempt's steps
+        cuts.append(text.rfind("\n", 0, at) + 1)
         at = text.find(ATTEMPT_TAIL, at + 1)
     start, first_line = 0, 1
     for end in [*cuts, len(text)]:
