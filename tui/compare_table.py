@@ -35,7 +35,7 @@ def weighted_percentile(pairs: list[tuple[float, float]], q: float) -> float | N
 class RankFigures:
     rank: int
     steps: int  # the newest step (the run's last attempt)
-    steps_per_s: float | None  # first step read to last, by the record's read times
+    steps_per_s: float | None  # 1 / its mean step time (the engine's step times over its steps)
     p50: float | None  # step time percentiles over its steps (each event's step time, weighted by the steps it covers)
     p95: float | None
     samples_per_s: float | None  # samples per step (median over its steps) x steps/s; None when unknown
@@ -79,11 +79,11 @@ def rank_figures(rs: RankSeries, attempt: int, started: float | None) -> tuple[R
     else:
         timed = list(zip(times, weights, strict=True))
     timed.sort()
-    span_steps, span_s = steps[-1] - steps[0], walls[-1] - walls[0]
     p50, p95 = weighted_percentiles(timed, (50, 95))
-    rate = span_steps / span_s if span_steps > 0 and span_s > 0 else None
-    if rate is None and p50:  # one read held every step: the engine's step time says the pace
-        rate = 1.0 / p50
+    spent = sum(t * w for t, w in timed)  # seconds of the steps timed (by the rank's own clock where it stamps them)
+    rate = sum(w for _, w in timed) / spent if spent > 0 else None
+    if rate is None and steps[-1] > steps[0] and walls[-1] > walls[0]:  # no step time: by the record's read times
+        rate = (steps[-1] - steps[0]) / (walls[-1] - walls[0])
     counted = [(n, w) for n, w in zip(samples, weights, strict=True) if n] if None in samples else \
         list(zip(samples, weights, strict=True))
     per_step = weighted_percentile(counted, 50)
