@@ -7,6 +7,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import itemgetter, sub
+from typing import cast
 
 from ..runners.evidence.words import seconds_words
 from .chart_scale import fmt_num
@@ -77,15 +78,15 @@ def rank_figures(rs: RankSeries, attempt: int, started: float | None) -> tuple[R
     if None in times or not all(map(math.isfinite, times)):  # type: ignore[arg-type]
         timed = [(t, w) for t, w in zip(times, weights, strict=True) if t is not None and math.isfinite(t)]
     else:
-        timed = list(zip(times, weights, strict=True))
+        timed = list(zip(cast(list[float], times), weights, strict=True))
     timed.sort()
     p50, p95 = weighted_percentiles(timed, (50, 95))
     spent = sum(t * w for t, w in timed)  # seconds of the steps timed (by the rank's own clock where it stamps them)
     rate = sum(w for _, w in timed) / spent if spent > 0 else None
     if rate is None and steps[-1] > steps[0] and walls[-1] > walls[0]:  # no step time: by the record's read times
         rate = (steps[-1] - steps[0]) / (walls[-1] - walls[0])
-    counted = [(n, w) for n, w in zip(samples, weights, strict=True) if n] if None in samples else \
-        list(zip(samples, weights, strict=True))
+    counted: list[tuple[float, float]] = [(n, w) for n, w in zip(samples, weights, strict=True) if n] \
+        if None in samples else list(zip(cast(list[float], samples), weights, strict=True))
     per_step = weighted_percentile(counted, 50)
     first_step = next((w for s, w in zip(steps, walls, strict=True) if s >= 1), None)
     since = first_step - started if first_step is not None and started is not None else None
@@ -122,9 +123,9 @@ def run_figures(run: RunSeries) -> RunFigures:
     rates = [f.steps_per_s for f in stepped if f.steps_per_s]
     samples = [f.samples_per_s for f in stepped if f.samples_per_s]
     firsts = [f.first_step_s for f in stepped if f.first_step_s is not None]
+    p50, p95 = weighted_percentiles(pool, (50, 95))
     return RunFigures(run.name, run.path, run.world_size or len(run.ranks), run.status, run.verdict, ranks,
-                      min(f.steps for f in stepped) if stepped else None, min(rates) if rates else None,
-                      *weighted_percentiles(pool, (50, 95)),
+                      min(f.steps for f in stepped) if stepped else None, min(rates) if rates else None, p50, p95,
                       sum(samples) if samples else None, max(firsts) if firsts else None, mean_losses(run))
 
 

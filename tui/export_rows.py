@@ -31,10 +31,14 @@ def step_rows(run: RunSeries) -> list[tuple]:
         for a, s, v in zip(rs.loss_attempts, rs.loss_steps, rs.loss_values, strict=True):
             loss[(a, s)] = v
         for a, s in sorted(at.keys() | loss.keys()):
-            i = at.get((a, s))
-            wall = st = samples = rate = t = None
-            if i is not None:
-                wall, st, samples = rs.walls[i], rs.step_times[i], rs.samples[i]
+            got = at.get((a, s))
+            wall: float | None = None
+            st: float | None = None
+            samples: int | None = None
+            rate: float | None = None
+            t: float | None = None
+            if got is not None:
+                wall, st, samples = rs.walls[got], rs.step_times[got], rs.samples[got]
                 rate = samples / st if samples and st else None
                 t = wall - start if start is not None else None
             out.append((r, a, s, wall, t, loss.get((a, s)), st, samples, rate))

@@ -39,7 +39,7 @@ def compare_chart_data(runs: list[RunSeries], what: str = "loss", columns: int |
         x1 = pts[-1][0] if x1 is None else max(x1, pts[-1][0])
         series.append(Series(letter(i), PALETTE[i % len(PALETTE)], [p[0] for p in pts], [p[1] for p in pts],
                              pts[-1][1]))
-    if not series:
+    if not series or x0 is None or x1 is None:
         return ChartData(what=what, ranks=len(runs))
     ys = [y for s in series for y in s.ys]
     lo, hi = min(ys), max(ys)
