@@ -2,7 +2,6 @@
 read (pure)."""
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import compress
@@ -50,8 +49,8 @@ class RunSeries:
 
 
 class RunFolder:
-    """Folds a record's events into a RunSeries, one at a time: `event` for any event, `progress` for a Progress
-    event's fields as its JSON line holds them (the readers' fast path: a long run's record is mostly Progress)."""
+    """Folds a record's events into a RunSeries: `event` for any event, `progress` for Progress events as columns
+    (the readers' fast path: a long run's record is mostly Progress), then `result`."""
 
     def __init__(self, name: str, path: str = "") -> None:
         self.run = RunSeries(name, path or name)
@@ -142,7 +141,3 @@ def verdict_line(status: str, text: str) -> str:
     """'ok: replicas identical ...', 'failed: rank 1 ...': the status, then the verdict that decided it, one line."""
     text = " ".join(text.split())
     return f"{status}: {text}" if text else status
-
-
-def finite(v: float | None) -> bool:
-    return v is not None and math.isfinite(v)

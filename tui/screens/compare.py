@@ -15,6 +15,7 @@ from .. import compare_table
 from ..nocolor import readable_filters
 from ..record_tables import NotARecord, read_run
 from ..run_series import RunSeries
+from ..sizes import NARROW_BELOW  # the two charts one above the other
 from ..widgets.compare_chart import CompareChart
 from ..widgets.keybar import KeyBar
 
@@ -36,7 +37,6 @@ class CompareScreen(Screen):
     CompareScreen.-table #compare-table { display: block; }
     CompareScreen.-table #compare-charts { display: none; }
     """
-    NARROW_BELOW = 120  # columns: the two charts one above the other
 
     def __init__(self, paths: list[Path]) -> None:
         super().__init__()
@@ -56,11 +56,11 @@ class CompareScreen(Screen):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        self.set_class(self.app.size.width < self.NARROW_BELOW, "-narrow")
+        self.set_class(self.app.size.width < NARROW_BELOW, "-narrow")
         self.run_worker(self._read, thread=True, exclusive=True, name="compare-read")
 
     def on_resize(self, event) -> None:
-        self.set_class(event.size.width < self.NARROW_BELOW, "-narrow")
+        self.set_class(event.size.width < NARROW_BELOW, "-narrow")
 
     def _read(self) -> None:
         try:

@@ -428,12 +428,13 @@ class RunScreen(Screen):
 
     def _export(self, run_dir: Path) -> None:
         try:
-            steps, events, _ = export_record(run_dir, "csv")
+            steps, events, run = export_record(run_dir, "csv")
         except (NotARecord, OSError) as e:
             self.app.call_from_thread(self.notify, f"export failed: {e}", severity="error", timeout=10, markup=False)
             return
-        self.app.call_from_thread(self.notify, f"steps: {steps}\nevents: {events}", title="exported", timeout=10,
-                                  markup=False)
+        lacked = f"\n(what the record holds: {'; '.join(run.problems)})" if run.problems else ""
+        self.app.call_from_thread(self.notify, f"steps: {steps}\nevents: {events}{lacked}", title="exported",
+                                  timeout=10, markup=False)
 
     def action_toggle_timeline(self) -> None:
         tabs = self._the(TabbedContent)
