@@ -57,7 +57,6 @@ ZOOM_KEYS = (
     ("q", "quit (asks first while a run is live)"),
     ("d", "dump the stacks of every rank now"),
     ("p", "save a screenshot (SVG) into the run record: RUN/screenshots/"),
-    ("e", "export the run's steps per rank (loss, step time, samples/s) and events as CSV into RUN/export/"),
     ("↑ ↓ pgup pgdn", "scroll the rank's log (scrolling up stops following the newest line)"),
     ("← → ⇧wheel", "scroll long lines sideways"),
     ("?", "this help"),
