@@ -33,6 +33,8 @@ class CompareScreen(Screen):
     CompareScreen #compare-charts { height: 1fr; layout: horizontal; }
     CompareScreen.-narrow #compare-charts { layout: vertical; }
     CompareScreen CompareChart { width: 1fr; height: 1fr; }
+    CompareScreen #compare-loss { margin-right: 2; }
+    CompareScreen.-narrow #compare-loss { margin-right: 0; }
     CompareScreen #compare-table { height: 1fr; padding: 0 1; display: none; }
     CompareScreen.-table #compare-table { display: block; }
     CompareScreen.-table #compare-charts { display: none; }
