@@ -1,7 +1,9 @@
 """`make bench`: ddptui's overhead, ingest throughput, stall latency, memory, start-up and UI latency,
 measured side by side with what users would run instead (bare torchrun, torchrun --tee, a plain pipe).
 
-  .venv/bin/python bench/run.py [--quick] [--repeats N] [--only overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach,many,viewer,restarts,replica,serve,runs]
+  .venv/bin/python bench/run.py [--quick] [--repeats N]
+      [--only overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach,many,viewer,restarts,replica,serve,
+              runs,compare]
 
 Writes bench/results.md (docs/performance.md is made from it) and bench/results.json; with --only, the
 sections not run keep their figures and their text from the results.json already there (each section says when it
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import fr_overhead  # bench/ is this script's folder, first on sys.path
 import attach_cost  # noqa: E402
+import compare_cost
 import multinode
 import replica_cost
 import restart_pace
@@ -847,6 +850,9 @@ def write_report(res: dict, cfg) -> str:
     starts.append(("runs", len(L)))
     if "runs" in res:
         L += runs_list.report(res["runs"], fmt3)
+    starts.append(("compare", len(L)))
+    if "compare" in res:
+        L += compare_cost.report(res["compare"], fmt3)
     return "\n".join(L[:starts[0][1]] + [_section_text(res, name, L[at:until]) for (name, at), (_, until)
                                          in zip(starts, starts[1:] + [("", len(L))], strict=True) if until > at]) + "\n"
 
@@ -895,7 +901,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="1 repeat, smaller sizes (smoke run)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--only", default="overhead,ingest,engine,stall,memory,startup,ui,multinode,fr,attach,many,"
-                                      "viewer,restarts,replica,serve,runs")
+                                      "viewer,restarts,replica,serve,runs,compare")
     ap.add_argument("--out", default=str(BENCH / "results.md"))
     ap.add_argument("--report-only", action="store_true", help="re-render results.md from the JSON next to it")
     cfg = ap.parse_args()
@@ -947,7 +953,8 @@ def main() -> int:
              ("restarts", lambda c, w, r: restart_pace.bench(c, w, r, log, mmm)),
              ("replica", lambda c, w, r: replica_cost.bench(c, w, r, log, mmm)),
              ("serve", lambda c, w, r: serve_latency.bench(c, w, r, log, mmm)),
-             ("runs", lambda c, w, r: runs_list.bench(c, w, r, log, mmm))]
+             ("runs", lambda c, w, r: runs_list.bench(c, w, r, log, mmm)),
+             ("compare", lambda c, w, r: compare_cost.bench(c, w, r, log, mmm))]
     try:
         for name, fn in steps:
             if name in only:

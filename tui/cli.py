@@ -19,6 +19,8 @@ ddptui dump RUN_DIR                        ask the live ddptui of that run to co
 ddptui attach RUN_DIR [--no-ui | --watch]  watch a live (or finished) ddptui run from its record
 ddptui attach (PID | --slurm JOB) [--no-ui | --watch]   watch a job ddptui did not launch (attach --help)
 ddptui serve RUN_DIR [--port P] [--host H]  the dashboard of a record in a browser (URL with a token; serve --help)
+ddptui compare RUN_DIR RUN_DIR... [--no-ui] [--json]   runs side by side: pace, step times, samples/s, losses
+ddptui export RUN_DIR [--format csv|json] [--out FILE]  its steps per rank (loss, step time, samples/s) and events
 ddptui profiles                            list the profiles found (shipped and ./profiles)
 ddptui runs [--json] [--status S] [--profile P] [--since 7d]   the run records, newest first
 ddptui runs prune (--keep N | --older-than 7d) [--dry-run]     remove old records (never a live run's)"""
@@ -101,6 +103,9 @@ def _main(argv: list[str]) -> int:
     if sub is not None and argv[sub] == "runs" and not command:  # (`ddptui --runs-dir D runs ...` as well)
         from .runs_cli import main as runs_main
         return runs_main(argv[sub + 1:] + argv[:sub])
+    if sub is not None and argv[sub] in ("compare", "export"):
+        from . import compare_cli
+        return (compare_cli.compare_main if argv[sub] == "compare" else compare_cli.export_main)(argv[sub + 1:])
     if sub is not None and argv[sub] == "attach":  # (`ddptui --runs-dir D attach ...` as well)
         from .attach_cli import main as attach_main
         return attach_main(argv[:sub] + argv[sub + 1:])

@@ -6,12 +6,14 @@ import json
 import os
 import pickle
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
+from operator import itemgetter
 from pathlib import Path
 from typing import TextIO
 
-from ..events import Event, LogLines, RunFinished, RunStarted, from_json
+from ..events import Event, LogLines, Progress, RunFinished, RunStarted, from_json
 from ..evidence.eventcheck import problem, record_file_problem
 
 
@@ -168,27 +170,144 @@ def _wall(stamp: str) -> float | None:
 
 def _read_events(path: Path, notes: list[str]) -> list[Event]:
     """The events of events.jsonl that decode and type-check; what does not is counted in `notes`."""
+    out: list[Event] = []
+    scan_events(path, notes, out.append)
+    return out
+
+
+PROGRESS_TAIL = '"kind": "progress"}'  # how a Progress event's line ends (to_json puts the kind last)
+# A Progress line as RunRecord.event writes it (json.dumps of to_json, the fields in the dataclass's order), read
+# without decoding each line as JSON: a long run's record is mostly these (one a rank a step when steps take longer
+# than the engine's turn), and json.loads takes 5 us a line. A line of another shape (an older record's, without
+# samples or step_time) is decoded and checked as any other (event_line).
+_NUM = r"(?:-?[0-9][0-9.eE+-]*|NaN|-?Infinity)"  # a number as json.dumps writes one
+_PROGRESS_LINE = re.compile(
+    rf'^\{{"rank": (\d+), "step": (\d+|null), "loss": (null|{_NUM}), "wall": ({_NUM}), "source": "[a-z]*", '
+    rf'"losses": \[(?:\[(\d+), ({_NUM})\]|((?:\[\d+, {_NUM}\](?:, )?)*))\], "samples": (\d+|null), '
+    rf'"step_time": (null|{_NUM}), "kind": "progress"\}}$', re.M)
+ATTEMPT_TAIL = '"kind": "attempt_started"}\n'  # how an AttemptStarted line ends
+
+
+@dataclass
+class ProgressColumns:
+    """Progress events of a stretch of the record, one list a field, in record order (step_time False where the
+    event did not carry it), and their loss points flat: each point's event (an index into the columns), step and
+    loss (an event without points but with a loss and a step: that one point)."""
+
+    rank: list[int]
+    step: list[int | None]
+    wall: list[float]
+    samples: list[int | None]
+    step_time: list
+    point_event: list[int]
+    point_step: list[int]
+    point_loss: list[float]
+
+
+def _numbers(col: list[str], kind: type) -> list:
+    """A column of numbers as json writes them (NaN, Infinity too), null as None; in C where none is null."""
+    return list(map(kind, col)) if "null" not in col else [None if x == "null" else kind(x) for x in col]
+
+
+def _columns(found: list[tuple[str, ...]]) -> ProgressColumns:
+    """The pattern's matches as columns, converted a column at a time (ValueError for a value that is no number)."""
+    rank, step, loss, wall, one_step, one_loss, many, samples, step_time = (list(map(itemgetter(k), found))
+                                                                            for k in range(9))
+    steps = _numbers(step, int)
+    if "" not in one_step:  # each event one loss point: the common shape of a long run's record
+        ev_idx, p_step, p_loss = list(range(len(found))), list(map(int, one_step)), list(map(float, one_loss))
+    else:
+        ev_idx, p_step, p_loss = [], [], []
+        for i, (s1, v1, more) in enumerate(zip(one_step, one_loss, many, strict=True)):
+            if s1:
+                pts = [(int(s1), float(v1))]
+            elif more:
+                pts = json.loads("[" + more + "]")
+            elif loss[i] != "null" and steps[i] is not None:
+                pts = [(steps[i], float(loss[i]))]
+            else:
+                continue
+            for s, v in pts:
+                ev_idx.append(i)
+                p_step.append(int(s))
+                p_loss.append(float(v))
+    return ProgressColumns(list(map(int, rank)), steps, list(map(float, wall)), _numbers(samples, int),
+                           _numbers(step_time, float), ev_idx, p_step, p_loss)
+
+
+def event_columns(events: list[Progress]) -> ProgressColumns:
+    """Progress events decoded one by one (and checked: event_line), as columns."""
+    ev_idx, p_step, p_loss = [], [], []
+    for i, e in enumerate(events):
+        pts = e.losses or (((e.step, e.loss),) if e.loss is not None and e.step is not None else ())
+        for s, v in pts:
+            ev_idx.append(i)
+            p_step.append(int(s))
+            p_loss.append(float(v))
+    return ProgressColumns([e.rank for e in events], [e.step for e in events], [e.wall for e in events],
+                           [e.samples for e in events], [e.step_time for e in events], ev_idx, p_step, p_loss)
+
+
+def scan_events(path: Path, notes: list[str], on_event: Callable[[Event], None],
+                on_progress: Callable[[ProgressColumns], None] | None = None) -> None:
+    """events.jsonl's events in order, each handed to `on_event`; with `on_progress`, the Progress events of each
+    stretch between two attempts go to it instead, as columns (read by a pattern where the lines have the shape
+    RunRecord writes, else decoded and checked as any event), after the stretch's other events. What does not decode
+    or check is counted in `notes`, as replay says it."""
     text = path.read_bytes().decode("utf-8", errors="replace")
-    lines = text.split("\n")
-    cut = lines[-1] != ""  # a last line without its newline was being written when ddptui stopped
-    if not cut:
-        lines.pop()
-    out, bad = [], []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        got = event_line(line)
-        if got == NOT_JSON and cut and i == len(lines):
-            notes.append(f"events.jsonl: line {i}, the last, is cut short (ddptui stopped while writing it)")
-        elif isinstance(got, str):
-            bad.append((i, got))
-        else:
-            out.append(got)
+    cut = not text.endswith("\n") and bool(text)  # a last line without its newline was being written when ddptui stopped
+    total = text.count("\n") + (1 if cut else 0)
+    bad: list[tuple[int, str]] = []
+    cuts, at = [], text.find(ATTEMPT_TAIL) if on_progress is not None else -1
+    while at >= 0:  # each attempt's Progress events apart, its AttemptStarted first: they are that attempt's steps
+        cuts.append(text.rfind("\n", 0, at) + 1)
+        at = text.find(ATTEMPT_TAIL, at + 1)
+    start, first_line = 0, 1
+    for end in [*cuts, len(text)]:
+        stretch = text[start:end]
+        lines = stretch.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        slow: list[Progress] = []
+        tails = 0
+        for n, line in enumerate(lines):
+            i = first_line + n
+            if on_progress is not None and line.endswith(PROGRESS_TAIL):
+                tails += 1
+                continue
+            if not line.strip():
+                continue
+            got = event_line(line)
+            if got == NOT_JSON and cut and i == total:
+                notes.append(f"events.jsonl: line {i}, the last, is cut short (ddptui stopped while writing it)")
+            elif isinstance(got, str):
+                bad.append((i, got))
+            else:
+                on_event(got)
+        if tails and on_progress is not None:
+            found = _PROGRESS_LINE.findall(stretch)
+            columns = None
+            if len(found) == tails:
+                try:
+                    columns = _columns(found)
+                except (ValueError, TypeError):
+                    columns = None
+            if columns is None:  # a line of another shape among them: each decoded and checked on its own
+                for n, line in enumerate(lines):
+                    if line.endswith(PROGRESS_TAIL):
+                        got = event_line(line)
+                        if isinstance(got, Progress):
+                            slow.append(got)
+                        else:
+                            bad.append((first_line + n, got if isinstance(got, str) else f"{got.kind} ends as progress"))
+                columns = event_columns(slow)
+            on_progress(columns)
+        start, first_line = end, first_line + len(lines)
     if bad:
+        bad.sort()
         (i, why), n = bad[0], len(bad)
         notes.append(f"events.jsonl: {n} malformed line{'s' if n > 1 else ''} left out "
                      f"(line {i}: {why}{'; ...' if n > 1 else ''})")
-    return out
 
 
 NOT_JSON = "not JSON"
@@ -363,4 +482,5 @@ def _file_problem(path: Path) -> str | None:
     except RecursionError:
         why = "a value nested too deep"
     return f"{path.name} is malformed ({why})" if why else None
+
 

@@ -30,6 +30,7 @@ RUN_KEYS = (
     ("y / Y", "Stacks tab: copy the stacks of the rank at the top of the view (the culprit's when scrolled to the top) / every rank's"),
     ("p", "save a screenshot (SVG) into the run record: RUN/screenshots/"),
     ("R", "runs: every record of the runs folder; enter replays one, or follows a live one"),
+    ("e", "export the run's steps per rank (loss, step time, samples/s) and events as CSV into RUN/export/"),
     ("escape", "back: clear filter, back to the grid, back to the profile picker"),
     ("← → ⇧wheel", "scroll long lines sideways (timeline, zoom, stacks)"),
     ("mouse", "click a tab or a pane to show or focus it; the wheel scrolls"),

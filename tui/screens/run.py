@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
+from pathlib import Path
 from typing import TypeVar
 
 from rich.text import Text
@@ -22,6 +24,8 @@ from ..gc_policy import freeze_long_lived
 from ..marks import marked
 from ..model import Changes, RunModel
 from ..rate import fmt_rate, fmt_samples_rate, load_text, overloaded
+from ..record_tables import NotARecord, export_record
+from ..screenshot import record_of
 from ..sizes import SHORT_BELOW, wide_columns
 from ..verdicts import said
 from ..widgets.banner import Banner, banner_text
@@ -126,6 +130,7 @@ class RunScreen(Screen):
         Binding("w", "chart_window", "chart: whole run/recent", show=False),
         Binding("l", "chart_what", "chart: loss/step times", show=False),
         Binding("R", "app.runs", "runs: every record", show=False),
+        Binding("e", "export", "export steps and events (CSV)", show=False),
         Binding("escape", "back", "back"),
         Binding("question_mark", "app.help", "help"),
         Binding("D", "app.detach", "detach"),  # last: where the footer is cut short, help stays in it
@@ -411,6 +416,25 @@ class RunScreen(Screen):
         self._the(LossChart).toggle_what()
         if self._the(TabbedContent).active != "ranks":
             self.action_tab("ranks")
+
+    def action_export(self) -> None:
+        """e: the record's steps per rank and its events as CSV into RUN/export/ (export_record, in a thread: a long
+        run's record takes a second or two); where they went, said."""
+        run_dir = record_of(self.app)
+        if not run_dir:
+            self.notify("no run record yet to export", severity="warning")
+            return
+        self.run_worker(partial(self._export, Path(run_dir)), thread=True, name="export")
+
+    def _export(self, run_dir: Path) -> None:
+        try:
+            steps, events, run = export_record(run_dir, "csv")
+        except (NotARecord, OSError) as e:
+            self.app.call_from_thread(self.notify, f"export failed: {e}", severity="error", timeout=10, markup=False)
+            return
+        lacked = f"\n(what the record holds: {'; '.join(run.problems)})" if run.problems else ""
+        self.app.call_from_thread(self.notify, f"steps: {steps}\nevents: {events}{lacked}", title="exported",
+                                  timeout=10, markup=False)
 
     def action_toggle_timeline(self) -> None:
         tabs = self._the(TabbedContent)
