@@ -11,6 +11,7 @@ from textual.reactive import reactive
 from ..marks import WARN, marked
 from ..model import RankView, RunModel, human_bytes
 from ..rate import fmt_samples_rate, fmt_step_time, phase_text, samples_rate
+from ..search import Query
 from .pane_body import PaneBody
 
 _EXIT = re.compile(r"exit -?\d+")
@@ -93,7 +94,7 @@ class RankPane(Vertical, can_focus=True):
         super().__init__(id=f"rank-{rank}", classes="rank-pane -starting", **kw)
         self.rank = rank
         self._ready = False  # children exist only after mount; the screen may show it first
-        self._asked: tuple | None = None  # (model, needle) of a show() before mount: done on mount
+        self._asked: tuple | None = None  # (model, needle, search) of a show() before mount: done on mount
 
     def compose(self) -> ComposeResult:
         yield PaneBody(classes="rank-tail")  # status line, progress bar and newest lines: one widget (pane_body.py)
@@ -105,14 +106,16 @@ class RankPane(Vertical, can_focus=True):
         if self._asked is not None:
             self.show(*self._asked)
 
-    def show(self, model: RunModel, needle: str) -> None:
-        """Take the rank's state from the model: what differs from what is shown is redrawn."""
+    def show(self, model: RunModel, needle: str, search: Query | None = None) -> None:
+        """Take the rank's state from the model: what differs from what is shown is redrawn; `needle` filters the
+        lines, `search`'s matches are highlighted."""
         if not self._ready:
-            self._asked = (model, needle)
+            self._asked = (model, needle, search)
             return
         rv = model.rank(self.rank)
         self.shown = pane_shown(rv, model.steps, model.last_wall)
         self._tail.idle = model.phase_text(rv)  # instead of "(no output yet)" while it has no line
+        self._tail.set_search(search, self.rank)
         self._tail.show(rv.lines, model.start_wall, needle, rv.seq)
 
     def watch_shown(self, old: PaneShown | None, new: PaneShown | None) -> None:
