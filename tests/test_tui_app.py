@@ -87,8 +87,8 @@ async def test_search_filters_panes_and_timeline_toggle_zoom_help():
         await settle(pilot, app)
         screen = app.screen
         await pilot.press("escape")  # back to the grid from the stacks view
-        await pilot.press("slash")
-        assert screen.query_one("#search", Input).has_focus
+        await pilot.press("f")  # the filter (/ searches: tests/test_tui_search_step.py)
+        assert screen.query_one("#filter", Input).has_focus
         await pilot.press(*"step 2")  # each key is handled (Input.Changed, the panes redrawn) before press returns
         tail = screen.query_one("#rank-0", TailView)  # the pane is its tail (one widget)
         shown = str(tail.render())

@@ -109,7 +109,8 @@ def test_every_run_screen_key_is_in_its_help():
 
     from ddptui.tui.widgets.rank_table import RankTable
     from ddptui.tui.widgets.stacks_view import StacksView
-    names = {"slash": "/", "question_mark": "?"}
+    names = {"slash": "/", "question_mark": "?", "left_square_bracket": "[", "right_square_bracket": "]", "comma": ",",
+             "full_stop": "."}
     moves = {"up", "down", "pageup", "pagedown", "home", "end"}  # a table's own cursor keys, as any list's
     widgets = [b for w in (RankTable, StacksView) for b in w.BINDINGS if b.key not in moves]
     for screen, keys, extra in ((RunScreen, RUN_KEYS, widgets), (PickerScreen, PICKER_KEYS, []),

@@ -280,6 +280,15 @@ class RunModel:
         c, self.changes = self.changes, Changes()
         return c
 
+    def restore(self, other: RunModel) -> None:
+        """Become `other` in place (a replay stepped back: tui/rewind.py folded the record up to that event): the
+        screens keep this object. Everything counts as changed; the chart's versions move on, never back."""
+        loss, step = self.loss_version, self.step_version
+        self.__dict__.update(other.__dict__)
+        self.loss_version = max(loss, other.loss_version) + 1
+        self.step_version = max(step, other.step_version) + 1
+        self.changes = Changes(set(self.ranks), True, True, True, set(self.collectives))
+
     def apply(self, batch: Iterable[ev.Event]) -> None:
         """Fold one batch; log lines are ordered by read time so the merged timeline stays sorted."""
         batch = list(batch)

@@ -61,6 +61,7 @@ class ReplaySource:
         self._stop = threading.Event()
         self.emit: Callable[[list], None] = lambda batch: None
         self.problems: list[str] = []  # what the record lacks or could not be read
+        self.events: list = []  # every event emitted, in order: what a replay's stepping keys fold (tui/rewind.py)
 
     def prepare(self, emit) -> None:
         self.emit = emit
@@ -69,6 +70,7 @@ class ReplaySource:
         replay = Replay(self.run_dir, self.until, self.chunk)
         self.problems = replay.problems
         for batch in replay.batches(self._stop, say_problems=True):
+            self.events.extend(batch)
             self.emit(batch)
         return replay.finished.exit_code if replay.finished is not None else 0
 

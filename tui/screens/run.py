@@ -1,4 +1,5 @@
-"""The run screen: rank grid + loss chart, timeline, stacks, collectives, crash, hints and verdict tabs, redrawn from what changed."""
+"""The run screen: rank grid + loss chart, timeline, stacks, collectives, crash, hints and verdict tabs, redrawn from
+what changed; its search is run_search.py's, a replay's stepping run_steps.py's."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -39,6 +40,8 @@ from ..widgets.rank_table import RankTable
 from ..widgets.stacks_view import StacksView
 from ..widgets.timeline import TimelineView
 from ..widgets.verdict_view import VerdictView, verdict_shown
+from .run_search import SEARCH_HINT, SearchKeys
+from .run_steps import JUMP_HINT, ReplaySteps
 
 W = TypeVar("W", bound=Widget)
 REPLAY_UNLISTED = frozenset({"app.stop", "app.dump", "app.rerun", "app.detach"})
@@ -56,10 +59,10 @@ class RanksBox(Vertical):
             self.screen.fit_panes()
 
 
-def head_text(model: RunModel, source_kind: str) -> Text:
+def head_text(model: RunModel, source_kind: str, at: str = "") -> Text:
     """The header, most needed first, since a narrow terminal cuts its end: the profile and status (a replay says so),
     the job, the time, pace and ETA (or how long no step came), an overloaded machine; then the run's shape,
-    samples/s, a calm load, the record."""
+    samples/s, a calm load, the record. `at`: where a stepped replay is in its record."""
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append(" ddptui ", style="bold reverse")
     t.append(f" {model.profile or '…'} ", style="bold")
@@ -71,6 +74,8 @@ def head_text(model: RunModel, source_kind: str) -> Text:
     t.append(marked(state), style="bold green" if state in ("live", "ok") else "bold red" if model.finished else "")
     if source_kind == "replay":
         t.append(" · replay", style="bold yellow")
+        if at:
+            t.append(f" {at}", style="bold yellow")
     if job is not None:
         t.append(f" · job {job.job_id}")
         if job.state != "RUNNING":  # pending (and why), or how it ended
@@ -106,7 +111,7 @@ def head_text(model: RunModel, source_kind: str) -> Text:
     return t
 
 
-class RunScreen(Screen):
+class RunScreen(SearchKeys, ReplaySteps, Screen):
     AUTO_FOCUS = None  # panes take focus once they exist; the hidden search box must never have it
     # A focus change restyles the widget that gains it and the one that loses it, and they repaint themselves;
     # Screen's own `focused` also repainted the whole screen: a second full frame on every tab switch.
@@ -118,7 +123,17 @@ class RunScreen(Screen):
         Binding("s", "app.stop", "stop"),
         Binding("r", "app.rerun", "rerun"),
         Binding("t", "toggle_timeline", "timeline"),
-        Binding("slash", "search", "filter"),
+        Binding("slash", "search", "search"),
+        Binding("f", "filter", "filter", show=False),
+        Binding("n", "next_match", "next match", show=False),
+        Binding("N", "previous_match", "previous match", show=False),
+        Binding("x", "incident(True)", "next incident", show=False),
+        Binding("X", "incident(False)", "previous incident", show=False),
+        Binding("left_square_bracket", "step_event(-1)", "one event back", show=False),
+        Binding("right_square_bracket", "step_event(1)", "one event on", show=False),
+        Binding("comma", "step_seconds(-1.0)", "one second back", show=False),
+        Binding("full_stop", "step_seconds(1.0)", "one second on", show=False),
+        Binding("j", "jump", "jump to a time", show=False),
         Binding("z", "zoom", "zoom"),
         Binding("m", "toggle_compact", "rows/panes"),
         Binding("g", "goto_rank", "go to rank", show=False),
@@ -170,8 +185,12 @@ class RunScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Static(head_text(self.model, self.source_kind), id="run-head")
         yield Banner(id="banner")
-        yield Input(placeholder="filter log lines (substring) — enter keeps it, escape clears", id="search",
-                    disabled=True)  # disabled while closed, so it can never hold focus unseen
+        yield Input(placeholder=SEARCH_HINT, id="search", disabled=True)  # disabled while closed: never focused unseen
+        yield Input(placeholder="filter log lines (substring) — enter keeps it, escape clears", id="filter",
+                    disabled=True)
+        jump = Input(placeholder=JUMP_HINT, id="jump", disabled=True)
+        jump.display = False
+        yield jump
         goto = Input(placeholder="go to rank: its number, enter", id="goto", disabled=True, restrict=r"[0-9]*")
         goto.display = False
         yield goto
@@ -208,7 +227,8 @@ class RunScreen(Screen):
     def show(self, c: Changes | None = None) -> None:
         """Redraw what changed in the model; only the visible tab's widgets (None: all it shows, e.g. on a new tab)."""
         m = self.model
-        self.query_one("#run-head", Static).update(head_text(m, self.source_kind), layout=False)
+        at = self.cursor.words() if self.cursor is not None else ""
+        self.query_one("#run-head", Static).update(head_text(m, self.source_kind, at), layout=False)
         if c is None or c.run:
             self._the(Banner).state = banner_text(m)
             self._choose_view()
@@ -227,7 +247,7 @@ class RunScreen(Screen):
             else:
                 panes = [self._panes[r] for r in c.ranks if r in self._panes]
             for pane in panes:
-                pane.show(m, self.needle)
+                pane.show(m, self.needle, self.search)
             chart = self._the(LossChart)
             if chart.display and c is not None and c.loss:  # no room for it now (fit_panes): drawn when it comes back
                 chart.points = chart.version()
@@ -304,7 +324,7 @@ class RunScreen(Screen):
         else:
             self._ensure_panes()
             for pane in self._panes.values():  # panes kept from before, or mounted now: drawn as they mount
-                pane.show(self.model, self.needle)
+                pane.show(self.model, self.needle, self.search)
         self.fit_panes()
         on_tab = self._the(TabbedContent).active == "ranks"
         if on_tab and (rank is not None or not isinstance(self.focused, (RankPane, RankTable, Input))):
@@ -440,20 +460,32 @@ class RunScreen(Screen):
         tabs = self._the(TabbedContent)
         self.action_tab("ranks" if tabs.active == "timeline" else "timeline")
 
-    def action_search(self) -> None:
-        box = self.query_one("#search", Input)
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
         box.disabled = False
         box.add_class("-open")
         box.focus()
 
-    @on(Input.Changed, "#search")
-    def _search_changed(self, event: Input.Changed) -> None:
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
         self.needle = event.value
         self.show()
 
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self, event: Input.Submitted) -> None:
+        self.focus_rank_pane(None)
+
+    @on(Input.Changed, "#search")
+    def _search_changed(self, event: Input.Changed) -> None:
+        self.search_typed(event.value)
+
     @on(Input.Submitted, "#search")
     def _search_done(self, event: Input.Submitted) -> None:
-        self.focus_rank_pane(None)
+        self.search_entered()
+
+    @on(Input.Submitted, "#jump")
+    def _jump_done(self, event: Input.Submitted) -> None:
+        self.jump_entered(event.input)
 
     def action_focus_rank(self, rank: int) -> None:
         if rank not in self.model.rank_ids():
@@ -545,7 +577,14 @@ class RunScreen(Screen):
             self._close_goto()
             self.focus_rank_pane(None)
             return
-        box = self.query_one("#search", Input)
+        if self.query_one("#jump", Input).has_focus:
+            self.close_jump()
+            return
+        search = self.search_box()
+        if search.has_focus or search.has_class("-open"):
+            self.close_search()
+            return
+        box = self.query_one("#filter", Input)
         if box.has_focus or box.has_class("-open"):
             box.value = ""
             box.remove_class("-open")

@@ -9,6 +9,7 @@ from textual.reactive import reactive
 from ..marks import WARN, marked
 from ..model import RankView, RunModel, human_bytes
 from ..rate import fmt_samples_rate, fmt_step_time, phase_text, samples_rate
+from ..search import Query
 from .pane_body import PaneBody
 
 _EXIT = re.compile(r"exit -?\d+")
@@ -95,7 +96,7 @@ class RankPane(PaneBody, can_focus=True):
         super().__init__(id=f"rank-{rank}", classes="rank-pane -starting", **kw)
         self.rank = rank
         self._ready = False  # the screen may show it before it is mounted
-        self._asked: tuple | None = None  # (model, needle) of a show() before mount: done on mount
+        self._asked: tuple | None = None  # (model, needle, search) of a show() before mount: done on mount
 
     def on_mount(self) -> None:
         self.border_title = f"rank {self.rank}"
@@ -103,14 +104,16 @@ class RankPane(PaneBody, can_focus=True):
         if self._asked is not None:
             self.show(*self._asked)
 
-    def show(self, model: RunModel, needle: str) -> None:
-        """Take the rank's state from the model: what differs from what is shown is redrawn."""
+    def show(self, model: RunModel, needle: str, search: Query | None = None) -> None:
+        """Take the rank's state from the model: what differs from what is shown is redrawn; `needle` filters the
+        lines, `search`'s matches are highlighted."""
         if not self._ready:
-            self._asked = (model, needle)
+            self._asked = (model, needle, search)
             return
         rv = model.rank(self.rank)
         self.shown = pane_shown(rv, model.steps, model.last_wall)
         self.idle = model.phase_text(rv)  # instead of "(no output yet)" while it has no line
+        self.set_search(search, self.rank)
         self.show_lines(rv.lines, model.start_wall, needle, rv.seq)
 
     def watch_shown(self, old: PaneShown | None, new: PaneShown | None) -> None:

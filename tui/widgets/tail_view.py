@@ -1,4 +1,5 @@
-"""A cheap log tail: draws only the last lines that fit (optionally filtered) straight from a bounded buffer."""
+"""A cheap log tail: draws only the last lines that fit (optionally filtered, searched matches highlighted) straight
+from a bounded buffer."""
 from __future__ import annotations
 
 import re
@@ -11,11 +12,15 @@ from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
 
+from ..search import Query
+
 # Terminal control sequences and characters a rank may print: never sent to our own terminal.
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 STAMP = Style(dim=True)
 ERR = Style(color="red")
 STAMP_WIDTH = 9  # "%8.3f " seconds since the start
+MATCH = Style(color="black", bgcolor="yellow")  # a search's match; the one n/N went to is underlined too
+CURRENT = Style(color="black", bgcolor="dark_orange", bold=True, underline=True)
 TEXT_MIN = 24  # a narrower tail drops the timestamps, or a pane of 16 ranks on 80 columns shows almost no text
 
 
@@ -28,6 +33,18 @@ def clean(text: str) -> str:
     if "\t" in text:
         text = text.expandtabs(4)
     return _CONTROL.sub("", text) if not text.isprintable() else text
+
+
+def highlighted(text: str, spans: Sequence[tuple[int, int]], base: Style, current: int | None = None) -> list:
+    """Segments of `text` with its search matches (start, end) marked; the match starting at `current` stands out."""
+    out, at = [], 0
+    for start, end in spans:
+        if start > at:
+            out.append(Segment(text[at:start], base))
+        out.append(Segment(text[start:end], base + (CURRENT if start == current else MATCH)))
+        at = end
+    out.append(Segment(text[at:], base))
+    return out
 
 
 def format_line(rel: float, stream: str, text: str, prefix: str = "", stamp: bool = True) -> Text:
@@ -74,6 +91,8 @@ class TailView(Widget):
         self._rows: list | None = None
         self._rows_h = -1  # the height _rows was cut for
         self._base: Style | None = None  # rich_style walks the ancestors: once per refresh, not per row
+        self.search_query: Query | None = None  # the search whose matches are highlighted
+        self.rank: int | None = None  # whose lines these are (a search scoped to ranks skips the others)
 
     def show_lines(self, lines: Sequence, start_wall: float | None, needle: str, seq: int) -> None:
         """Show the newest of `lines`, of which `seq` were ever appended."""
@@ -81,6 +100,11 @@ class TailView(Widget):
             self.lines = lines
             self.seq = -1  # another buffer: whatever its count, drawn again
         self.start_wall, self.needle, self.seq = start_wall or 0.0, needle, seq
+
+    def set_search(self, query: Query | None, rank: int | None) -> None:
+        if (query, rank) != (self.search_query, self.rank):
+            self.search_query, self.rank = query, rank
+            self.refresh()
 
     def _forget(self) -> None:
         self._rows = None
@@ -121,8 +145,12 @@ class TailView(Widget):
         if y >= len(rows):
             return Strip.blank(width, base)
         w, s, t = rows[y]
-        text = Segment(clean(t), base + ERR if s == "err" else base)
-        segs = [Segment(f"{w - self.start_wall:8.3f} ", base + STAMP), text] if stamped(width) else [text]
+        line = clean(t)
+        style = base + ERR if s == "err" else base
+        q = self.search_query
+        texts = highlighted(line, q.spans(line), style) if q is not None and q.allows(self.rank, s) else \
+            [Segment(line, style)]
+        segs = [Segment(f"{w - self.start_wall:8.3f} ", base + STAMP), *texts] if stamped(width) else texts
         return Strip(segs).crop_extend(0, width, base)
 
     def render(self) -> Text:  # for tests and exports: the same rows as text

@@ -1,4 +1,5 @@
-"""The merged timeline: every rank's lines in read-time order, tagged with the rank, filterable; draws only the rows in view."""
+"""The merged timeline: every rank's lines in read-time order, tagged with the rank, filterable, searched matches
+highlighted; draws only the rows in view."""
 from __future__ import annotations
 
 from collections import deque
@@ -12,7 +13,8 @@ from textual.strip import Strip
 
 from ..model import TIMELINE_LINES, RunModel
 from ..ranktag import untagged
-from .tail_view import clean
+from ..search import Match, Query, occurrences
+from .tail_view import clean, highlighted
 
 PREFIX = 21  # "%9.3f %8s ! " before a line's text
 
@@ -57,6 +59,9 @@ class TimelineView(ScrollView, can_focus=True):
         self._front = 0  # _front_now() when last shown
         self._base: Style | None = None
 
+        self.search_query: Query | None = None  # the search whose matches are highlighted
+        self.current: tuple[int, int] | None = None  # (row since the run began, start) of the match n/N went to
+
     def on_mount(self) -> None:
         # Follow the newest line through resizes too (the end banner, a smaller terminal), not only through
         # new lines; scrolling up releases it, scrolling back to the bottom takes it again.
@@ -70,6 +75,36 @@ class TimelineView(ScrollView, can_focus=True):
     def lines(self) -> list[str]:
         """Every row as text (tests, exports); drawing never needs it."""
         return [self._text(it) for it in self._rows]
+
+    def reset(self) -> None:
+        """The model's lines were replaced (a replay stepped back): the next show() reads them anew."""
+        self.model = None
+        self.current = None
+
+    def set_search(self, query: Query | None) -> None:
+        if query != self.search_query:
+            self.search_query, self.current = query, None
+            self.refresh()
+
+    def _searched(self, item) -> tuple[int | None, str, str]:
+        """(rank, stream, the line's text as drawn after its stamp and tag): what a search looks in."""
+        text = clean(self._text(item))
+        return item[1], item[2], text[PREFIX:]
+
+    def search_matches(self) -> list[Match]:
+        """Every match of the search in the rows shown, numbered by row since the run began."""
+        if self.search_query is None or self.model is None:
+            return []
+        return occurrences(self._rows, self.search_query, self._searched, self._front_now())
+
+    def go_to(self, match: Match) -> None:
+        """Scroll the match into view (its row in the middle, its text in sight) and mark it as the current one."""
+        row, start, end = match
+        i = row - self._front_now()
+        self.current = (row, start)
+        x = 0 if PREFIX + end <= self.size.width else PREFIX + start - 8
+        self.scroll_to(x=max(0, x), y=max(0, i - self.size.height // 2), animate=False, immediate=True)
+        self.refresh()
 
     def show(self, model: RunModel, needle: str) -> None:
         needle = needle.lower()
@@ -157,6 +192,11 @@ class TimelineView(ScrollView, can_focus=True):
         text = clean(self._text(self._rows[i]))
         row = self._front_now() + i  # numbered from the run's first row: a selection stays on its lines
         segments = [Segment(text, base)]
+        item = self._rows[i]
+        if self.search_query is not None and self.search_query.allows(item[1], item[2]):
+            spans = [(s + PREFIX, e + PREFIX) for s, e in self.search_query.spans(text[PREFIX:])]
+            now = self.current[1] + PREFIX if self.current is not None and self.current[0] == row else None
+            segments = highlighted(text, spans, base, now)
         selection = self.text_selection
         if selection is not None and (span := selection.get_span(row)) is not None:
             start, end = span[0], len(text) if span[1] == -1 else span[1]
