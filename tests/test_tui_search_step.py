@@ -8,7 +8,7 @@ from textual.widgets import Input
 from ddptui.runners.edge.record import replay_events
 from ddptui.tui import stepping
 from ddptui.tui.widgets.banner import Banner
-from ddptui.tui.widgets.pane_body import PaneBody
+from ddptui.tui.widgets.rank_pane import RankPane
 from ddptui.tui.widgets.tail_view import CURRENT, MATCH
 from ddptui.tui.widgets.timeline import TimelineView
 from tests.support.replay import RECORDS, replay_app, replayed
@@ -24,8 +24,8 @@ def marked(widget, rows: int) -> list[str]:
             if seg.style is not None and seg.style.bgcolor in (MATCH.bgcolor, CURRENT.bgcolor)]
 
 
-def pane(app, rank: int) -> PaneBody:
-    return app.screen.query_one(f"#rank-{rank} PaneBody", PaneBody)
+def pane(app, rank: int) -> RankPane:
+    return app.screen.query_one(f"#rank-{rank}", RankPane)
 
 
 @pytest.mark.timeout(60)

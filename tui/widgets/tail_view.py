@@ -92,7 +92,7 @@ class TailView(Widget):
         self._rows_h = -1  # the height _rows was cut for
         self._base: Style | None = None  # rich_style walks the ancestors: once per refresh, not per row
         self.search_query: Query | None = None  # the search whose matches are highlighted
-        self.rank: int | None = None  # whose lines these are (a search scoped to ranks skips the others)
+        self.search_rank: int | None = None  # whose lines these are (a search scoped to ranks skips the others)
 
     def show_lines(self, lines: Sequence, start_wall: float | None, needle: str, seq: int) -> None:
         """Show the newest of `lines`, of which `seq` were ever appended."""
@@ -102,8 +102,8 @@ class TailView(Widget):
         self.start_wall, self.needle, self.seq = start_wall or 0.0, needle, seq
 
     def set_search(self, query: Query | None, rank: int | None) -> None:
-        if (query, rank) != (self.search_query, self.rank):
-            self.search_query, self.rank = query, rank
+        if (query, rank) != (self.search_query, self.search_rank):
+            self.search_query, self.search_rank = query, rank
             self.refresh()
 
     def _forget(self) -> None:
@@ -148,7 +148,7 @@ class TailView(Widget):
         line = clean(t)
         style = base + ERR if s == "err" else base
         q = self.search_query
-        texts = highlighted(line, q.spans(line), style) if q is not None and q.allows(self.rank, s) else \
+        texts = highlighted(line, q.spans(line), style) if q is not None and q.allows(self.search_rank, s) else \
             [Segment(line, style)]
         segs = [Segment(f"{w - self.start_wall:8.3f} ", base + STAMP), *texts] if stamped(width) else texts
         return Strip(segs).crop_extend(0, width, base)
