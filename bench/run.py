@@ -19,7 +19,6 @@ import os
 import platform
 import shlex
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,16 +27,17 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import fr_overhead  # bench/ is this script's folder, first on sys.path
 import attach_cost  # noqa: E402
 import compare_cost
+import fr_overhead  # bench/ is this script's folder, first on sys.path
 import multinode
 import replica_cost
 import restart_pace
 import runs_list
+import serve_latency
 import ui_many
 import ui_viewer
-import serve_latency
+from figures import fmt, fmt3, mmm
 from ingest_engine import count_lines
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,30 +54,6 @@ DEVNULL = subprocess.DEVNULL
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def mmm(xs):
-    """{'min', 'median', 'max', 'n'} of the numbers in xs (None where empty)."""
-    xs = [x for x in xs if x is not None]
-    if not xs:
-        return {"min": None, "median": None, "max": None, "n": 0}
-    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs), "n": len(xs)}
-
-
-def fmt(v, digits=2, unit=""):
-    if v is None:
-        return "-"
-    if isinstance(v, float) and abs(v) >= 10_000:
-        return f"{v:,.0f}{unit}"
-    return f"{v:.{digits}f}{unit}"
-
-
-def fmt3(d, digits=2, unit=""):
-    if not d or d.get("n", 0) == 0:
-        return "-"
-    if d["n"] == 1:
-        return fmt(d["median"], digits, unit)
-    return f"{fmt(d['min'], digits)} / {fmt(d['median'], digits)} / {fmt(d['max'], digits)}{unit}"
 
 
 def env_with(**kw) -> dict:
@@ -823,36 +799,12 @@ def write_report(res: dict, cfg) -> str:
                         if res.get("overhead", {}).get("ddptui_own_cpu_share") else "") + ".\n")
         elif live:
             L.append(f"Live dashboard run: not measured ({live.get('not_measured') or live.get('runs')}).\n")
-    starts.append(("multinode", len(L)))
-    if "multinode" in res:
-        L += multinode.report(res["multinode"], fmt3)
-    starts.append(("fr", len(L)))
-    if "fr" in res:
-        L += fr_overhead.report(res["fr"], fmt3)
-    starts.append(("attach", len(L)))
-    if "attach" in res:
-        L += attach_cost.report(res["attach"], fmt3)
-    starts.append(("many", len(L)))
-    if "many" in res:
-        L += ui_many.report(res["many"], fmt3)
-    starts.append(("viewer", len(L)))
-    if "viewer" in res:
-        L += ui_viewer.report(res["viewer"], fmt3)
-    starts.append(("restarts", len(L)))
-    if "restarts" in res:
-        L += restart_pace.report(res["restarts"], fmt3)
-    starts.append(("replica", len(L)))
-    if "replica" in res:
-        L += replica_cost.report(res["replica"], fmt3)
-    starts.append(("serve", len(L)))
-    if "serve" in res:
-        L += serve_latency.report(res["serve"], fmt3)
-    starts.append(("runs", len(L)))
-    if "runs" in res:
-        L += runs_list.report(res["runs"], fmt3)
-    starts.append(("compare", len(L)))
-    if "compare" in res:
-        L += compare_cost.report(res["compare"], fmt3)
+    for name, section in (("multinode", multinode), ("fr", fr_overhead), ("attach", attach_cost), ("many", ui_many),
+                          ("viewer", ui_viewer), ("restarts", restart_pace), ("replica", replica_cost),
+                          ("serve", serve_latency), ("runs", runs_list), ("compare", compare_cost)):
+        starts.append((name, len(L)))
+        if name in res:
+            L += section.report(res[name], fmt3)
     return "\n".join(L[:starts[0][1]] + [_section_text(res, name, L[at:until]) for (name, at), (_, until)
                                          in zip(starts, starts[1:] + [("", len(L))], strict=True) if until > at]) + "\n"
 

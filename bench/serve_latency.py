@@ -13,6 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from figures import fmt3, mmm
+
 ROOT = Path(__file__).resolve().parent.parent
 RECORD = ROOT / "tests" / "fixtures" / "records" / "crash"
 sys.path.insert(0, str(ROOT))  # tests.support.browser: the browser test's DevTools client
@@ -103,20 +105,12 @@ def report(d: dict, fmt3) -> list[str]:
     return L
 
 
-def _fmt3(d: dict, digits: int = 1, unit: str = "") -> str:
-    return f"{d['median']:.{digits}f}{unit} ({d['min']:.{digits}f}-{d['max']:.{digits}f})"
-
-
-def _mmm(xs: list) -> dict:
-    xs = sorted(xs)
-    return {"median": xs[len(xs) // 2], "min": xs[0], "max": xs[-1], "n": len(xs)}
-
 
 if __name__ == "__main__":
     from types import SimpleNamespace
     quick = "--quick" in sys.argv
     cfg = SimpleNamespace(ui_presses=10 if quick else 30, repeats=1 if quick else 3)
     res: dict = {}
-    bench(cfg, None, res, lambda s: print(s, flush=True), _mmm)
+    bench(cfg, None, res, lambda s: print(s, flush=True), mmm)
     print(json.dumps(res))
-    print("\n".join(report(res["serve"], _fmt3)))
+    print("\n".join(report(res["serve"], fmt3)))

@@ -14,6 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from figures import fmt3, mmm
+
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 SIZE = (160, 50)
@@ -133,14 +135,6 @@ def report(d: dict, fmt3) -> list[str]:
     return L
 
 
-def _fmt3(d: dict, digits: int = 1, unit: str = "") -> str:
-    return f"{d['median']:.{digits}f}{unit} ({d['min']:.{digits}f}-{d['max']:.{digits}f})"
-
-
-def _mmm(xs: list) -> dict:
-    xs = sorted(xs)
-    return {"median": xs[len(xs) // 2], "min": xs[0], "max": xs[-1], "n": len(xs)}
-
 
 if __name__ == "__main__" and len(sys.argv) >= 7 and sys.argv[1] == "write":
     write(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6]))
@@ -149,6 +143,6 @@ elif __name__ == "__main__":
     quick = "--quick" in sys.argv
     cfg = SimpleNamespace(ui_seconds=4.0 if quick else 8.0, ui_presses=15 if quick else 30, repeats=1 if quick else 2)
     res: dict = {}
-    bench(cfg, None, res, lambda s: print(s, flush=True), _mmm)
+    bench(cfg, None, res, lambda s: print(s, flush=True), mmm)
     print(json.dumps(res))
-    print("\n".join(report(res["viewer"], _fmt3)))
+    print("\n".join(report(res["viewer"], fmt3)))
