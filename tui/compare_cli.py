@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from . import compare_table, export_rows
-from .record_tables import NotARecord, export_record, read_run
+from .compare_read import read_all
+from .record_tables import NotARecord, export_record
 
 
 def _fail(cmd: str, msg: str) -> int:
@@ -29,16 +30,16 @@ def compare_main(argv: list[str]) -> int:
         return _fail("compare", "give at least two run records to compare")
     gc.disable()  # a short-lived command building a few million small objects: collections would only cost
     try:
-        runs = [read_run(r) for r in args.runs]
+        runs = read_all(args.runs)
     except NotARecord as e:
         return _fail("compare", str(e))
     if not (args.no_ui or args.json) and sys.stdout.isatty() and sys.stdin.isatty():
         from .screens.compare import run_compare_app
         return run_compare_app([Path(r) for r in args.runs])
-    for run in runs:
-        if run.problems:
-            print(f"ddptui: compare: {run.path}: " + "; ".join(run.problems), file=sys.stderr)
-    c = compare_table.compare(runs)
+    for figs, problems in runs:
+        if problems:
+            print(f"ddptui: compare: {figs.path}: " + "; ".join(problems), file=sys.stderr)
+    c = compare_table.compare_figures([figs for figs, _ in runs])
     if args.json:
         json.dump(compare_table.to_json(c), sys.stdout, indent=2, allow_nan=False, default=str)
         sys.stdout.write("\n")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from itertools import accumulate
-from operator import itemgetter, sub
+from itertools import accumulate, starmap
+from operator import itemgetter, mul, sub
 from typing import cast
 
 from ..runners.evidence.words import seconds_words
@@ -81,8 +81,8 @@ def rank_figures(rs: RankSeries, attempt: int, started: float | None) -> tuple[R
         timed = list(zip(cast(list[float], times), weights, strict=True))
     timed.sort()
     p50, p95 = weighted_percentiles(timed, (50, 95))
-    spent = sum(t * w for t, w in timed)  # seconds of the steps timed (by the rank's own clock where it stamps them)
-    rate = sum(w for _, w in timed) / spent if spent > 0 else None
+    spent = sum(starmap(mul, timed))  # seconds of the steps timed (by the rank's own clock where it stamps them)
+    rate = sum(map(itemgetter(1), timed)) / spent if spent > 0 else None
     if rate is None and steps[-1] > steps[0] and walls[-1] > walls[0]:  # no step time: by the record's read times
         rate = (steps[-1] - steps[0]) / (walls[-1] - walls[0])
     counted: list[tuple[float, float]] = [(n, w) for n, w in zip(samples, weights, strict=True) if n] \
@@ -184,9 +184,14 @@ def _rate(v: float) -> str:
 
 
 def compare(runs: list[RunSeries]) -> Comparison:
-    """The runs side by side: the run's own figures, then each rank's where the runs have that rank (runs with
-    different rank counts: the ranks they share per rank, the rest in total), then the losses at matching steps."""
-    figs = [run_figures(r) for r in runs]
+    """The runs side by side (compare_figures of each run's run_figures)."""
+    return compare_figures([run_figures(r) for r in runs])
+
+
+def compare_figures(figs: list[RunFigures]) -> Comparison:
+    """The runs' figures side by side: the run's own figures, then each rank's where the runs have that rank (runs
+    with different rank counts: the ranks they share per rank, the rest in total), then the losses at matching
+    steps."""
     rows = [
         _row("ranks", [f.ranks for f in figs], str, relative=False),
         _row("status", [f.status for f in figs], str, relative=False),

@@ -9,7 +9,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import not_
 from pathlib import Path
 from typing import TextIO
 
@@ -204,15 +205,14 @@ class ProgressColumns:
     point_loss: list[float]
 
 
-def _numbers(col: list[str], kind: type) -> list:
+def _numbers(col: tuple[str, ...], kind: type) -> list:
     """A column of numbers as json writes them (NaN, Infinity too), null as None; in C where none is null."""
     return list(map(kind, col)) if "null" not in col else [None if x == "null" else kind(x) for x in col]
 
 
 def _columns(found: list[tuple[str, ...]]) -> ProgressColumns:
     """The pattern's matches as columns, converted a column at a time (ValueError for a value that is no number)."""
-    rank, step, loss, wall, one_step, one_loss, many, samples, step_time = (list(map(itemgetter(k), found))
-                                                                            for k in range(9))
+    rank, step, loss, wall, one_step, one_loss, many, samples, step_time = zip(*found, strict=True)
     steps = _numbers(step, int)
     if "" not in one_step:  # each event one loss point: the common shape of a long run's record
         ev_idx, p_step, p_loss = list(range(len(found))), list(map(int, one_step)), list(map(float, one_loss))
@@ -270,11 +270,13 @@ def scan_events(path: Path, notes: list[str], on_event: Callable[[Event], None],
             lines.pop()
         slow: list[Progress] = []
         tails = 0
-        for n, line in enumerate(lines):
+        rest: Iterable[tuple[int, str]] = enumerate(lines)
+        if on_progress is not None:  # the Progress lines set apart in C: a long run's record is mostly these
+            is_tail = list(map(str.endswith, lines, repeat(PROGRESS_TAIL)))
+            tails = is_tail.count(True)
+            rest = compress(rest, map(not_, is_tail))
+        for n, line in rest:
             i = first_line + n
-            if on_progress is not None and line.endswith(PROGRESS_TAIL):
-                tails += 1
-                continue
             if not line.strip():
                 continue
             got = event_line(line)
