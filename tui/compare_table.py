@@ -233,7 +233,8 @@ def letter(i: int) -> str:
 def table_lines(c: Comparison, width: int = 100) -> list[str]:
     """The comparison as text: a legend of the runs (letter, name, verdict), then one row per figure."""
     letters = [letter(i) for i in range(len(c.runs))]
-    out = [f"{k}: {f.name}  {f.verdict}"[:width] for k, f in zip(letters, c.runs, strict=True)]
+    heads = [f"{k}: {f.name}  {f.verdict}" for k, f in zip(letters, c.runs, strict=True)]
+    out = [h if len(h) <= width else h[:width - 1] + "…" for h in heads]  # a cut verdict says it was cut
     cell_w = max([12] + [len(x) for row in c.rows for x in row.cells])
     out.append("")
     out.append(" " * LABEL_W + "".join(k.ljust(cell_w + 2) for k in letters).rstrip())
