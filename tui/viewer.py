@@ -55,6 +55,8 @@ class ViewerApp(DdpApp):
         if self.running:  # a followed run goes on without this tab; a replay stops
             self._back_to_runs = True
             self.source.request_stop()
+            if getattr(self.source, "kind", "") == "follow":
+                self.notify("leaving the record; the run goes on…", markup=False)
             return
         self.push_screen(RunsScreen(self.runs_dir))
 
