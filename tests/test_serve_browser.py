@@ -1,5 +1,5 @@
-"""`ddptui serve` for real: a committed record served on a free loopback port, opened in headless Chromium, read off
-its xterm.js terminal, driven with a key typed into the page; no process left behind."""
+"""`ddptui serve` for real: a runs folder of a committed record and a live run served on a free loopback port, opened
+in headless Chromium, read off its xterm.js terminal, driven with keys typed into the page; no process left behind."""
 from __future__ import annotations
 
 import asyncio
@@ -57,10 +57,10 @@ def wait_for(cond, timeout: float, what: str) -> None:
 
 
 @pytest.mark.timeout(90)
-def test_a_record_in_a_browser_tab_draws_ranks_and_verdict_and_answers_a_key(tmp_path):
-    record = tmp_path / "crash"
-    shutil.copytree(RECORDS / "crash", record)
-    served = Served(record)
+def test_a_runs_folder_in_a_browser_tab_opens_a_record_that_draws_ranks_and_verdict_and_answers_keys(tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(RECORDS / "crash", runs / "crash")
+    served = Served(runs, runs_dir=True)
     try:
         url = served.wait_url()
         assert url.startswith("http://127.0.0.1:")
@@ -76,7 +76,11 @@ def test_a_record_in_a_browser_tab_draws_ranks_and_verdict_and_answers_a_key(tmp
             try:
                 page = await browser.page()
                 await page.call("Page.navigate", url=url)
-                text = await page.wait_text(r"rank 1 failed first", 60)  # the crash verdict, in the banner
+                await page.wait_text(r"runs in \S*runs \(newest first(?s:.*)crash .*✗ failed", 60)  # the Runs screen
+                assert len(viewers(served.proc.pid)) == 1 and control.state_of(runs / "crash").state == "finished"
+                await page.press("Enter")  # opens the record: a finished one replayed
+                # the crash verdict in the banner of the replay (the list said it too, without "replay")
+                text = await page.wait_text(r"replay(?s:.*)rank 1 failed first", 30)
                 assert "crash" in text and "failed" in text and "replay" in text
                 assert len(viewers(served.proc.pid)) == 1  # this tab's own viewer process
                 png = await page.screenshot(tmp_path / "tab.png")  # under tmp_path: never committed
@@ -86,6 +90,9 @@ def test_a_record_in_a_browser_tab_draws_ranks_and_verdict_and_answers_a_key(tmp
                 await page.press("t")  # back to the rank grid: a pane per rank, side by side, each with its end
                 # ... and the loss chart under them, a line per rank (drawn just after the panes)
                 await page.wait_text(r"✗ failed \(SIGTERM\) ═+╝┗━+ ✗ failed \(exit 1\) ━┛(?s:.*)━━ r0(?s:.*)━━ r1", 15)
+                await page.press("q")  # leaves the record for the list, the tab's viewer stays
+                await page.wait_text(r"runs in \S*runs \(newest first", 15)
+                assert len(viewers(served.proc.pid)) == 1
             finally:
                 await browser.close()
         asyncio.run(in_the_browser())

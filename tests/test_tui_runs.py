@@ -9,6 +9,7 @@ import pytest
 
 import ddptui.tui.screens.picker as picker
 from ddptui.tui.app import DdpApp
+from ddptui.tui.screens.compare import CompareScreen
 from ddptui.tui.screens.runs import RunsScreen
 from ddptui.tui.widgets.banner import Banner
 from tests.support.replay import PROFILES, replayed, runs_folder
@@ -55,6 +56,37 @@ async def test_runs_screen_lists_the_records_and_opens_one_in_replay(monkeypatch
         assert again.runs_root == Path("runs") and len(again.rows) == 5
         await pilot.press("escape")
         await until(pilot, lambda: type(app.screen).__name__ == "RunScreen", 10, "back on the run screen")
+
+
+@pytest.mark.timeout(60)
+@aio
+async def test_space_marks_records_and_c_compares_the_marked_ones_in_the_order_marked(monkeypatch, tmp_path):
+    app = _app(monkeypatch, tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen = await _runs_shown(pilot)
+        await pilot.press("c")  # nothing marked: a line says how, no screen opens
+        await pilot.pause()
+        assert app.screen is screen
+        await pilot.press("down", "down", "space")  # the crash; the cursor goes on to the next record
+        assert list(screen.marked) == [str(Path("runs/crash"))] and screen.query_one("DataTable").cursor_row == 3
+        assert "✓ crash" in screen_text(app)
+        await pilot.press("c")  # one is not a comparison
+        await pilot.pause()
+        assert app.screen is screen
+        await pilot.press("up", "up", "space")  # crash-killed marked...
+        assert list(screen.marked) == [str(Path("runs/crash")), str(Path("runs/crash-killed"))]
+        await pilot.press("up", "space")  # ... and unmarked
+        assert list(screen.marked) == [str(Path("runs/crash"))] and "✓ crash-killed" not in screen_text(app)
+        await pilot.press("up", "up", "space")  # cpu-ddp, marked second: B
+        assert list(screen.marked) == [str(Path("runs/crash")), str(Path("runs/cpu-ddp"))]
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.loaded, 20, "the comparison")
+        compare = app.screen
+        assert compare.error == "" and compare.paths == [Path("runs/crash"), Path("runs/cpu-ddp")]
+        assert compare.comparison is not None and len(compare.runs) == 2
+        await pilot.press("escape")  # back to the list, the marks kept
+        await until(pilot, lambda: app.screen is screen, 10, "back on the list")
+        assert len(screen.marked) == 2
 
 
 @pytest.mark.timeout(60)

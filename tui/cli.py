@@ -18,7 +18,7 @@ ddptui replay RUN_DIR [--no-ui]            reopen a finished run from its record
 ddptui dump RUN_DIR                        ask the live ddptui of that run to collect stacks now
 ddptui attach RUN_DIR [--no-ui | --watch]  watch a live (or finished) ddptui run from its record
 ddptui attach (PID | --slurm JOB) [--no-ui | --watch]   watch a job ddptui did not launch (attach --help)
-ddptui serve RUN_DIR [--port P] [--host H]  the dashboard of a record in a browser (URL with a token; serve --help)
+ddptui serve (RUN_DIR | --runs-dir D) [--port P]   a record, or the Runs screen of D, in a browser (serve --help)
 ddptui compare RUN_DIR RUN_DIR... [--no-ui] [--json]   runs side by side: pace, step times, samples/s, losses
 ddptui export RUN_DIR [--format csv|json] [--out FILE]  its steps per rank (loss, step time, samples/s) and events
 ddptui profiles                            list the profiles found (shipped and ./profiles)
@@ -111,7 +111,7 @@ def _main(argv: list[str]) -> int:
         return attach_main(argv[:sub] + argv[sub + 1:])
     if sub is not None and argv[sub] == "serve":
         from .serve import main as serve_main
-        return serve_main(argv[sub + 1:])
+        return serve_main(argv[sub + 1:] + argv[:sub])  # (`ddptui --runs-dir D serve` as well)
     args = _parser().parse_args(argv)
     if args.profile and command:
         return _fail("give either a PROFILE or a command after '--', not both")

@@ -1,4 +1,4 @@
-"""`ddptui serve RUN_DIR`: the dashboard in a browser through textual-serve, one viewer process per tab
+"""`ddptui serve RUN_DIR | --runs-dir D`: the dashboard in a browser through textual-serve, one viewer process per tab
 (tui/viewer.py), on 127.0.0.1 unless asked, every URL behind a one-time token."""
 from __future__ import annotations
 
@@ -22,17 +22,20 @@ from textual_serve.server import Server
 from ..runners.edge import control
 
 TAB_STOP_SECONDS = 10.0  # each tab's app is told to quit, then waited for, when serving ends
-USAGE = "ddptui serve RUN_DIR [--port P] [--host H]"
+USAGE = "ddptui serve (RUN_DIR | --runs-dir D) [--port P] [--host H]"
 DESCRIPTION = """\
 The dashboard of RUN_DIR in a browser: each browser tab runs its own viewer (followed while the run is live, replayed
-once it ended). A tab never launches a run; it stops one only when its user presses s and says yes. Bound to
+once it ended). With --runs-dir D each tab opens on the Runs screen of D instead: enter opens a record so, q there
+goes back to the list. A tab never launches a run; it stops one only when its user presses s and says yes. Bound to
 127.0.0.1; the URL printed carries a one-time token, and a request without it gets 403. Ctrl-C stops serving (and
 every tab's viewer), never the run."""
 
 
-def tab_command(run_dir: Path) -> str:
-    """The shell command textual-serve starts per browser tab (exec: the viewer is the process it waits for)."""
-    return "exec " + shlex.join([sys.executable, "-m", "ddptui.tui.viewer", str(run_dir.resolve())])
+def tab_command(run_dir: Path | None = None, runs_dir: Path | None = None) -> str:
+    """The shell command textual-serve starts per browser tab (exec: the viewer is the process it waits for): the
+    viewer of a record, or of a runs folder's Runs screen."""
+    shown = [str(run_dir.resolve())] if run_dir is not None else ["--runs-dir", str(Path(runs_dir or "runs").resolve())]
+    return "exec " + shlex.join([sys.executable, "-m", "ddptui.tui.viewer", *shown])
 
 
 def exposure_warning(host: str) -> str | None:
@@ -120,7 +123,8 @@ class TokenServer(Server):
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ddptui serve", usage=USAGE, description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run_dir", help="a ddptui run's record (live or finished)")
+    p.add_argument("run_dir", nargs="?", help="a ddptui run's record (live or finished)")
+    p.add_argument("--runs-dir", help="a runs folder instead: each tab opens on its Runs screen")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0: any free one)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; another opens it to whoever reaches it)")
@@ -129,22 +133,31 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    run_dir = Path(args.run_dir)
-    state = control.state_of(run_dir)
-    if state.state not in ("live", "finished", "dead"):
-        print(f"ddptui: serve: {state.line}", file=sys.stderr)
+    if (args.run_dir is None) == (args.runs_dir is None):
+        print("ddptui: serve: give one record (RUN_DIR) or one runs folder (--runs-dir D)", file=sys.stderr)
         return 2
+    shown = Path(args.run_dir or args.runs_dir)
+    if args.runs_dir is not None:
+        if not shown.is_dir():
+            print(f"ddptui: serve: --runs-dir {shown}: no runs folder there", file=sys.stderr)
+            return 2
+    else:
+        state = control.state_of(shown)
+        if state.state not in ("live", "finished", "dead"):
+            print(f"ddptui: serve: {state.line}", file=sys.stderr)
+            return 2
     if not 0 <= args.port <= 65535:
         print(f"ddptui: serve: --port {args.port}: a TCP port is 0 to 65535", file=sys.stderr)
         return 2
     warning = exposure_warning(args.host)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    server = TokenServer(tab_command(run_dir), args.host, args.port, secrets.token_urlsafe(18),
-                         f"ddptui {run_dir.resolve().name}")
+    command = tab_command(runs_dir=shown) if args.runs_dir is not None else tab_command(shown)
+    server = TokenServer(command, args.host, args.port, secrets.token_urlsafe(18), f"ddptui {shown.resolve().name}")
 
     def said(url: str) -> None:
-        print(f"ddptui: serving {run_dir} at {url}\n(one viewer per browser tab; Ctrl-C stops serving, never the run)",
+        what = f"the runs in {shown}" if args.runs_dir is not None else str(shown)
+        print(f"ddptui: serving {what} at {url}\n(one viewer per browser tab; Ctrl-C stops serving, never the run)",
               flush=True)
 
     async def serve() -> None:

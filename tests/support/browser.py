@@ -40,6 +40,8 @@ CHANGED = """(before) => new Promise((resolve) => { const t = window.__ddptuiTer
   if (text() !== before) { resolve(true); return; }
   const d = t.onWriteParsed(() => { if (text() !== before) { d.dispose(); resolve(true); } }); })"""
 
+NAMED_KEYS = {"Enter": ("\r", 13)}  # a key by its DOM name: (what it types, its key code, which xterm.js reads)
+
 
 def chromium() -> tuple[str | None, str]:
     """Debian's chromium (scripts/chromium-deps.sh, `make chromium-deps`), or None and why not."""
@@ -101,8 +103,10 @@ class Page:
     async def press(self, key: str) -> None:
         """A key typed into the page (the terminal focused first): what a user's keyboard sends."""
         await self.evaluate("window.__ddptuiTerm.terminal.focus()")
-        await self.call("Input.dispatchKeyEvent", type="keyDown", key=key, text=key, unmodifiedText=key)
-        await self.call("Input.dispatchKeyEvent", type="keyUp", key=key)
+        text, code = NAMED_KEYS.get(key, (key, 0))
+        named = {"code": key, "windowsVirtualKeyCode": code, "nativeVirtualKeyCode": code} if code else {}
+        await self.call("Input.dispatchKeyEvent", type="keyDown", key=key, text=text, unmodifiedText=text, **named)
+        await self.call("Input.dispatchKeyEvent", type="keyUp", key=key, **named)
 
     async def press_and_wait_change(self, key: str, timeout: float = 10.0) -> float:
         """Seconds from the key sent to the terminal showing something else."""
@@ -175,10 +179,13 @@ class Browser:
 
 
 class Served:
-    """`ddptui serve RUN_DIR --port 0` as a process of its own: its URL read from what it prints."""
+    """`ddptui serve RUN_DIR --port 0` (or `--runs-dir RUN_DIR`, a runs folder) as a process of its own: its URL read
+    from what it prints."""
 
-    def __init__(self, run_dir: Path, extra: tuple[str, ...] = (), cwd: Path | None = None) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "ddptui.tui.cli", "serve", str(run_dir), "--port", "0",
+    def __init__(self, run_dir: Path, extra: tuple[str, ...] = (), cwd: Path | None = None,
+                 runs_dir: bool = False) -> None:
+        shown = ["--runs-dir", str(run_dir)] if runs_dir else [str(run_dir)]
+        self.proc = subprocess.Popen([sys.executable, "-m", "ddptui.tui.cli", "serve", *shown, "--port", "0",
                                       *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True, cwd=cwd)
         self.url = ""

@@ -72,6 +72,8 @@ ZOOM_KEYS = (
 RUNS_KEYS = (
     ("↑ ↓", "pick a record (newest first)"),
     ("enter", "open it: a finished run replayed, a live one followed (q there leaves it running)"),
+    ("space", "mark the record (or unmark it); c compares the marked ones, in the order marked"),
+    ("c", "compare the marked records (2 or more): their loss and step-time curves overlaid"),
     ("g", "read the runs folder again"),
     ("escape", "back to the screen it was opened from"),
     ("q", "quit"),

@@ -1,5 +1,6 @@
 """The Runs screen (`R` from the picker and the run screen): the records of the runs folder, newest first, as
-`ddptui runs` lists them; enter replays a finished one or follows a live one (tui/open_record.py)."""
+`ddptui runs` lists them; enter replays a finished one or follows a live one (tui/open_record.py); space marks
+records and c compares the marked ones (tui/screens/compare.py)."""
 from __future__ import annotations
 
 import time
@@ -8,6 +9,7 @@ from pathlib import Path
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
@@ -16,8 +18,11 @@ from ...runners.evidence import runs_list as rl
 from ..marks import FAILED, OK, STOPPED, WARN, mark
 from ..open_record import open_record
 from ..widgets.keybar import KeyBar
+from .compare import open_compare
 
 COLUMNS = ("started", "took", "name", "ranks", "status", "record", "verdict")
+NAME_COLUMN = COLUMNS.index("name")
+MARKED = "✓ "  # before a marked record's name: reads without colour
 STYLES = {OK: "green", FAILED: "bold red", WARN: "yellow", STOPPED: "magenta"}
 
 
@@ -29,16 +34,22 @@ def status_cell(r: rl.RunRow) -> Text:
     return Text(f"{m} {r.status}", style=STYLES.get(m, ""))
 
 
-def cells(r: rl.RunRow, root: Path) -> tuple:
+def name_cell(r: rl.RunRow, marked: bool) -> Text | str:
+    return Text(MARKED + r.name, style="bold reverse") if marked else r.name
+
+
+def cells(r: rl.RunRow, root: Path, marked: bool = False) -> tuple:
     started = rl.started_text(r.started)
     folder = Path(r.path).name
-    return (started[5:] if r.started else "?", rl.duration_text(r.duration), r.name, rl.world_text(r), status_cell(r),
-            f"{root.name}/{folder}", rl.cut(r.verdict, 90))
+    return (started[5:] if r.started else "?", rl.duration_text(r.duration), name_cell(r, marked), rl.world_text(r),
+            status_cell(r), f"{root.name}/{folder}", rl.cut(r.verdict, 90))
 
 
 class RunsScreen(Screen):
     BINDINGS = [
         Binding("enter", "open", "open"),
+        Binding("space", "mark", "mark"),
+        Binding("c", "compare", "compare"),
         Binding("g", "reload", "read again"),
         Binding("escape", "back", "back"),
         Binding("q", "app.quit_run", "quit"),
@@ -49,6 +60,7 @@ class RunsScreen(Screen):
         super().__init__()
         self.runs_root = Path(runs_root)
         self.rows: list[rl.RunRow] = []
+        self.marked: dict[str, None] = {}  # the marked records' paths, in the order marked (the first is compare's A)
         self.loaded = False  # the folder was read (tests wait for it)
 
     def compose(self) -> ComposeResult:
@@ -74,8 +86,10 @@ class RunsScreen(Screen):
         self.rows = rows
         table = self.query_one(DataTable)
         table.clear()
+        here = {r.path for r in rows}
+        self.marked = {p: None for p in self.marked if p in here}  # a record pruned meanwhile is no longer marked
         for i, r in enumerate(rows):
-            table.add_row(*cells(r, self.runs_root), key=str(i))
+            table.add_row(*cells(r, self.runs_root, r.path in self.marked), key=str(i))
         if not rows:
             self.query_one("#runs-detail", Static).update(f"no run records in {self.runs_root}")
         table.focus()
@@ -119,5 +133,34 @@ class RunsScreen(Screen):
         if not open_record(app, Path(r.path)):
             app.push_screen(RunsScreen(self.runs_root))
 
+    def action_mark(self) -> None:
+        """space: mark the highlighted record (or unmark it) and go to the next one."""
+        table = self.query_one(DataTable)
+        r = self.selected()
+        if r is None:
+            return
+        if r.status == "unreadable":
+            self.app.notify(r.verdict, severity="warning", timeout=8, markup=False)
+            return
+        if r.path in self.marked:
+            del self.marked[r.path]
+        else:
+            self.marked[r.path] = None
+        row = table.cursor_row
+        table.update_cell_at(Coordinate(row, NAME_COLUMN), name_cell(r, r.path in self.marked), update_width=True)
+        if row + 1 < len(self.rows):
+            table.move_cursor(row=row + 1)
+
+    def action_compare(self) -> None:
+        """c: the Compare screen of the marked records, in the order marked (2 or more)."""
+        if len(self.marked) < 2:
+            self.app.notify(f"mark 2 or more records with space to compare them ({len(self.marked)} marked)",
+                            severity="warning", markup=False)
+            return
+        open_compare(self.app, [Path(p) for p in self.marked])
+
     def action_back(self) -> None:
+        if len(self.app.screen_stack) <= 2:  # the list is all there is (a `ddptui serve --runs-dir` tab): q leaves
+            self.app.notify("q leaves", markup=False)
+            return
         self.app.pop_screen()
