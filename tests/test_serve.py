@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 
 from ddptui.tui.cli import main
+from ddptui.tui.open_record import source_for
 from ddptui.tui.replay import ReplaySource
 from ddptui.tui.screens.confirm import ConfirmQuit
 from ddptui.tui.screens.picker import PickerScreen
 from ddptui.tui.screens.runs import RunsScreen
 from ddptui.tui.serve import exposure_warning, tab_command, token_ok
-from ddptui.tui.viewer import ViewerApp, source_for
+from ddptui.tui.viewer import ViewerApp
 from ddptui.tui.widgets.banner import Banner
 from tests.support.replay import replayed, runs_folder
 from tests.support.scenes import hang_scenario
@@ -56,8 +57,8 @@ def test_serve_refuses_what_is_no_record_in_one_line(tmp_path, capsys):
 def test_a_finished_record_is_replayed_by_the_tab(tmp_path):
     record = tmp_path / "rec"
     shutil.copytree(RECORDS / "crash", record)
-    assert isinstance(source_for(record), ReplaySource)
-    assert "not a ddptui run record" in str(source_for(tmp_path))
+    assert isinstance(source_for(record)[0], ReplaySource)
+    assert source_for(tmp_path)[0] is None and "not a ddptui run record" in source_for(tmp_path)[1]
 
 
 class FollowedRun(ScriptSource):

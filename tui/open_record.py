@@ -30,7 +30,8 @@ def open_record(app, run_dir: Path) -> bool:
         app.notify(line, severity="warning", timeout=8, markup=False)
         return False
     if app.running:
-        app.notify("a run is still live here: stop it (s) or leave it (D) first", severity="warning", markup=False)
+        app.notify("a run is still live here: stop it (s) or detach it (D) first; in a viewer, leave it (q)",
+                   severity="warning", markup=False)
         return False
     app.start_source(source)
     return True

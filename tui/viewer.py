@@ -9,25 +9,12 @@ from pathlib import Path
 
 from textual.worker import Worker
 
-from ..runners.edge import control
 from .app import DdpApp, run_dashboard
-from .follow import FollowSource
-from .replay import ReplaySource
+from .open_record import source_for
 from .screens.confirm import ConfirmQuit
 from .screens.runs import RunsScreen
 
 STOP_QUESTION = "Stop every rank of this run? Its engine stops it for everyone watching."
-
-
-def source_for(run_dir: Path) -> FollowSource | ReplaySource | str:
-    """What a tab shows of RUN_DIR now: its engine's record followed (live), the record replayed (finished, or its
-    engine died: replay says the record is incomplete), else the one line that says why not."""
-    state = control.state_of(run_dir)
-    if state.state == "live":
-        return FollowSource(run_dir)
-    if state.state in ("finished", "dead"):
-        return ReplaySource(run_dir)
-    return state.line
 
 
 class ViewerApp(DdpApp):
@@ -90,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.run_dir is None:
         p.error("give RUN_DIR or --runs-dir D")
-    source = source_for(Path(args.run_dir))
-    if isinstance(source, str):
-        print(f"ddptui: {source}", file=sys.stderr)
+    source, line = source_for(Path(args.run_dir))
+    if source is None:
+        print(f"ddptui: {line}", file=sys.stderr)
         return 2
     app = ViewerApp(source=source)
     run_dashboard(app)
