@@ -10,7 +10,7 @@ from pathlib import Path
 
 from . import compare_table, export_rows
 from .compare_read import read_all
-from .record_tables import NotARecord, export_record
+from .record_tables import NotARecord, check_record, export_record
 
 
 def _fail(cmd: str, msg: str) -> int:
@@ -28,14 +28,19 @@ def compare_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if len(args.runs) < 2:
         return _fail("compare", "give at least two run records to compare")
+    if not (args.no_ui or args.json) and sys.stdout.isatty() and sys.stdin.isatty():
+        try:  # the screen reads the records itself, in a thread
+            for r in args.runs:
+                check_record(Path(r))
+        except NotARecord as e:
+            return _fail("compare", str(e))
+        from .screens.compare import run_compare_app
+        return run_compare_app([Path(r) for r in args.runs])
     gc.disable()  # a short-lived command building a few million small objects: collections would only cost
     try:
         runs = read_all(args.runs)
     except NotARecord as e:
         return _fail("compare", str(e))
-    if not (args.no_ui or args.json) and sys.stdout.isatty() and sys.stdin.isatty():
-        from .screens.compare import run_compare_app
-        return run_compare_app([Path(r) for r in args.runs])
     for figs, problems in runs:
         if problems:
             print(f"ddptui: compare: {figs.path}: " + "; ".join(problems), file=sys.stderr)

@@ -13,11 +13,16 @@ class NotARecord(Exception):
     """The one line a command prints for a path that is not a run record."""
 
 
+def check_record(run_dir: Path) -> None:
+    """NotARecord for a path that is no record."""
+    if not (run_dir / "events.jsonl").is_file():
+        raise NotARecord(f"{run_dir}: not a ddptui run record (no events.jsonl)")
+
+
 def read_run(path: str | Path) -> RunSeries:
     """A record's steps, losses and events (runners.edge.record's reader); NotARecord for a path that is none."""
     run_dir = Path(path)
-    if not (run_dir / "events.jsonl").is_file():
-        raise NotARecord(f"{run_dir}: not a ddptui run record (no events.jsonl)")
+    check_record(run_dir)
     problems: list[str] = []
     folder = RunFolder(run_dir.resolve().name or str(run_dir), str(run_dir))
     try:
