@@ -7,8 +7,10 @@ import json
 
 import pytest
 
+from ddptui.runners.edge import runs_read, slurm_job
 from ddptui.runners.edge.runs_read import read_record
 from ddptui.runners.evidence import runs_list as rl
+from ddptui.runners.evidence.slurm_state import JobInfo
 from ddptui.runners.launch.profile.load import adhoc_name
 from tests.support.replay import RECORDS
 
@@ -99,3 +101,23 @@ def test_prune_keeps_the_newest_and_never_a_record_an_engine_holds():
 ])
 def test_a_wrapped_command_is_named_after_its_script(cmd, name):
     assert adhoc_name(cmd) == name
+
+
+def test_prune_keeps_a_finished_record_whose_slurm_job_slurm_still_holds(tmp_path, monkeypatch):
+    """A requeued batch job pending for its next attempt has attempt 0's summary; its engine writes there again."""
+    record = tmp_path / "20261205-080839-slurm-ddp"
+    record.mkdir()
+    (record / "events.jsonl").write_text("")
+    (record / "summary.json").write_text(json.dumps({"status": "failed", "job": {"id": "77", "state": "FAILED"}}))
+    said: list[str] = []
+
+    def poll(self):
+        said.append(self.job_id)
+        return JobInfo("77", state, "BeginTime", "")
+    monkeypatch.setattr(slurm_job.SlurmJobWatch, "poll", poll)
+    state = "PENDING"
+    assert runs_read.remove_record(record) == f"{record}: its Slurm job 77 is PENDING (a requeued job's next " \
+                                              "attempt writes into it)"
+    assert record.is_dir() and said == ["77"]
+    state = "FAILED"  # Slurm is done with it
+    assert runs_read.remove_record(record) is None and not record.exists()

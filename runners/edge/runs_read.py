@@ -8,8 +8,11 @@ import pwd
 import shutil
 from pathlib import Path
 
+from ..evidence import slurm_state
 from ..evidence.runs_list import Seen
+from ..launch.plan import SlurmJob
 from . import control
+from .slurm_job import SlurmJobWatch
 
 HEAD = 65536  # bytes read from the start of events.jsonl: its first line is run_started (a few hundred bytes)
 TAIL = 65536  # bytes read from its end: the last line of a record that has no summary (its last event's time)
@@ -126,8 +129,27 @@ def remove_record(run_dir: Path) -> str | None:
         return state.line
     if control.lock_held(run_dir):
         return f"{run_dir}: an engine holds it now"
+    held = slurm_holds(run_dir)
+    if held:
+        return held
     try:
         shutil.rmtree(run_dir)
     except OSError as e:
         return f"{run_dir}: {e.strerror or e}"
     return None
+
+
+def slurm_holds(run_dir: Path) -> str | None:
+    """Why a finished record's Slurm job keeps it: Slurm still holds the job (a requeued batch job pending for its
+    next attempt, whose engine writes into this record again); None when it does not, or no Slurm answers."""
+    try:
+        job = json.loads((run_dir / "summary.json").read_text()).get("job")
+    except (OSError, ValueError, AttributeError):
+        return None
+    job_id = job.get("id") if isinstance(job, dict) else None
+    if not isinstance(job_id, str) or not job_id:
+        return None
+    info = SlurmJobWatch(SlurmJob("sbatch", "srun", "", job_id)).poll()
+    if info is None or info.state in slurm_state.ENDED:
+        return None
+    return f"{run_dir}: its Slurm job {job_id} is {info.state} (a requeued job's next attempt writes into it)"
