@@ -212,8 +212,8 @@ def test_a_collection_owed_waits_for_a_keys_repaint_but_not_for_ever():
 
     from ddptui.tui.gc_policy import KEY_FRAME, MAX_WAITS, BetweenFrames
 
-    def owe() -> None:
-        junk = [[] for _ in range(2000)]  # tracked objects: past the young threshold
+    def owe() -> None:  # tracked objects, well past the young threshold (not by one: frees on the way count back)
+        junk = [[] for _ in range(3 * gc.get_threshold()[0])]
         for a in junk:
             a.append(a)
 
