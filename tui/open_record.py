@@ -8,6 +8,7 @@ from ..runners.edge import control
 from .follow import FollowSource
 from .replay import ReplaySource
 
+LIVE_HERE = "a run is still live here: stop it (s) or detach it (D) first; in a viewer, leave it (q)"
 FOLLOWED = ("live", "busy")  # an engine holds the record: follow what it writes
 REPLAYED = ("finished", "dead", "copy")  # nothing writes it any more: replay what is there
 
@@ -30,8 +31,7 @@ def open_record(app, run_dir: Path) -> bool:
         app.notify(line, severity="warning", timeout=8, markup=False)
         return False
     if app.running:
-        app.notify("a run is still live here: stop it (s) or detach it (D) first; in a viewer, leave it (q)",
-                   severity="warning", markup=False)
+        app.notify(LIVE_HERE, severity="warning", markup=False)
         return False
     app.start_source(source)
     return True

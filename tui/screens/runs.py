@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Static
 from ...runners.edge.runs_read import read_runs
 from ...runners.evidence import runs_list as rl
 from ..marks import FAILED, OK, STOPPED, WARN, mark
-from ..open_record import open_record
+from ..open_record import LIVE_HERE, open_record
 from ..widgets.keybar import KeyBar
 from .compare import open_compare
 
@@ -118,16 +118,21 @@ class RunsScreen(Screen):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         self.action_open()
 
-    def action_open(self) -> None:
+    def _readable(self) -> rl.RunRow | None:
+        """The highlighted record, unless it is none or unreadable (said)."""
         r = self.selected()
-        if r is None:
-            return
-        if r.status == "unreadable":
+        if r is not None and r.status == "unreadable":
             self.app.notify(r.verdict, severity="warning", timeout=8, markup=False)
+            return None
+        return r
+
+    def action_open(self) -> None:
+        r = self._readable()
+        if r is None:
             return
         app = self.app
         if getattr(app, "running", False):
-            app.notify("a run is still live here: stop it (s) or leave it (D) first", severity="warning")
+            app.notify(LIVE_HERE, severity="warning", markup=False)
             return
         app.pop_screen()
         if not open_record(app, Path(r.path)):
@@ -136,11 +141,8 @@ class RunsScreen(Screen):
     def action_mark(self) -> None:
         """space: mark the highlighted record (or unmark it) and go to the next one."""
         table = self.query_one(DataTable)
-        r = self.selected()
+        r = self._readable()
         if r is None:
-            return
-        if r.status == "unreadable":
-            self.app.notify(r.verdict, severity="warning", timeout=8, markup=False)
             return
         if r.path in self.marked:
             del self.marked[r.path]
