@@ -38,6 +38,19 @@ async def replayed(pilot) -> None:
     """The whole record replayed, its end handled and everything drawn (the chart too: the end is not held back)."""
     app = pilot.app
     await until(pilot, lambda: app.worker is not None and not app.running and app.drawn, 30, "the replay to be drawn")
+    await steady(pilot)
+
+
+async def steady(pilot, limit: float = 10.0) -> None:
+    """The screen drew the same, text and styles, twice in a row: Textual's own work after the app's (a table's size
+    taken on idle, a scroll after a refresh) is done before a snapshot is taken."""
+    shots: list[list] = []
+
+    def same_twice() -> bool:
+        shots.append([list(strip) for strip in pilot.app.screen._compositor.render_strips()])
+        return len(shots) > 1 and shots[-1] == shots[-2]
+
+    await until(pilot, same_twice, limit, "the screen to stop changing", step=0.05)
 
 
 # ---- what a replayed real run shows (test_engine_e2e.py's `slow` run, test_fr_verdicts.py's conditional barrier) ----

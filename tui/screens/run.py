@@ -410,8 +410,8 @@ class RunScreen(SearchKeys, ReplaySteps, Screen):
         # Focus must move into the new tab: TabbedContent follows focus back to a hidden pane otherwise.
         if name == "ranks":
             self.focus_rank_pane(self._last_rank)
-        else:
-            self.query_one(TAB_FOCUS[name]).focus()
+        else:  # the tab opens at its top: focus must not scroll it by a region laid out before the tab showed
+            self.query_one(TAB_FOCUS[name]).focus(scroll_visible=False)
         self.show()
 
     def _underline_now(self) -> None:
