@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ddptui.runners import events as ev
 from ddptui.runners.edge.record import (
@@ -17,7 +19,7 @@ from ddptui.runners.edge.record import (
     log_line,
     replay_events,
 )
-from ddptui.runners.evidence.eventcheck import problem
+from ddptui.runners.evidence.eventcheck import _field_checks, _fits, problem
 from ddptui.tui.follow import RecordReader
 
 pytestmark = pytest.mark.any_python
@@ -89,6 +91,25 @@ def test_event_type_checks_take_no_bool_for_a_number_and_check_nested_values():
     assert problem(ev.Resources({0: 1.0}, {0: 5}, 1.0)) is None
     assert problem(ev.Resources({0: "x"}, {0: 5}, 1.0)) is not None
     assert problem(ev.Resources({"0": 1.0}, {0: 5}, 1.0)) is not None
+
+
+_VALUES = (None, True, False, 0, 3, -1, 1.5, "x", "", (), [], {}, (1, 2.0), [[1, 2.0]], ((None, 3),), ("a", "b"),
+           (1, 2), [0, 1], {0: 1.0}, {0: 5}, {0: "x"}, {"0": 1.0}, {"a": 1}, ((1, "x"),), (("a", 1),), [{"a": 1}])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(sorted(ev.EVENT_TYPES)), st.data())
+def test_the_one_function_check_of_an_event_says_what_its_field_tests_say(kind, data):
+    """eventcheck's fused check (a function per class, scalars inline) fails exactly where a field's own test fails:
+    each field given a value its own test takes, or any value (a bool for a number, a str, a list...)."""
+    cls = ev.EVENT_TYPES[kind]
+    e = object.__new__(cls)
+    for name, _, ok in _field_checks(cls):
+        fitting = [v for v in _VALUES if ok(v)]
+        fit = bool(fitting) and data.draw(st.booleans(), label=f"{name} fits")
+        e.__dict__[name] = data.draw(st.sampled_from(fitting if fit else _VALUES), label=name)
+    fields_ok = all(ok(e.__dict__[name]) for name, _, ok in _field_checks(cls))
+    assert _fits(cls)(e) is fields_ok
 
 
 def test_a_long_line_decodes_in_steps_to_what_json_loads_gives_or_its_error():
