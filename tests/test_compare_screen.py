@@ -5,7 +5,7 @@ import pytest
 
 from ddptui.tui.screens.compare import CompareApp, CompareScreen
 from tests.support.replay import RECORDS
-from tests.support.ui import until
+from tests.support.ui import steady, until
 
 pytestmark = [pytest.mark.any_python, pytest.mark.usefixtures("utc")]  # tests/conftest.py: the records' zone
 
@@ -16,6 +16,7 @@ def _checked(nocolor: bool):
         assert app.no_color is nocolor
         await until(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.loaded, 30, "the records")
         assert not app.screen.error
+        await steady(pilot)
     return run_before
 
 

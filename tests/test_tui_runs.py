@@ -13,7 +13,7 @@ from ddptui.tui.screens.compare import CompareScreen
 from ddptui.tui.screens.runs import RunsScreen
 from ddptui.tui.widgets.banner import Banner
 from tests.support.replay import PROFILES, replayed, runs_folder
-from tests.support.ui import aio, screen_text, until
+from tests.support.ui import aio, screen_text, steady, until
 
 pytestmark = [pytest.mark.any_python, pytest.mark.usefixtures("utc")]  # tests/conftest.py: the records' zone
 SIZES = [(80, 24), (160, 48)]
@@ -102,5 +102,6 @@ def test_snapshot_runs_screen(snap_compare, monkeypatch, tmp_path, size, nocolor
     async def shown(pilot) -> None:
         assert pilot.app.no_color is nocolor
         await _runs_shown(pilot)
+        await steady(pilot)
 
     assert snap_compare(app, terminal_size=size, run_before=shown)

@@ -12,7 +12,7 @@ from ddptui.tui.widgets.rank_pane import RankPane
 from ddptui.tui.widgets.tail_view import CURRENT, MATCH
 from ddptui.tui.widgets.timeline import TimelineView
 from tests.support.replay import RECORDS, replay_app, replayed
-from tests.support.ui import aio, until
+from tests.support.ui import aio, steady, until
 
 pytestmark = [pytest.mark.any_python, pytest.mark.usefixtures("utc")]  # tests/conftest.py: the records' zone
 SIZE = (160, 48)
@@ -170,5 +170,6 @@ def test_snapshot_search_bar(snap_compare, monkeypatch, size, nocolor):
         box.value = "re:loss 0\\.0\\d"
         await pilot.press("enter")  # the timeline, at the first match (no chart: its thinning follows its width)
         await until(pilot, lambda: pilot.app.drawn and box.border_subtitle.startswith("match 1/"), 10, "the match")
+        await steady(pilot)
 
     assert snap_compare(replay_app("cpu-ddp"), terminal_size=size, run_before=searched)

@@ -47,8 +47,9 @@ def held_app(batches) -> DdpApp:
 
 
 async def held(pilot) -> None:
-    from tests.support.ui import settle
+    from tests.support.ui import settle, steady
     await settle(pilot, pilot.app)
+    await steady(pilot)
 
 
 @pytest.mark.timeout(60)
@@ -76,12 +77,13 @@ def test_snapshot_collectives_laggard(snap_compare):
     from tests.support.collectives_scene import behind_batch, collectives_scenario
 
     async def collectives_tab(pilot) -> None:
-        from tests.support.ui import until
+        from tests.support.ui import steady, until
         from ddptui.tui.widgets.collectives_view import CollRow
         await held(pilot)
         await pilot.press("o")
         await until(pilot, lambda: any(w.has_class("-behind") for w in pilot.app.screen.query(CollRow)), 10,
                     "the laggard's row")
+        await steady(pilot)
 
     app = held_app(collectives_scenario() + [behind_batch()])
     assert snap_compare(app, terminal_size=SIZE, run_before=collectives_tab)

@@ -95,13 +95,15 @@ def _field_checks(cls: type) -> tuple[tuple[str, Any, Callable[[Any], bool]], ..
 def _fits(cls: type) -> Callable[[Any], bool]:
     """Every field test of an event class in one function, a scalar's inline (a viewer of 1,024 ranks checks 4,000
     events a second: a call per field was a quarter of its reading); False sends problem() to say which failed."""
-    lines, env = ["def fits(e):", "    d = e.__dict__"], {"checks": []}
+    lines = ["def fits(e):", "    d = e.__dict__"]
+    checks: list[Callable[[Any], bool]] = []
+    env: dict[str, Any] = {"checks": checks}
     for i, (name, tp, ok) in enumerate(_field_checks(cls)):
         lines.append(f"    v = d[{name!r}]")
         scalars = _scalar_set(tp)
         if scalars is None:
-            env["checks"].append(ok)
-            lines.append(f"    if not checks[{len(env['checks']) - 1}](v): return False")
+            checks.append(ok)
+            lines.append(f"    if not checks[{len(checks) - 1}](v): return False")
         else:
             env[f"t{i}"] = scalars
             no_bool = "" if bool in scalars else " or v.__class__ is bool"

@@ -10,7 +10,7 @@ from ddptui.tui.app import DdpApp
 from ddptui.tui.replay import ReplaySource
 from ddptui.tui.widgets.banner import Banner
 from ddptui.tui.widgets.collectives_view import CollectivesView, CollRow
-from tests.support.ui import screen_text, settle, until
+from tests.support.ui import screen_text, settle, steady, until
 
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "records"
 PROFILES = Path(__file__).resolve().parents[2] / "profiles"
@@ -39,18 +39,6 @@ async def replayed(pilot) -> None:
     app = pilot.app
     await until(pilot, lambda: app.worker is not None and not app.running and app.drawn, 30, "the replay to be drawn")
     await steady(pilot)
-
-
-async def steady(pilot, limit: float = 10.0) -> None:
-    """The screen drew the same, text and styles, twice in a row: Textual's own work after the app's (a table's size
-    taken on idle, a scroll after a refresh) is done before a snapshot is taken."""
-    shots: list[list] = []
-
-    def same_twice() -> bool:
-        shots.append([list(strip) for strip in pilot.app.screen._compositor.render_strips()])
-        return len(shots) > 1 and shots[-1] == shots[-2]
-
-    await until(pilot, same_twice, limit, "the screen to stop changing", step=0.05)
 
 
 # ---- what a replayed real run shows (test_engine_e2e.py's `slow` run, test_fr_verdicts.py's conditional barrier) ----

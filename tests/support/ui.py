@@ -72,6 +72,18 @@ async def settle(pilot, app, limit: float = 10.0) -> None:
         (held and app.source.emitted) or not app.running), limit, "the run's events to be drawn")
 
 
+async def steady(pilot, limit: float = 10.0) -> None:
+    """The screen drew the same, text and styles, twice in a row: Textual's own work after the app's (a table's size
+    taken on idle, a scroll after a refresh) is done before a snapshot is taken."""
+    shots: list[list] = []
+
+    def same_twice() -> bool:
+        shots.append([list(strip) for strip in pilot.app.screen._compositor.render_strips()])
+        return len(shots) > 1 and shots[-1] == shots[-2]
+
+    await until(pilot, same_twice, limit, "the screen to stop changing", step=0.05)
+
+
 def screen_text(app) -> str:
     """What the terminal shows now: the compositor's current strips, as the driver would write them."""
     return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
