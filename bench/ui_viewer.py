@@ -100,11 +100,14 @@ def bench(cfg, work, res: dict, log, mmm) -> None:
         d: dict = {"rate": rate, "period": period, "repeats": len(ok)}
         if ok:
             for kind in ("viewer", "in-process"):
-                d[kind] = {k: mmm([p[kind][k] for p in ok]) for k in ("p50_ms", "p95_ms", "ui_cpu_percent",
-                                                                        "lines_per_s_absorbed")}
+                d[kind] = {k: mmm([p[kind].get(k, 0.0) for p in ok])
+                           for k in ("p50_ms", "p95_ms", "ui_cpu_percent", "read_cpu_percent", "lines_per_s_absorbed")}
             d["ratio_p95"] = mmm([p["viewer"]["p95_ms"] / p["in-process"]["p95_ms"] for p in ok])
             d["ratio_cpu"] = mmm([p["viewer"]["ui_cpu_percent"] / p["in-process"]["ui_cpu_percent"] for p in ok
                                   if p["in-process"]["ui_cpu_percent"]])
+            d["ratio_cpu_unread"] = mmm([(p["viewer"]["ui_cpu_percent"] - p["viewer"].get("read_cpu_percent", 0.0))
+                                         / p["in-process"]["ui_cpu_percent"] for p in ok
+                                         if p["in-process"]["ui_cpu_percent"]])
         else:
             d["error"] = next((p[k].get("error") for p in pairs for k in p if "error" in p[k]), "not run")
         out["loads"][str(ranks)] = d
@@ -127,11 +130,17 @@ def report(d: dict, fmt3) -> list[str]:
         for key, words, unit, ratio in (("p95_ms", "keypress -> repaint p95", " ms", "ratio_p95"),
                                         ("p50_ms", "p50", " ms", None),
                                         ("ui_cpu_percent", "CPU, % of one core", " %", "ratio_cpu"),
+                                        ("read_cpu_percent", "of it reading the record", " %", None),
                                         ("lines_per_s_absorbed", "lines/s folded", "", None)):
+            if key not in x["viewer"]:  # results of an older bench, before the reading was said apart
+                continue
             r = f"**{fmt3(x[ratio], 2)}**" if ratio else ""
             L.append(f"| {name} | {words} | {fmt3(x['viewer'][key], 1, unit)} | "
                      f"{fmt3(x['in-process'][key], 1, unit)} | {r} |")
-    L.append("\nTarget: ratio ≤ 1.1 for p95 and CPU.\n")
+        if "ratio_cpu_unread" in x:
+            L.append(f"| {name} | CPU less the reading (not the target's measure) | | | "
+                     f"{fmt3(x['ratio_cpu_unread'], 2)} |")
+    L.append("\nTarget: ratio ≤ 1.1 for p95 and CPU (the viewer's CPU with its reading of the record).\n")
     return L
 
 

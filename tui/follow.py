@@ -162,6 +162,7 @@ class FollowSource:
         self.emit: Callable[[list], None] = lambda batch: None
         self.left = False  # the viewer left before the run ended
         self.died: str | None = None  # the line said when the engine died before the end
+        self.read_cpu = 0.0  # CPU seconds the reading of the record took so far (bench/ui_viewer.py says it apart)
 
     def prepare(self, emit: Callable[[list], None]) -> None:
         self.emit = emit
@@ -174,8 +175,15 @@ class FollowSource:
         finally:
             reader.close()
 
+    def _read(self, reader: RecordReader) -> list[ev.Event]:
+        cpu = time.thread_time()
+        try:
+            return reader.read()
+        finally:
+            self.read_cpu += time.thread_time() - cpu
+
     def _follow(self, reader: RecordReader, held: list[ev.Event]) -> int:
-        got = held + reader.read()
+        got = held + self._read(reader)
         for i in range(0, len(got), self.chunk):
             self.emit(got[i:i + self.chunk])
         next_lock = 0.0
@@ -183,7 +191,7 @@ class FollowSource:
             if self._leave.wait(self.poll):
                 self.left = True
                 return 0
-            got = reader.read()
+            got = self._read(reader)
             if got:
                 self.emit(got)
                 continue

@@ -30,6 +30,7 @@ async def _measure(ranks: int, rate: int, seconds: float, presses: int, size: tu
         await pilot.pause(1.0)  # let the load build up
         t_start = time.perf_counter()
         cpu0, gen0 = time.process_time(), getattr(source, "thread_cpu", 0.0)
+        read0 = getattr(source, "read_cpu", 0.0)
         model, driver = app.model, app._driver
         assert model is not None and driver is not None  # the source started, the test driver runs
         lines0 = model.lines_seen
@@ -49,6 +50,7 @@ async def _measure(ranks: int, rate: int, seconds: float, presses: int, size: tu
             await asyncio.sleep(max(0.0, seconds / presses - lat[-1]))
         elapsed = time.perf_counter() - t_start
         ui_cpu = (time.process_time() - cpu0) - (getattr(source, "thread_cpu", 0.0) - gen0)
+        read_cpu = getattr(source, "read_cpu", 0.0) - read0
         lines = model.lines_seen - lines0
         view = "rows" if getattr(app.screen, "compact_on", False) else "panes"  # the compact view or the pane grid
         source.request_stop()
@@ -60,6 +62,7 @@ async def _measure(ranks: int, rate: int, seconds: float, presses: int, size: tu
         "max_ms": round(lat[-1] * 1000, 1),
         "lines_per_s_absorbed": round(lines / elapsed), "lines_per_s_offered": ranks * rate,
         "ui_cpu_percent": round(100 * ui_cpu / elapsed, 1),  # of one core, the load generator's thread left out
+        "read_cpu_percent": round(100 * read_cpu / elapsed, 1),  # of ui_cpu_percent: a viewer's reading of the record
     }
 
 
