@@ -12,6 +12,7 @@ from ddptui.runners import events as ev
 from ddptui.runners.edge.record import (
     BIG_LINE,
     RunRecord,
+    _decode_problem,
     _stamp,
     event_line,
     loads_in_steps,
@@ -20,6 +21,7 @@ from ddptui.runners.edge.record import (
     replay_events,
 )
 from ddptui.runners.evidence.eventcheck import _field_checks, _fits, problem
+from ddptui.runners.edge.progress_line import progress_line
 from ddptui.tui.follow import RecordReader
 
 pytestmark = pytest.mark.any_python
@@ -110,6 +112,39 @@ def test_the_one_function_check_of_an_event_says_what_its_field_tests_say(kind, 
         e.__dict__[name] = data.draw(st.sampled_from(fitting if fit else _VALUES), label=name)
     fields_ok = all(ok(e.__dict__[name]) for name, _, ok in _field_checks(cls))
     assert _fits(cls)(e) is fields_ok
+
+
+_FLOATS = st.one_of(st.floats(), st.integers(-10**20, 10**20), st.sampled_from([0.0, -0.0, 1e-7, 1e300, 3]))
+_PROGRESS = st.builds(
+    ev.Progress, rank=st.integers(-1, 5000), step=st.none() | st.integers(-3, 10**12), loss=st.none() | _FLOATS,
+    wall=_FLOATS, source=st.sampled_from(["hook", "report", "parsed", ""]),
+    losses=st.lists(st.tuples(st.integers(-3, 10**9), _FLOATS), max_size=4).map(tuple),
+    samples=st.none() | st.integers(0, 10**6), step_time=st.none() | _FLOATS | st.booleans())
+
+
+def _decoded(line: str):
+    """What decoding a line as JSON and checking it gives (event_line without its Progress shortcut)."""
+    try:
+        return _decode_problem(loads_in_steps(line))
+    except ValueError:
+        return "not JSON"
+
+
+@settings(max_examples=500, deadline=None)
+@given(_PROGRESS, st.integers(0, 10**6), st.sampled_from(["", "x", "0", "-", ".", "e", " ", "]", "[", '"', "null"]),
+       st.integers(0, 2))
+def test_a_progress_line_read_by_its_shape_is_the_event_json_decoding_gives(e, at, text, how):
+    """runners/edge/progress_line.py: a line RunRecord wrote gives the event json decoding and checking give, the
+    same repr (a float stays a float, an int an int, the points lists); the line with one character changed, cut or
+    added, where the shape still takes it, the same as decoding it."""
+    line = json.dumps(e.to_json(), default=str)
+    fast = progress_line(line)
+    assert fast is not None and repr(fast) == repr(_decoded(line))
+    i = at % (len(line) + 1)
+    changed = [line[:i] + text + line[i:], line[:i] + text + line[i + 1:], line[:i] + line[i + 1:]][how]
+    got = progress_line(changed)
+    assert got is None or repr(got) == repr(_decoded(changed)), changed
+    assert repr(event_line(changed)) == repr(_decoded(changed))
 
 
 def test_a_long_line_decodes_in_steps_to_what_json_loads_gives_or_its_error():

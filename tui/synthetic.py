@@ -57,7 +57,9 @@ class SyntheticSource:
             if now - last_progress >= 0.1:
                 step += 1
                 last_progress = now
-                batch += [ev.Progress(r, step, 2.0 / (1 + step * 0.01) + r * 0.001, now, "hook") for r in range(self.ranks)]
+                # as the engine's (runners/judge/ingest.py): the step's loss point, samples and step time
+                batch += [ev.Progress(r, step, loss, now, "hook", ((step, loss),), 64, 0.1)
+                          for r in range(self.ranks) for loss in (2.0 / (1 + step * 0.01) + r * 0.001,)]
             if now - last_res >= 1.0:
                 last_res = now
                 batch.append(ev.Resources({r: 99.0 for r in range(self.ranks)}, {r: 300 << 20 for r in range(self.ranks)}, now))

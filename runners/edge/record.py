@@ -16,6 +16,7 @@ from typing import TextIO
 
 from ..events import Event, LogLines, Progress, RunFinished, RunStarted, from_json
 from ..evidence.eventcheck import problem, record_file_problem
+from .progress_line import progress_line
 
 
 def new_run_dir(runs_root: Path, profile_name: str) -> Path:
@@ -393,6 +394,8 @@ def _object_in_steps(s: str, i: int, depth: int, seen: dict[str, list]) -> tuple
 
 def event_line(line: str) -> Event | str:
     """The event one line of events.jsonl holds, or why it holds none (NOT_JSON: it does not decode)."""
+    if line.endswith(PROGRESS_TAIL) and (progress := progress_line(line)) is not None:
+        return progress
     try:
         d = loads_in_steps(line)
     except RecursionError:  # the decoder's nesting is bounded by the interpreter's recursion limit
