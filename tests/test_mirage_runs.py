@@ -298,6 +298,19 @@ def test_standin_refuses_bad_arguments_before_starting_anything(tmp_path):
     assert not marker.exists()
 
 
+def _signal_state(pid: int) -> str:
+    """Each process of the tree: its signal masks (blocked, pending, caught, ignored) and state, from /proc."""
+    out = []
+    for proc in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
+        try:
+            st = dict(ln.split(":", 1) for ln in Path(f"/proc/{proc.pid}/status").read_text().splitlines() if ":" in ln)
+            out.append(f"{proc.pid} {' '.join(proc.cmdline())[:40]!r} " + " ".join(
+                f"{k}={st[k].strip()}" for k in ("State", "SigBlk", "SigPnd", "ShdPnd", "SigCgt", "SigIgn")))
+        except (psutil.Error, OSError):
+            pass
+    return "; ".join(out)
+
+
 @pytest.mark.timeout(30)
 def test_standin_forwards_sigterm_to_its_workload(tmp_path):
     got = tmp_path / "got"
@@ -308,7 +321,12 @@ def test_standin_forwards_sigterm_to_its_workload(tmp_path):
         assert p.stdout.readline().endswith("ready\n")
         assert p.stdout.readline().endswith("ready\n")
         p.send_signal(signal.SIGTERM)
-        assert p.wait(timeout=15) == 0  # the workload's own exit status, not an invented one
+        try:
+            rc = p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the stand-in outlived SIGTERM by 15 s: {_signal_state(p.pid)}; the workload wrote "
+                        f"{got.read_text() if got.exists() else 'nothing'!r}")
+        assert rc == 0  # the workload's own exit status, not an invented one
         assert sorted(got.read_text().split("\n")[:-1]) == ["TERM 0", "TERM 1"]
     finally:
         try:

@@ -156,8 +156,10 @@ def main(argv: list[str]) -> int:
             _signal(children, signal.SIGKILL)
 
     # before the first child starts: no signal may fall between a spawn and its handler
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    for sig in handled:
         signal.signal(sig, on_signal)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, handled)  # a mask inherited from whoever started us does not hold them
 
     for node in range(nodes):
         for local in range(nproc):
@@ -186,11 +188,11 @@ def main(argv: list[str]) -> int:
 
     codes = []
     for child in children:
-        while True:
+        while True:  # in short waits: a signal the kernel gave another thread is handled at the next look
             try:
-                rc = child.wait()
+                rc = child.wait(timeout=0.2)
                 break
-            except InterruptedError:
+            except (InterruptedError, subprocess.TimeoutExpired):
                 continue
         codes.append(128 - rc if rc < 0 else rc)
     for t in pumps:
