@@ -35,10 +35,6 @@ def _name(tp) -> str:
     return tp.__name__
 
 
-def _ok(value, tp) -> bool:
-    return _check(tp)(value)
-
-
 _SCALARS: dict[type, tuple[type, ...]] = {type(None): (type(None),), bool: (bool,), int: (int,), float: _NUM, str: (str,)}
 
 
