@@ -3,6 +3,9 @@ reader of a growing record) and the events' type checks (runners/evidence/eventc
 from __future__ import annotations
 
 import json
+import math
+import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -11,14 +14,17 @@ from hypothesis import strategies as st
 from ddptui.runners import events as ev
 from ddptui.runners.edge.record import (
     BIG_LINE,
+    ProgressColumns,
     RunRecord,
     _decode_problem,
     _stamp,
+    event_columns,
     event_line,
     loads_in_steps,
     log_groups,
     log_line,
     replay_events,
+    scan_events,
 )
 from ddptui.runners.evidence.eventcheck import _field_checks, _fits, problem
 from ddptui.runners.edge.progress_line import progress_line
@@ -145,6 +151,41 @@ def test_a_progress_line_read_by_its_shape_is_the_event_json_decoding_gives(e, a
     got = progress_line(changed)
     assert got is None or repr(got) == repr(_decoded(changed)), changed
     assert repr(event_line(changed)) == repr(_decoded(changed))
+
+
+def _same_column(a: list, b: list) -> bool:
+    """Two columns of numbers alike: None where the other has None, NaN where it has NaN, else the same number."""
+    def same(x, y):
+        if x is None or y is None or isinstance(x, bool) or isinstance(y, bool):
+            return x is y or x == y
+        return float(x) == float(y) or (math.isnan(float(x)) and math.isnan(float(y)))
+    return len(a) == len(b) and all(map(same, a, b))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PROGRESS, min_size=1, max_size=6), st.integers(0, 10**6),
+       st.sampled_from(["", "x", "0", "-", ".", "e", "]", "null", "true"]), st.booleans())
+def test_a_stretch_read_as_columns_is_its_progress_events_decoded_one_by_one(events, at, text, mangle):
+    """runners/edge/record.py scan_events: the Progress lines of a stretch read a column at a time (by the line
+    pattern progress_line.py builds) give what decoding and checking each line gives; a line of another shape
+    among them (one character changed) sends the stretch to that line-by-line path, never into the columns."""
+    lines = [json.dumps(e.to_json(), default=str) for e in events]
+    if mangle:
+        i = at % len(lines)
+        j = at % (len(lines[i]) + 1)
+        lines[i] = lines[i][:j] + text + lines[i][j + 1:]
+    decoded = [d for d in map(_decoded, lines) if isinstance(d, ev.Progress)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "events.jsonl"
+        path.write_text("".join(line + "\n" for line in lines))
+        got: list = []
+        scan_events(path, [], got.append, got.append)
+    cols = [c for c in got if isinstance(c, ProgressColumns)]
+    assert not any(isinstance(e, ev.Progress) for e in got)  # a Progress event reaches the reader in columns only
+    assert len(cols) <= 1 and (cols or not decoded)  # none where no line ends as a Progress line
+    want, have = event_columns(decoded), cols[0] if cols else event_columns([])
+    for name in ("rank", "step", "wall", "samples", "step_time", "point_event", "point_step", "point_loss"):
+        assert _same_column(getattr(have, name), getattr(want, name)), (name, lines)
 
 
 def test_a_long_line_decodes_in_steps_to_what_json_loads_gives_or_its_error():
