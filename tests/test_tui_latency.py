@@ -15,7 +15,7 @@ from ddptui.tui.widgets.loss_chart import LossChart
 from ddptui.tui.widgets.pane_body import PaneBody
 from ddptui.tui.widgets.rank_pane import RankPane
 from ddptui.tui.widgets.timeline import TimelineView
-from tests.support.ui import aio, screen_text, until
+from tests.support.ui import GatedSource, aio, screen_text, steady, until
 
 pytestmark = pytest.mark.any_python
 
@@ -203,6 +203,54 @@ async def test_a_tab_switch_is_one_partial_frame_with_the_underline_in_place():
         finally:
             Compositor.render_full_update, Compositor.render_partial_update = real_full, real_partial  # type: ignore[method-assign]
             Screen._refresh_layout = real_layout  # type: ignore[method-assign]
+        src.request_stop()
+    app.shutdown(5)
+
+
+@pytest.mark.timeout(60)
+@aio
+async def test_leaving_the_timeline_is_one_frame_and_what_came_while_it_was_hidden_shows_on_return():
+    """t from the timeline to the ranks: the focus leaving the timeline restyles it after the key's frame; hidden
+    with its tab, it is drawn when shown again, not in a second frame now (which the key's repaint waited for, one
+    frame slot more). Lines that come while it is hidden are on it when it comes back."""
+    from textual._compositor import Compositor
+
+    from ddptui.runners import events as ev
+
+    def first(t):
+        return ([ev.RunStarted("/tmp/quiet", "quiet", "torchrun", 2, 100, t)]
+                + [ev.RankState(r, "running", "", t) for r in range(2)]
+                + [ev.LogLines(r, "out", t, 0.0, tuple(f"r{r} early {n}" for n in range(30))) for r in range(2)])
+
+    def later(t):
+        return [ev.LogLines(1, "out", t, 0.0, ("r1 came while the timeline was hidden",))]
+
+    src = GatedSource([first, later])
+    app = DdpApp(source=src)
+    async with app.run_test(size=(160, 50)) as pilot:
+        tabs = app.screen.query_one(TabbedContent)
+        await until(pilot, lambda: app.model.lines_seen >= 60, 20, "lines")
+        await pilot.press("t")
+        await until(pilot, lambda: tabs.active == "timeline", 10, "the timeline")
+        await steady(pilot)
+        frames: list[str] = []
+        real = Compositor.render_partial_update, Compositor.render_full_update
+        try:
+            Compositor.render_partial_update = lambda self: (frames.append("partial"), real[0](self))[1]  # type: ignore[method-assign]
+            Compositor.render_full_update = lambda self, *a, **k: (frames.append("full"), real[1](self, *a, **k))[1]  # type: ignore[method-assign]
+            await pilot.press("t")
+            await until(pilot, lambda: tabs.active == "ranks" and bool(frames), 10, "the ranks tab painted")
+            await steady(pilot)  # the blur's restyle of the timeline came and went
+            assert frames == ["partial"], frames
+        finally:
+            Compositor.render_partial_update, Compositor.render_full_update = real  # type: ignore[method-assign]
+        src.release(1)
+        await until(pilot, lambda: app.model.lines_seen >= 61, 10, "the late line")
+        await pilot.press("t")
+        await until(pilot, lambda: tabs.active == "timeline", 10, "the timeline again")
+        await steady(pilot)
+        assert "r1 came while the timeline was hidden" in screen_text(app)
+        assert app.focused is app.screen.query_one(TimelineView)
         src.request_stop()
     app.shutdown(5)
 

@@ -6,9 +6,10 @@ from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
+from weakref import WeakKeyDictionary
 
 from rich.text import Text
-from textual import on
+from textual import messages, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
@@ -167,6 +168,7 @@ class RunScreen(SearchKeys, ReplaySteps, Screen):
         self.compact_on = False  # the ranks tab shows the compact table instead of the pane grid
         self._panes: dict[int, RankPane] = {}  # rank -> its pane, once mounted (panes stay for the screen's life)
         self._singles: dict[type, Widget] = {}
+        self._tab_of: WeakKeyDictionary[Widget, TabPane | None] = WeakKeyDictionary()  # a widget's tab, once looked up
 
     @property
     def unlisted_actions(self) -> frozenset[str]:
@@ -218,6 +220,19 @@ class RunScreen(SearchKeys, ReplaySteps, Screen):
 
     def on_mount(self) -> None:
         self.show()
+
+    @on(messages.Update)
+    def _unseen_repaint(self, message: messages.Update) -> None:
+        """A widget of a hidden tab is drawn when its tab is shown (its refresh marked its lines stale already), as
+        Textual leaves out a widget whose own display is off: a repaint now is a frame nobody sees, and the key that
+        hid the tab waited for it (the focus leaving the timeline restyled it after that key's frame: ~17 ms more)."""
+        widget = message.widget
+        if widget not in self._tab_of:
+            self._tab_of[widget] = next((n for n in widget.ancestors if isinstance(n, TabPane)), None)
+        tab = self._tab_of[widget]
+        if tab is not None and not tab.display:
+            message.stop()
+            message.prevent_default()
 
     # -- redraw from the model ------------------------------------------------------------------------
     def on_model_changed(self, msg) -> None:
