@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from ddptui.runners import events as ev
 from ddptui.runners.edge.record import (
     BIG_LINE,
+    PROGRESS_TAIL,
     ProgressColumns,
     RunRecord,
     _decode_problem,
@@ -166,24 +167,26 @@ def _same_column(a: list, b: list) -> bool:
 @given(st.lists(_PROGRESS, min_size=1, max_size=6), st.integers(0, 10**6),
        st.sampled_from(["", "x", "0", "-", ".", "e", "]", "null", "true"]), st.booleans())
 def test_a_stretch_read_as_columns_is_its_progress_events_decoded_one_by_one(events, at, text, mangle):
-    """runners/edge/record.py scan_events: the Progress lines of a stretch read a column at a time (by the line
-    pattern progress_line.py builds) give what decoding and checking each line gives; a line of another shape
-    among them (one character changed) sends the stretch to that line-by-line path, never into the columns."""
+    """runners/edge/record.py scan_events: the lines that end as the engine ends a Progress line are read a column at
+    a time (by the line pattern progress_line.py builds) and give what decoding and checking each gives; where one
+    of them is of another shape (one character changed), the stretch is decoded line by line. A Progress line that
+    does not end that way is decoded as any event, and handed over as one."""
     lines = [json.dumps(e.to_json(), default=str) for e in events]
     if mangle:
         i = at % len(lines)
         j = at % (len(lines[i]) + 1)
         lines[i] = lines[i][:j] + text + lines[i][j + 1:]
-    decoded = [d for d in map(_decoded, lines) if isinstance(d, ev.Progress)]
+    decoded = [(line.endswith(PROGRESS_TAIL), d) for line in lines if isinstance(d := _decoded(line), ev.Progress)]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "events.jsonl"
         path.write_text("".join(line + "\n" for line in lines))
         got: list = []
         scan_events(path, [], got.append, got.append)
     cols = [c for c in got if isinstance(c, ProgressColumns)]
-    assert not any(isinstance(e, ev.Progress) for e in got)  # a Progress event reaches the reader in columns only
-    assert len(cols) <= 1 and (cols or not decoded)  # none where no line ends as a Progress line
-    want, have = event_columns(decoded), cols[0] if cols else event_columns([])
+    singly = [e for e in got if isinstance(e, ev.Progress)]
+    assert repr(singly) == repr([d for tail, d in decoded if not tail])
+    assert len(cols) == (1 if any(line.endswith(PROGRESS_TAIL) for line in lines) else 0)
+    want, have = event_columns([d for tail, d in decoded if tail]), cols[0] if cols else event_columns([])
     for name in ("rank", "step", "wall", "samples", "step_time", "point_event", "point_step", "point_loss"):
         assert _same_column(getattr(have, name), getattr(want, name)), (name, lines)
 
