@@ -10,8 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import events as ev
-from .edge import control, procs
+from .edge import control, open_files, procs
 from .edge.clock import now
+from .edge.preflight import Problem
 from .edge.preflight import check as preflight_check
 from .edge.slurm_job import SlurmJobWatch
 from .edge.tail import Tailer
@@ -128,9 +129,23 @@ class Session(RunLoop):
 
     def _preflight(self) -> list:
         problems = preflight_check(self.profile)
+        problems += self._open_files()
         for pr in problems:
             self._launcher_line(f"ddptui: preflight {pr.severity}: {pr.message}" + (f" (fix: {pr.fix})" if pr.fix else ""))
         return [pr for pr in problems if pr.severity == "error"]
+
+    def _open_files(self) -> list[Problem]:
+        """The soft open-file limit raised for the ranks this engine follows; an error where the hard limit is too
+        low (the engine would fail part way, with the ranks running)."""
+        plan = self.plan
+        assert plan is not None  # planned before the preflight
+        ranks = len(plan.ranks_here) if plan.ranks_here is not None else plan.world_size
+        soft, _ = open_files.ensure(open_files.needed(ranks))
+        why = open_files.too_few(ranks, soft)
+        if why is None:
+            return []
+        return [Problem("error", "open-files", why, "raise the hard limit of open files (`ulimit -Hn`, LimitNOFILE= in"
+                        " a systemd unit, nofile in /etc/security/limits.conf) or run fewer ranks on this node")]
 
     # ---- one turn ------------------------------------------------------------------------------------
     def _poll(self) -> Over | None:

@@ -13,7 +13,7 @@ from operator import itemgetter
 from pathlib import Path
 
 from ..runners import events as ev
-from ..runners.edge import control
+from ..runners.edge import control, open_files
 from ..runners.edge.record import event_line, log_groups
 
 POLL = 0.25  # seconds between looks at the record: the engine flushes it once a loop turn (IDLE_POLL)
@@ -21,10 +21,11 @@ LOCK_EVERY = 1.0  # seconds between looks at whether the engine still holds the 
 _LOG = re.compile(r"(?:rank(\d+)|launcher)\.log\Z")
 
 
-def _fd_budget() -> int:
-    """How many of the record's files a follower keeps open: half of what this process may open (1,024 rank logs
-    read each turn cost three calls each when opened anew, one when kept open)."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+def _fd_budget(logs: int = 0) -> int:
+    """How many of the record's files a follower keeps open: half of what this process may open, the soft limit
+    raised first so that `logs` fit (1,024 rank logs read each turn cost three calls each when opened anew, one when
+    kept open; Linux's usual soft limit is 1,024)."""
+    soft, _ = open_files.ensure(2 * (logs + 32)) if logs else resource.getrlimit(resource.RLIMIT_NOFILE)
     return max(0, (soft if soft != resource.RLIM_INFINITY else 1 << 16) // 2 - 32)
 
 
@@ -105,6 +106,8 @@ class RecordReader:
                 rank = int(m.group(1)) if m.group(1) is not None else None
                 tail = self.logs.get(rank)
                 if tail is None:
+                    if len(self.logs) >= self._budget:  # more logs than it keeps open: the limit raised if it may be
+                        self._budget = _fd_budget(max(64, 2 * len(self.logs)))
                     tail = self.logs[rank] = Tail(Path(entry.path), keep=len(self.logs) < self._budget)
                 if tail.keep:
                     continue

@@ -12,7 +12,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from .. import events as ev
-from ..edge import error_files
+from ..edge import error_files, open_files
 from ..edge.clock import now
 from ..edge.locality import on_this_host, this_host
 from ..edge.slurm_job import SlurmJobWatch
@@ -174,6 +174,9 @@ class AttachSession(RunLoop):
         self.record.write_json("attach.json", job_json(job))
         local = all(on_this_host(a.host) for a in job.ranks.values())
         processes = 1 if job.kind == "torchrun" and local else max(1, len(job.ranks))
+        soft, _ = open_files.ensure(open_files.needed(len(job.ranks)))
+        if (why := open_files.too_few(len(job.ranks), soft)) is not None:  # not refused: a job is watched as it can be
+            self._launcher_line(f"ddptui: {why}: some of the ranks' files may go unread")
         self._carry_out(self.judge.begin(self.profile.world_size, processes, now=now()))
         self._emit(ev.RunStarted(str(self.run_dir), p.name, "attach", self.world, None, time.time()))
         self.judge.matcher = HintMatcher()
