@@ -646,11 +646,18 @@ def write_report(res: dict, cfg) -> str:
              f"The machine is shared with other work: compare figures side by side within one table, "
              f"not across runs. Whole bench: {m.get('total_s', 0):.0f} s.\n")
     if m.get("kept"):
-        k, km = m["kept"], m["kept"]["meta"]
+        k = m["kept"]
+        by = k.get("by") or {name: {**k["meta"], "date": k["date"]} for name in k["sections"]}  # an older results.json
+        runs: dict = {}
+        for name in k["sections"]:
+            runs.setdefault(by[name].get("date"), []).append(name)
+        told = "; ".join(
+            f"{', '.join(names)} from the run of {date} (load average at start {by[names[0]].get('load_start')}, at end "
+            f"{by[names[0]].get('load_end')}; {by[names[0]].get('repeats')} repeat(s); that run's whole bench: "
+            f"{by[names[0]].get('total_s') or 0:.0f} s)" for date, names in runs.items())
         L.append(f"Only {', '.join(s for s in res if s not in ('meta', 'errors', 'text') and s not in k['sections'])} "
-                 f"measured in this run; sections {', '.join(k['sections'])} are kept from the run of {k['date']} "
-                 f"(load average at start {km.get('load_start')}, at end {km.get('load_end')}; "
-                 f"{km.get('repeats')} repeat(s); that run's whole bench: {km.get('total_s', 0):.0f} s).\n")
+                 f"measured in this run; the other sections are kept as the runs that measured them wrote them: "
+                 f"{told}.\n")
     tick = lambda ok: "met" if ok else "**missed**"
     starts: list[tuple[str, int]] = []  # each section's first line in L
     starts.append(("overhead", len(L)))
@@ -830,10 +837,16 @@ def keep_sections_not_run(res: dict, old_json: Path, not_run: list[str]) -> dict
         if name in old.get("text", {}):  # its text as that run wrote it (results.json of before: rendered again)
             res.setdefault("text", {})[name] = old["text"][name]
     if kept:
-        res["meta"]["kept"] = {"sections": kept, "date": old.get("meta", {}).get("kept", {}).get("date")
-                               or old["meta"]["date"], "meta": old.get("meta", {}).get("kept", {}).get("meta")
-                               or old["meta"]}
+        old_meta = old.get("meta", {})
+        old_kept = old_meta.get("kept", {})
+        old_by = old_kept.get("by") or {name: {**old_kept["meta"], "date": old_kept["date"]}
+                                        for name in old_kept.get("sections", ()) if old_kept.get("meta")}
+        by = {name: old_by.get(name) or {key: old_meta.get(key) for key in _RUN_KEYS} for name in kept}
+        res["meta"]["kept"] = {"sections": kept, "by": by}
     return res
+
+
+_RUN_KEYS = ("date", "load_start", "load_end", "repeats", "total_s")  # what the report says of the run behind a section
 
 
 def _trim_profile(text: str) -> str:
