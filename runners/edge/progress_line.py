@@ -9,18 +9,12 @@ from ..events import Progress
 _INT = r"-?(?:0|[1-9][0-9]*)"
 _NUM = rf"(?:{_INT}(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|NaN|-?Infinity)"  # JSON's own grammar (and what json.dumps
 # writes for the floats it has no number for): a line this takes decodes as json.loads would decode it
-
-
-def line_pattern(int_: str = _INT, num: str = _NUM) -> str:
-    """The pattern of a Progress line with these grammars of an integer and a number. Its groups: rank, step, loss,
-    wall, source, the one loss point's step and loss or else the points, samples, step_time."""
-    return (
-        rf'\{{"rank": ({int_}), "step": ({int_}|null), "loss": (null|{num}), "wall": ({num}), "source": "([a-z]*)", '
-        rf'"losses": \[(?:\[({int_}), ({num})\]|((?:\[{int_}, {num}\](?:, (?=\[))?)*))\], '
-        rf'"samples": ({int_}|null), "step_time": (null|false|true|{num}), "kind": "progress"\}}')
-
-
-_LINE = re.compile(line_pattern())
+LINE_PATTERN = (  # groups: rank, step, loss, wall, source, the one loss point's step and loss or else the points,
+    # samples, step_time; record.py's column reader finds every such line of a stretch with it
+    rf'\{{"rank": ({_INT}), "step": ({_INT}|null), "loss": (null|{_NUM}), "wall": ({_NUM}), "source": "([a-z]*)", '
+    rf'"losses": \[(?:\[({_INT}), ({_NUM})\]|((?:\[{_INT}, {_NUM}\](?:, (?=\[))?)*))\], '
+    rf'"samples": ({_INT}|null), "step_time": (null|false|true|{_NUM}), "kind": "progress"\}}')
+_LINE = re.compile(LINE_PATTERN)
 _POINT = re.compile(rf"\[({_INT}), ({_NUM})\]")
 _new = object.__new__
 _WORDS = {"null": None, "false": False, "true": True}  # step_time: False in records older than it

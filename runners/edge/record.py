@@ -16,7 +16,7 @@ from typing import TextIO
 
 from ..events import Event, LogLines, Progress, RunFinished, RunStarted, from_json
 from ..evidence.eventcheck import problem, record_file_problem
-from .progress_line import line_pattern, progress_line
+from .progress_line import LINE_PATTERN, progress_line
 
 
 def new_run_dir(runs_root: Path, profile_name: str) -> Path:
@@ -182,7 +182,7 @@ PROGRESS_TAIL = '"kind": "progress"}'  # how a Progress event's line ends (to_js
 # without decoding each line as JSON: a long run's record is mostly these (one a rank a step when steps take longer
 # than the engine's turn), and json.loads takes 5 us a line. A line of another shape (an older record's, without
 # samples or step_time) is decoded and checked as any other (event_line).
-_PROGRESS_LINE = re.compile("^" + line_pattern() + "$", re.M)  # JSON's own number grammar, as progress_line's: a line
+_PROGRESS_LINE = re.compile("^" + LINE_PATTERN + "$", re.M)  # JSON's own number grammar, as progress_line's: a line
 # JSON refuses (a rank 00, a loss 1.) is refused here too, and its stretch decoded line by line
 ATTEMPT_TAIL = '"kind": "attempt_started"}\n'  # how an AttemptStarted line ends
 
