@@ -14,7 +14,7 @@ from ddptui.runners import events as ev
 from ddptui.runners.judge.judge import CollectStacks, Judge
 from ddptui.runners.evidence.lockstep import step_bound
 from ddptui.runners.launch.profile.load import load_profile
-from ddptui.runners.judge.rank_track import RankTrack, find_slow
+from ddptui.runners.judge.rank_track import RankTrack, aligned_steps, find_slow
 
 pytestmark = pytest.mark.any_python
 
@@ -82,6 +82,32 @@ def test_a_straggler_is_named_with_its_step_and_the_leads_at_the_same_moment():
     assert slow_states(outs) == [(3, "slow", "at step 19, 53 steps behind the lead (72)")]
 
 
+def test_a_rank_whose_first_step_came_late_is_no_straggler_and_the_rank_falling_behind_is():
+    """The CI case beside busy loops: rank 0's first step took 1.1 s (a core it waited for), so when it counted it,
+    rank 1 (0.1 s a step) was at step 11: "10 steps behind the lead (11)" was named, and rank 1, the real straggler,
+    never was (a run's straggler verdict is said once). A rank that starts behind and catches up is no straggler."""
+    j = make(world=2)
+    flushes(j, 1, 11, 50.0, 0.1, 1.2, every=1)  # step n at 50 + 0.1 n
+    report(j, 0, 1, 1, 51.1, 0.005, 1.2)  # its first step counted at 51.105
+    assert slow_states(check(j, 1.2)) == [] and j.slow_info is None
+    flushes(j, 0, 60, 51.1, 0.005, 1.7, first=2)  # then 5 ms a step: step 60 at 51.4
+    flushes(j, 1, 16, 50.0, 0.1, 1.7, every=1, first=12)
+    outs = check(j, 1.7)
+    assert j.slow_info["ranks"] == [1]
+    assert slow_states(outs) == [(1, "slow", "at step 14, 46 steps behind the lead (60)")]
+
+
+def test_a_straggler_that_began_after_the_lead_was_done_is_named_by_its_pace():
+    """Beside busy loops rank 0 made all 60 steps (1.5 ms each) before rank 1 counted its first: their gap never
+    grew while both were counting, but rank 1's steps take 0.1 s, 60 times the lead's."""
+    j = make(world=2)
+    flushes(j, 0, 60, 51.0, 0.0015, 1.1, every=30)
+    flushes(j, 1, 5, 51.3, 0.1, 1.9, every=1)
+    outs = check(j, 1.9)
+    assert j.slow_info["ranks"] == [1]
+    assert slow_states(outs) == [(1, "slow", "at step 1, 59 steps behind the lead (60)")]
+
+
 def test_ranks_that_train_a_ddp_model_are_never_stragglers_by_their_counts():
     """A DDP model all-reduces in every step's backward: whatever the counts say, the ranks are in lock-step."""
     j = make()
@@ -122,7 +148,7 @@ def test_a_rank_on_another_node_is_compared_by_its_wall_clock():
     tracks = j.tracks.values()
     # read as this host's clock, its counts (at 10.x s, a machine booted later) come before all of rank 0's, and
     # rank 0 looks 11 steps behind rank 1: what comparing two machines' monotonic clocks says
-    assert [b.rank for b in find_slow(tracks)] == [0]
+    assert aligned_steps(tracks) == (19, {0: 8, 1: 19})
     (b,) = find_slow(tracks, remote={1}, wall_offset=W0 - T0)
     assert (b.rank, b.step, b.lead) == (1, 19, 72)
     j2 = make(world=2)  # an older inject: no wall time in its stamp, nothing to compare it by

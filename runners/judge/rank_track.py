@@ -158,6 +158,29 @@ def behind_by(lead: int, bound: int | None = None) -> float:
     return max(5, 0.25 * lead, bound or 0)
 
 
+def _marks(tracks, remote, wall_offset: float) -> dict[int, list]:
+    """rank -> its (step, time) marks on one clock: the live ranks that counted a step (see `aligned_steps`)."""
+    marks = {}
+    for t in tracks:
+        if not t.alive or t.step is None or not t.clock.marks:
+            continue
+        if t.clock.own and t.rank in remote:
+            if any(w is None for _, _, w in t.clock.marks):
+                continue
+            marks[t.rank] = [(s, w - wall_offset) for s, _, w in t.clock.marks]
+        else:
+            marks[t.rank] = [(s, m) for s, m, _ in t.clock.marks]
+    return marks
+
+
+def _steps_at(marks: dict, moment: float) -> tuple[int, dict[int, int]] | None:
+    """(the most steps any rank had surely counted by `moment`, rank -> the most it can have counted then)."""
+    at_least = [s for m in marks.values() for s, at in m if at <= moment]
+    if not at_least:
+        return None
+    return max(at_least), {r: next(s for s, at in m if at >= moment) for r, m in marks.items()}
+
+
 def aligned_steps(tracks, remote=frozenset(), wall_offset: float = 0.0) -> tuple[int, dict[int, int]] | None:
     """(the lead's step, rank -> its step) at one moment of the live ranks' own clocks, or None before two ranks
     can be compared.
@@ -169,31 +192,39 @@ def aligned_steps(tracks, remote=frozenset(), wall_offset: float = 0.0) -> tuple
     per host); a rank on another node (`remote`) by the wall time its report carries, moved onto the engine's
     monotonic clock by `wall_offset` (engine wall - engine monotonic); one whose report has no wall time is left
     out. Marks of ranks that report no clock are the engine's read times (the engine's clock)."""
-    marks = {}
-    for t in tracks:
-        if not t.alive or t.step is None or not t.clock.marks:
-            continue
-        if t.clock.own and t.rank in remote:
-            if any(w is None for _, _, w in t.clock.marks):
-                continue
-            marks[t.rank] = [(s, w - wall_offset) for s, _, w in t.clock.marks]
-        else:
-            marks[t.rank] = [(s, m) for s, m, _ in t.clock.marks]
+    marks = _marks(tracks, remote, wall_offset)
     if len(marks) < 2:
         return None
-    moment = min(m[-1][1] for m in marks.values())
-    at_least = [s for m in marks.values() for s, at in m if at <= moment]
-    if not at_least:
-        return None
-    return max(at_least), {r: next(s for s, at in m if at >= moment) for r, m in marks.items()}
+    return _steps_at(marks, min(m[-1][1] for m in marks.values()))
+
+
+PACE = 1.25  # a straggler's steps take at least this many times the lead's (its mean step time against the lead's)
 
 
 def find_slow(tracks, remote=frozenset(), wall_offset: float = 0.0, bound: int | None = None) -> list[Behind]:
-    """Ranks progressing but far behind the others at one moment of their clocks (`aligned_steps`): a straggler in a
-    workload not in lock-step. `bound`: the most steps the ranks can be apart at all (runners/evidence/lockstep.py)."""
-    found = aligned_steps(tracks, remote, wall_offset)
+    """Ranks progressing but far behind the others, and stepping slower than the lead: a straggler in a workload not
+    in lock-step. `bound`: the most steps the ranks can be apart at all (runners/evidence/lockstep.py).
+
+    Far behind is a gap to the lead at one moment of their clocks (`aligned_steps`); slower is a mean step time
+    (its own clock; its first step, start-up, is never timed) PACE times the lead rank's or more. A gap alone is also
+    where a rank started: one whose first step came late (its lazy set-up, a core it waited for on a loaded machine)
+    starts behind and then keeps pace or catches up; beside busy loops a 1.1 s first step read as "10 steps behind
+    the lead (11)" while the real straggler, named second, went unsaid."""
+    tracks = {t.rank: t for t in tracks}
+    marks = _marks(tracks.values(), remote, wall_offset)
+    if len(marks) < 2:
+        return []
+    moment = min(m[-1][1] for m in marks.values())
+    found = _steps_at(marks, moment)
     if found is None:
         return []
     lead, steps = found
+    leader = max(marks, key=lambda r: max((s for s, at in marks[r] if at <= moment), default=-1))
+    pace = tracks[leader].clock.mean()
     need = behind_by(lead, bound)
-    return [Behind(r, s, lead) for r, s in sorted(steps.items()) if lead - s > need]
+    out = []
+    for r, s in sorted(steps.items()):
+        mine = tracks[r].clock.mean()
+        if r != leader and lead - s > need and pace is not None and mine is not None and mine >= PACE * pace:
+            out.append(Behind(r, s, lead))
+    return out
