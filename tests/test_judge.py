@@ -166,6 +166,49 @@ def test_torchrun_log_gives_exit_codes_and_names_whom_it_stopped():
     assert (status, code) == ("failed", EXIT_FAILED)
 
 
+# torchrun's own lines when the rendezvous store it talks to went away with the node hosting it (a real run's, cut)
+STORE_GONE = [
+    "Traceback (most recent call last):",
+    '  File "/venv/lib/python3.11/site-packages/torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py", '
+    'line 114, in _call_store',
+    "    return getattr(self._store, store_op)(*args, **kwargs)",
+    "torch.distributed.DistNetworkError: failed to recv, got 0 bytes",
+    "",
+    "The above exception was the direct cause of the following exception:",
+    "",
+    "Traceback (most recent call last):",
+    '  File "/venv/bin/torchrun", line 10, in <module>',
+    "    sys.exit(main())",
+    '  File "/venv/lib/python3.11/site-packages/torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py", '
+    'line 116, in _call_store',
+    "    raise RendezvousConnectionError(",
+    "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has "
+    "failed. See inner exception for details.",
+]
+
+
+def test_torchrun_failing_on_its_own_is_the_root_cause_of_the_ranks_it_stopped():
+    """No rank failed: torchrun's agent lost its c10d store (on a node that died) and sent its ranks SIGTERM. Its
+    own error is the crash verdict, and the ranks are stopped by it; its re-raise of a rank's failure never is."""
+    j = make()
+    training(j)
+    say(j, None, 2.0, *[f"W1205 18:18:41.{400 + r}000 7000 torch/distributed/elastic/multiprocessing/api.py:1028] "
+                        f"Sending process {PIDS[r]} closing signal SIGTERM" for r in (0, 1)], stream="err")
+    say(j, None, 2.1, *STORE_GONE, stream="err")
+    at(j, 3.0)
+    j.deaths([(PIDS[0], W0 + 2.2, -15), (PIDS[1], W0 + 2.2, -15)], own=set())
+    _, status, code = end(j, 4.0)
+    assert (status, code) == ("failed", EXIT_FAILED)
+    assert j.crash.text == ("torchrun failed on its own (RendezvousConnectionError: The connection to the C10d store "
+                            "has failed. See inner exception for details.) and stopped ranks 0, 1")
+    assert j.crash.root_rank is None and j.crash.stopped == (0, 1) and j.crash.excerpt[-1] == STORE_GONE[-1]
+    assert j.tracks[0].outcome == "stopped by the launcher after it failed (RendezvousConnectionError)"
+    j = make()  # the agent re-raising its ranks' failure (ChildFailedError) is theirs: no verdict of its own
+    training(j)
+    say(j, None, 2.0, *torchrun_lines(), stream="err")
+    assert j.launcher_log.agent_error is None
+
+
 def test_a_rank_that_never_ran_is_never_started_not_a_victim():
     j = make()
     hello(j, 1)

@@ -1,4 +1,5 @@
-"""What torchrun's own stderr says about its ranks: whom it stopped and when, exit codes, its Root Cause record.
+"""What torchrun's own stderr says about its ranks: whom it stopped and when, exit codes, its Root Cause record, and
+an error of its own (its rendezvous store gone, a port taken).
 
 It also folds the SignalException traceback torchrun prints when it is stopped by a signal into one line.
 """
@@ -28,6 +29,10 @@ _SIGNAL_EXC = re.compile(r"SignalException: Process (\d+) got signal: (\d+)")
 _TRACEBACK = "Traceback (most recent call last):"
 _CHAINED = ("During handling of the above exception, another exception occurred:",
             "The above exception was the direct cause of the following exception:")
+# the last line of a traceback: "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection..."
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Timeout)\w*)(?::\s*(.*))?$")
+# what the agent raises over its ranks' own failures: theirs are the verdict, not the agent's
+_RANKS_FAILED = ("ChildFailedError",)
 MAX_HELD = 400  # a traceback longer than this is not the one we fold: show it as it is
 
 
@@ -39,6 +44,15 @@ class Restart:
     left: int
     most: int
     when: float | None  # its glog stamp
+
+
+@dataclass(frozen=True)
+class AgentError:
+    """An exception torchrun raised of its own (not over its ranks' failure): the run's root cause when no rank failed."""
+
+    type: str  # its class name, without the module ("RendezvousConnectionError")
+    msg: str
+    lines: tuple[str, ...]  # the traceback's last lines, the exception line last
 
 
 @dataclass
@@ -85,6 +99,7 @@ class TorchrunLog:
         self.failures: dict[int, Failure] = {}  # global rank -> table entry
         self.signalled: int | None = None  # signal number torchrun itself received
         self.restart: Restart | None = None  # its agent said it restarts the worker group (LOGLEVEL=INFO)
+        self.agent_error: AgentError | None = None  # the last exception it raised of its own
         self.changed = False  # set when a line added an exit code; the reader resets it
         self._entry: Failure | None = None
         self._in_root = False
@@ -156,7 +171,18 @@ class TorchrunLog:
                 return [f"ddptui stopped the launcher ({name})"]
             return [f"the launcher (pid {m.group(1)}) was stopped by {name} from outside ddptui"]
         held = self.flush()
+        self._exception(held, line)
         return held + self.feed(line, we_signalled)
+
+    def _exception(self, held: list[str], line: str) -> None:
+        """The line that ended a traceback: torchrun's own error, unless it is its ranks' failure raised again."""
+        m = _EXCEPTION.match(line.strip())
+        if m is None:
+            return
+        name = m.group(1).rsplit(".", 1)[-1]
+        if name in _RANKS_FAILED:
+            return
+        self.agent_error = AgentError(name, (m.group(2) or "").strip(), tuple(held[-4:]) + (line,))
 
     def _parse(self, line: str) -> None:
         g = _GLOG.match(line)

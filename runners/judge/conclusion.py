@@ -63,7 +63,7 @@ class Conclusion:
             s.emit(rep)
         s.replica = rep
         if status in (None, "failed"):
-            s.crash = self._xla_abort_verdict(self.crash_verdict(oom, recorded))
+            s.crash = self._xla_abort_verdict(self.crash_verdict(oom, recorded)) or self._launcher_verdict(launchers)
         else:
             s.crash = None
         if s.crash and rep is not None and rep.status == "differ" and not any(
@@ -131,6 +131,21 @@ class Conclusion:
                 self.life.hint_exit(t)
             elif status == "killed" and was != (status, words):  # the verdict knows better who stopped it
                 s.set_status(t, status, words)
+        return crash
+
+    def _launcher_verdict(self, launchers: Sequence[Launcher]) -> ev.CrashVerdict | None:
+        """No rank failed, but torchrun exited non-zero over an error of its own: that error is why the run ended."""
+        s = self.s
+        err = s.launcher_log.agent_error
+        if err is None or not any(pr.returncode for pr in launchers) or all(t.completed for t in s.tracks.values()):
+            return None
+        stopped = sorted(r for r, t in s.tracks.items() if self.life.stopped_by(t) == "launcher")
+        crash, outcomes = run_verdicts.launcher_failed(err, stopped, s.unseen(), s.wall)
+        for r, words in outcomes.items():
+            t = s.tracks[r]
+            if t.outcome != words:
+                t.outcome = words
+                s.set_status(t, ev.RankStatus.KILLED, words)
         return crash
 
     def _kill_hint(self, rank: int, kill: kill_reading.Reading) -> None:

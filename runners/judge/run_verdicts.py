@@ -9,7 +9,7 @@ from ..evidence import fix_lines, fr_analysis, xla_evidence
 from ..evidence import hang_verdict as verdict
 from ..evidence.crash import RankEvidence, ended_by, short_exit, victim_marker
 from ..evidence.crash import decide as decide_crash
-from ..evidence.words import ranks_text
+from ..evidence.words import ranks_text, unseen_words
 
 
 def thread_filter(xla_replicas: bool, rank: int):
@@ -178,6 +178,8 @@ def node_lost_crash(crash, lost: dict, tracks: dict, wall: float):
     said = lost_words(lost)
     gone = sorted({r for v in lost.values() for r in v["ranks"]})
     nodes = ", ".join(lost)
+    if crash is not None and crash.exit == LAUNCHER_FAILED:
+        crash = None  # torchrun's own error followed the loss (its rendezvous store went with the node)
     if crash is None:  # no rank failed: the ranks ddptui stopped, it stopped because the node was lost
         outcomes = {r: ("killed", f"torn down by ddptui after node {nodes} was lost") for r, t in tracks.items()
                      if r not in gone and t.status == ev.RankStatus.KILLED and t.outcome == ended_by("ddptui")}
@@ -210,6 +212,23 @@ def node_lost_crash(crash, lost: dict, tracks: dict, wall: float):
                                 together=(), stopped=tuple(stopped),
                                 outcomes={**crash.outcomes, **{r: w for r, (_, w) in outcomes.items()}}),
             outcomes)
+
+
+LAUNCHER_FAILED = "launcher failed"  # a crash verdict's `exit` when torchrun's own error is the root cause
+
+
+def launcher_failed(err, stopped: list[int], unseen: tuple[int, ...], wall: float):
+    """The crash verdict of a run no rank failed in, whose launcher raised an error of its own (`err`, a
+    launcher_log.AgentError: torchrun's agent lost its rendezvous store, its port was taken): that error is the root
+    cause, and the ranks it stopped (`stopped`) went because of it. (CrashVerdict, {rank: words})."""
+    text = f"torchrun failed on its own ({err.type}: {err.msg[:200]})" if err.msg else f"torchrun failed on its own ({err.type})"
+    if stopped:
+        text += f" and stopped {ranks_text(stopped)}"
+    if unseen:
+        text += f"; {unseen_words(unseen)}"
+    outcomes = {r: f"{ended_by('launcher')} after it failed ({err.type})" for r in stopped}
+    return ev.CrashVerdict(text, None, (), LAUNCHER_FAILED, err.lines, wall, stopped=tuple(stopped),
+                           outcomes=outcomes), outcomes
 
 
 XLA_ABORTED = "XLA aborted after its rendezvous termination timeout"
