@@ -33,12 +33,54 @@ def _exec_start(path: str) -> float | None:
     return None
 
 
-def clock_offset() -> float | None:
-    """time.monotonic() minus the scheduler's clock: this thread runs now, so its own se.exec_start is now (to a tick).
-    The two clocks differ (the scheduler's is not slewed; under a VM by much), so every reading is converted with it."""
+def _cpu(stat: str) -> int | None:
+    """The CPU a thread last ran on: field 39 of its /proc/.../stat (the fields after the command counted from 3)."""
+    try:
+        return int(stat[stat.rfind(")") + 2:].split()[36])
+    except (ValueError, IndexError):
+        return None
+
+
+def steal() -> dict[int, float]:
+    """cpu -> seconds its hypervisor ran something else since boot (/proc/stat's steal column); {} unreadable."""
+    out: dict[int, float] = {}
+    try:
+        with open("/proc/stat") as f:
+            for ln in f:
+                if ln.startswith("cpu") and ln[3:4].isdigit():
+                    parts = ln.split()
+                    out[int(parts[0][3:])] = int(parts[8]) / TICKS
+    except (OSError, ValueError, IndexError):
+        return {}
+    return out
+
+
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def to_monotonic(exec_start: float, cpu: int | None, offset: float, stolen: dict[int, float]) -> float:
+    """A thread's se.exec_start in time.monotonic() seconds. The scheduler dates a thread by its CPU's task clock,
+    which leaves out the time the hypervisor stole from that CPU (CONFIG_PARAVIRT_TIME_ACCOUNTING): CPUs' task
+    clocks drift apart by their steal. `offset` (`clock_offset`) is onto the steal-free clock, so that CPU's steal
+    goes back on. (Its steal since then is added too: the date is late by it, never early.)"""
+    return exec_start + stolen.get(cpu, 0.0) + offset if cpu is not None else exec_start + offset
+
+
+def clock_offset(stolen: dict[int, float] | None = None) -> float | None:
+    """time.monotonic() minus the scheduler's steal-free clock: this thread runs now, so its own se.exec_start is
+    now (to a tick), on its own CPU's task clock, behind by that CPU's steal. The clocks differ (the scheduler's is
+    not slewed; under a VM by much), so every reading is converted with it (`to_monotonic`)."""
+    stolen = steal() if stolen is None else stolen
     mono = time.monotonic()
     own = _exec_start("/proc/thread-self/sched")
-    return None if own is None else mono - own
+    if own is None:
+        return None
+    try:
+        with open("/proc/thread-self/stat") as f:
+            cpu = _cpu(f.read())
+    except OSError:
+        cpu = None
+    return mono - own - (stolen.get(cpu, 0.0) if cpu is not None else 0.0)
 
 
 def _threads(pid: int) -> list[tuple[int, str, str]] | None:
@@ -60,7 +102,8 @@ def _threads(pid: int) -> list[tuple[int, str, str]] | None:
 
 def read(pid: int) -> dict[int, ThreadRun] | None:
     """Every thread of `pid` (None: the process is gone or cannot be read)."""
-    offset = clock_offset()
+    stolen = steal()
+    offset = clock_offset(stolen)
     out: dict[int, ThreadRun] = {}
     for tid, base, comm in _threads(pid) or ():
         try:
@@ -70,7 +113,8 @@ def read(pid: int) -> dict[int, ThreadRun] | None:
             continue
         state = stat[stat.rfind(")") + 2:][:1]  # after the command in parentheses, which may hold spaces
         started = _exec_start(f"{base}/sched") if offset is not None else None
-        out[tid] = ThreadRun(tid, comm, state, None if started is None or offset is None else started + offset)
+        out[tid] = ThreadRun(tid, comm, state, None if started is None or offset is None
+                             else to_monotonic(started, _cpu(stat), offset, stolen))
     return out or None
 
 
