@@ -201,7 +201,8 @@ def test_the_node_hosting_the_rendezvous_dying_is_torchruns_own_failure_on_the_o
     """Ranks in no collective (each computes alone) when node0 dies, and with it the c10d store its torchrun agent
     hosts: nothing fails on node1's rank, its agent loses the store and stops it. That is the root cause there."""
     runs = [runs_dir / "node0", runs_dir / "node1"]
-    procs = [_start(hosts.wrap(i, _argv(runs[i], "node0:29400", FIXTURES / "works_alone.py")), _env()) for i in (0, 1)]
+    script = FIXTURES / "die_while_peer_works_alone.py"  # with GIVE_UP_AT=-1 no rank gives up
+    procs = [_start(hosts.wrap(i, _argv(runs[i], "node0:29400", script)), _env(GIVE_UP_AT="-1")) for i in (0, 1)]
     try:
         def both_stepping() -> bool:
             return all(r.exists() and any(r.iterdir()) and "step 3 " in "".join(
