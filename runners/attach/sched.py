@@ -75,11 +75,7 @@ def clock_offset(stolen: dict[int, float] | None = None) -> float | None:
     own = _exec_start("/proc/thread-self/sched")
     if own is None:
         return None
-    try:
-        with open("/proc/thread-self/stat") as f:
-            cpu = _cpu(f.read())
-    except OSError:
-        cpu = None
+    cpu = _own_cpu()
     return mono - own - (stolen.get(cpu, 0.0) if cpu is not None else 0.0)
 
 
@@ -100,11 +96,47 @@ def _threads(pid: int) -> list[tuple[int, str, str]] | None:
     return out
 
 
+def _own_cpu() -> int | None:
+    try:
+        with open("/proc/thread-self/stat") as f:
+            return _cpu(f.read())
+    except OSError:
+        return None
+
+
+def cpu_offsets(cpus) -> dict[int, float]:
+    """cpu -> time.monotonic() minus that CPU's scheduler clock, read by this thread moved onto each CPU in turn (its
+    own se.exec_start there is now, to a tick), its affinity put back after: exact whatever the CPUs' steal, with no
+    migration between the two readings. A CPU this thread may not run on is left out (`to_monotonic` then)."""
+    try:
+        mask = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        return {}
+    out: dict[int, float] = {}
+    try:
+        for cpu in sorted(set(cpus) & mask):
+            try:
+                os.sched_setaffinity(0, {cpu})
+            except OSError:
+                continue
+            mono = time.monotonic()
+            own = _exec_start("/proc/thread-self/sched")
+            if own is not None and _own_cpu() == cpu:
+                out[cpu] = mono - own
+    finally:
+        try:
+            os.sched_setaffinity(0, mask)
+        except OSError:
+            pass
+    return out
+
+
 def read(pid: int) -> dict[int, ThreadRun] | None:
-    """Every thread of `pid` (None: the process is gone or cannot be read)."""
+    """Every thread of `pid` (None: the process is gone or cannot be read). Each date is read on the clock of the CPU
+    the thread last ran on (`cpu_offsets`), else by the steal of each CPU (`to_monotonic`)."""
     stolen = steal()
     offset = clock_offset(stolen)
-    out: dict[int, ThreadRun] = {}
+    seen: list[tuple[int, str, str, float | None, int | None]] = []
     for tid, base, comm in _threads(pid) or ():
         try:
             with open(f"{base}/stat") as f:
@@ -113,8 +145,16 @@ def read(pid: int) -> dict[int, ThreadRun] | None:
             continue
         state = stat[stat.rfind(")") + 2:][:1]  # after the command in parentheses, which may hold spaces
         started = _exec_start(f"{base}/sched") if offset is not None else None
-        out[tid] = ThreadRun(tid, comm, state, None if started is None or offset is None
-                             else to_monotonic(started, _cpu(stat), offset, stolen))
+        seen.append((tid, comm, state, started, _cpu(stat)))
+    on_cpu = cpu_offsets({cpu for *_, started, cpu in seen if started is not None and cpu is not None})
+    out: dict[int, ThreadRun] = {}
+    for tid, comm, state, started, cpu in seen:
+        if started is None or offset is None:
+            out[tid] = ThreadRun(tid, comm, state, None)
+        elif cpu is not None and cpu in on_cpu:
+            out[tid] = ThreadRun(tid, comm, state, started + on_cpu[cpu])
+        else:
+            out[tid] = ThreadRun(tid, comm, state, to_monotonic(started, cpu, offset, stolen))
     return out or None
 
 
