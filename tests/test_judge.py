@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.runners import events as ev
+from ddptui.runners.evidence.hints import HintMatcher
 from ddptui.runners.judge.judge import (CRASH_GRACE, EXIT_FAILED, EXIT_OK, EXIT_STALLED, CollectStacks, Judge, Launcher,
                                   TearDown)
 from ddptui.runners.launch.profile.load import load_profile
@@ -15,7 +16,9 @@ from tests.support.judge import PIDS, T0, W0, at, hello, make, of, say, texts
 pytestmark = pytest.mark.any_python
 
 ROOT = Path(__file__).resolve().parent.parent
-RECORD = ROOT / "tests" / "fixtures" / "records" / "crash"  # a real torchrun run: rank 1 raised at step 8
+RECORD = ROOT / "tests" / "fixtures" / "records" / "crash"
+GLOO_CLOSED = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+               "[127.0.0.1]:9634. This is typically caused by a remote worker crashing.")  # a real torchrun run: rank 1 raised at step 8
 
 
 def training(j: Judge, line: str = "epoch 1 step 3 loss 0.52", dt: float = 1.0) -> None:
@@ -245,6 +248,22 @@ def test_process_exit_time_is_when_it_died_not_when_the_loop_noticed():
     j.deaths([(PIDS[1], W0 + 2.0, None)], own={PIDS[0], PIDS[1]})
     j.process_exited("rank1", (1,), PIDS[1], 1, W0 + 4.9, launcher=False)
     assert j.tracks[1].exit_wall == W0 + 2.0 and j.tracks[1].status == "failed"
+
+
+def test_a_peer_gone_in_a_run_ddptui_stopped_leaves_no_hint_to_find_a_crash():
+    """Slurm's scancel or ddptui's teardown stops one rank a moment before the other, which says its peer closed the
+    connection: no rank crashed, so the summary keeps no 'find the rank that failed first' hint (a CI run said it)."""
+    j = make("timeout=60", "stall_after=1000")
+    j.matcher = HintMatcher()
+    training(j)
+    at(j, 60.5)
+    j.teardown_began("timeout")
+    say(j, 1, 60.7, GLOO_CLOSED, stream="err")
+    assert any(h["code"] == "peer-closed" for h in j.hints)
+    at(j, 61.0)
+    j.deaths([(PIDS[0], W0 + 60.6, -15), (PIDS[1], W0 + 60.8, -15)], own={PIDS[0], PIDS[1]})
+    end(j, 62.0, "timeout", EXIT_FAILED)
+    assert j.crash is None and [h["code"] for h in j.hints if h["code"] == "peer-closed"] == []
 
 
 # ---- crash grace and timeout ----------------------------------------------------------------------------------

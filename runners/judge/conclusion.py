@@ -73,6 +73,10 @@ class Conclusion:
             s.crash = nccl_finding.with_dumps(s.crash, nccl[0], nccl[1], s.world)
         if s.crash:
             s.emit(s.crash)
+        elif any(self.life.stopped_by(t) in ("slurm", "ddptui") for t in s.tracks.values()):
+            # a peer that "went away" was stopped with the others (Slurm's cancel, ddptui's teardown): no rank
+            # crashed, and the hint's "find the rank that failed first" would send the user after a crash that is not
+            s.hints = [h for h in s.hints if h["code"] != "peer-closed"]
         all_done = all(t.completed for t in s.tracks.values())  # a launcher failing over exit-time aborts only
         dead = [pr for pr in launchers if pr.returncode and not all_done]
         for pr in dead:
