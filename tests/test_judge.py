@@ -212,6 +212,24 @@ def test_torchrun_failing_on_its_own_is_the_root_cause_of_the_ranks_it_stopped()
     assert j.launcher_log.agent_error is None
 
 
+def test_another_launchers_own_error_names_that_launcher_not_torchrun():
+    """The launcher log is fed every launcher's stream: an error raised outside torchrun's code (a wrapper script
+    that starts the ranks) is the named launcher's, and torchrun's agent error is told by its frames."""
+    j = make()
+    training(j)
+    say(j, None, 2.0, "Traceback (most recent call last):", '  File "/opt/tools/launch_wrapper.py", line 40, in <module>',
+        "    watch(children)", "RuntimeError: emulator image not found", stream="err")
+    assert j.launcher_log.agent_error is not None and not j.launcher_log.agent_error.torchrun
+    at(j, 4.0)
+    j.settle()  # the ranks went with their launcher: no exit of theirs was seen
+    _, status, _ = j.conclude(None, None, [Launcher("mirage", 1)])
+    assert status == "failed"
+    assert j.crash.text.startswith("the launcher mirage failed on its own (RuntimeError: emulator image not found)")
+    j = make()
+    say(j, None, 2.1, *STORE_GONE, stream="err")
+    assert j.launcher_log.agent_error.torchrun
+
+
 def test_a_rank_that_never_ran_is_never_started_not_a_victim():
     j = make()
     hello(j, 1)

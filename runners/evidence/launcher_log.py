@@ -33,6 +33,8 @@ _CHAINED = ("During handling of the above exception, another exception occurred:
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Timeout)\w*)(?::\s*(.*))?$")
 # what the agent raises over its ranks' own failures: theirs are the verdict, not the agent's
 _RANKS_FAILED = ("ChildFailedError",)
+# a traceback frame in torchrun's own code: its entry point, the elastic agent, its launcher API
+_TORCHRUN_FRAME = re.compile(r'File "[^"]*(?:/bin/torchrun|torch/distributed/(?:run\.py|elastic/|launcher/))')
 MAX_HELD = 400  # a traceback longer than this is not the one we fold: show it as it is
 
 
@@ -53,6 +55,8 @@ class AgentError:
     type: str  # its class name, without the module ("RendezvousConnectionError")
     msg: str
     lines: tuple[str, ...]  # the traceback's last lines, the exception line last
+    torchrun: bool = True  # raised in torchrun's own code (a frame in torch.distributed's launcher); else another
+    # launcher's (mirage, the XLA spawner's parent, a wrapper script) whose stream this log is fed as well
 
 
 @dataclass
@@ -182,7 +186,8 @@ class TorchrunLog:
         name = m.group(1).rsplit(".", 1)[-1]
         if name in _RANKS_FAILED:
             return
-        self.agent_error = AgentError(name, (m.group(2) or "").strip(), tuple(held[-4:]) + (line,))
+        self.agent_error = AgentError(name, (m.group(2) or "").strip(), tuple(held[-4:]) + (line,),
+                                      any(_TORCHRUN_FRAME.search(h) for h in held))
 
     def _parse(self, line: str) -> None:
         g = _GLOG.match(line)

@@ -138,13 +138,15 @@ class Conclusion:
         return crash
 
     def _launcher_verdict(self, launchers: Sequence[Launcher]) -> ev.CrashVerdict | None:
-        """No rank failed, but torchrun exited non-zero over an error of its own: that error is why the run ended."""
+        """No rank failed, but a launcher (torchrun, or another whose stream holds the error) exited non-zero over an
+        error of its own: that error is why the run ended."""
         s = self.s
         err = s.launcher_log.agent_error
-        if err is None or not any(pr.returncode for pr in launchers) or all(t.completed for t in s.tracks.values()):
+        failed = [pr.name for pr in launchers if pr.returncode]
+        if err is None or not failed or all(t.completed for t in s.tracks.values()):
             return None
         stopped = sorted(r for r, t in s.tracks.items() if self.life.stopped_by(t) == "launcher")
-        crash, outcomes = run_verdicts.launcher_failed(err, stopped, s.unseen(), s.wall)
+        crash, outcomes = run_verdicts.launcher_failed(err, stopped, s.unseen(), s.wall, failed[0])
         for r, words in outcomes.items():
             t = s.tracks[r]
             if t.outcome != words:

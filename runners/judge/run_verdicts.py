@@ -217,11 +217,13 @@ def node_lost_crash(crash, lost: dict, tracks: dict, wall: float):
 LAUNCHER_FAILED = "launcher failed"  # a crash verdict's `exit` when torchrun's own error is the root cause
 
 
-def launcher_failed(err, stopped: list[int], unseen: tuple[int, ...], wall: float):
+def launcher_failed(err, stopped: list[int], unseen: tuple[int, ...], wall: float, launcher: str = "torchrun"):
     """The crash verdict of a run no rank failed in, whose launcher raised an error of its own (`err`, a
     launcher_log.AgentError: torchrun's agent lost its rendezvous store, its port was taken): that error is the root
-    cause, and the ranks it stopped (`stopped`) went because of it. (CrashVerdict, {rank: words})."""
-    text = f"torchrun failed on its own ({err.type}: {err.msg[:200]})" if err.msg else f"torchrun failed on its own ({err.type})"
+    cause, and the ranks it stopped (`stopped`) went because of it. `launcher`: the failed launcher's name, said
+    where the error is not torchrun's own. (CrashVerdict, {rank: words})."""
+    who = "torchrun" if err.torchrun else f"the launcher {launcher}"
+    text = f"{who} failed on its own ({err.type}: {err.msg[:200]})" if err.msg else f"{who} failed on its own ({err.type})"
     if stopped:
         text += f" and stopped {ranks_text(stopped)}"
     if unseen:
