@@ -181,6 +181,23 @@ def test_the_verdict_leads_with_the_finding_and_ends_with_the_culprits_own_frame
     assert json.loads(json.dumps(summary))["hang"]["collective"]["seq"] == 9
 
 
+def test_a_completion_gloo_noted_late_does_not_hide_the_rank_outside_any_collective():
+    """As CI once saw on the built-in hang: rank 0 already waits in #9 but gloo has noted no rank completing #8, so
+    every member "entered #8 and none completed it". The stacks find rank 1 asleep outside any collective: it is the
+    culprit, and the fix is the stacks', not a lost peer's or a stuck network's."""
+    late = dumps("hang_ddp")
+    for d in late.values():
+        d["pg_status"]["0"]["last_completed_collective"] = "7"
+    f = fr_analysis.analyse(late, 2)
+    assert (f.kind, f.seq, f.entered, f.culprits) == ("stuck", 8, (0, 1), ())
+    s = ranks_at_step_3()
+    hv = StackVerdicts(s).read(CollectStacks("stall", (0, 1), s.wall), hang_stacks(), "stacks/01-stall", late)
+    assert (hv.culprits, hv.waiting) == ((1,), (0,))
+    assert hv.text.startswith("rank 1 is stuck in culprit_wait() at hang_ddp.py:30"), hv.text
+    assert "completion noted late" in hv.text and "network" not in hv.fix and "culprit_wait" in hv.fix, hv.fix
+    assert hv.collective["kind"] == "stuck"  # the Collectives tab still shows what Flight Recorder holds
+
+
 def test_a_mismatch_verdict_names_both_sides_with_their_frames():
     s = ranks_at_step_3()
     hv = StackVerdicts(s).read(CollectStacks("stall", (0, 1), s.wall), hang_stacks(), "stacks/01-stall",

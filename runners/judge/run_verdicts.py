@@ -110,12 +110,25 @@ def with_collective(finding, text: str, culprits, waiting, where: dict, steps: d
     collective completed)."""
     if finding is None or finding.kind == "none":
         return text, tuple(culprits), tuple(waiting)
+    if stuck_but_ranks_outside(finding, culprits):
+        return (f"{text}; Flight Recorder has noted no rank completing collective #{finding.seq} "
+                f"({finding.call.op if finding.call else 'the collective'}) yet: its completion noted late, as gloo "
+                f"notes it, while {ranks_text(culprits)} {'is' if len(culprits) == 1 else 'are'} outside any collective",
+                tuple(culprits), tuple(waiting))
     if finding.completed:  # a mismatch every rank went through: worth saying, but not what holds the ranks now
         return f"{text}; Flight Recorder: {finding.sentence()}", tuple(culprits), tuple(waiting)
     phrases = {r: f"{_phrase(where[r])}, {verdict._step(steps, r)}" for r in finding.culprits if r in where}
     ats = {r: where[r].at for r in finding.entered if r in where}
     return (f"{finding.sentence(phrases, ats)}; no progress since {time.strftime('%H:%M:%S', time.localtime(since))}",
             finding.culprits, finding.waiting)
+
+
+def stuck_but_ranks_outside(finding, culprits) -> bool:
+    """Flight Recorder says every member entered the collective and none completed it, yet the stacks find stalled
+    ranks outside any collective (`culprits`): no transport holds them, the completion was noted late (gloo notes it
+    well after the op; a rank already waits in the next collective, which a rank outside never entered), and the
+    stacks' words and culprits stand."""
+    return finding is not None and finding.kind == "stuck" and bool(culprits)
 
 
 def _phrase(w) -> str:
@@ -137,7 +150,8 @@ def hang_event(text: str, culprits, waiting, where: dict, steps: dict, wall: flo
     says it (ranks found stopped)."""
     return ev.HangVerdict(text, tuple(culprits), tuple(waiting), {r: w.to_dict(steps.get(r)) for r, w in where.items()},
                           wall, folder, "slow" if slow else "stall", finding.to_dict() if finding is not None else {},
-                          fix or fix_lines.fix_line(finding, where, culprits, waiting, slow))
+                          fix or fix_lines.fix_line(None if stuck_but_ranks_outside(finding, culprits) else finding,
+                                                    where, culprits, waiting, slow))
 
 
 def rank_evidence(t, stopped_by: str | None, exc: dict | None, kill=None, stderr_seen: bool = True,
