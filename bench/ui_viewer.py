@@ -24,14 +24,17 @@ LOADS = ((16, 1000, 0.02), (1024, 10, 0.25))  # ranks, lines/s per rank, the eng
 
 def write(run_dir: Path, ranks: int, rate: int, seconds: float, period: float) -> None:
     """The engine's part of a run, without ranks: a synthetic run's events written into a record as the engine
-    writes them (RunRecord, flushed every turn), its control channel served."""
+    writes them (RunRecord, flushed every turn), its control channel served and each turn's batch published to the
+    viewers that take its feed (runners/run_loop.py _flush)."""
     from ddptui.runners import events as ev
     from ddptui.runners.edge.control import Channel
+    from ddptui.runners.edge.feed import Feed
     from ddptui.runners.edge.record import RunRecord
     from ddptui.tui.synthetic import SyntheticSource
     record = RunRecord(run_dir)
     source = SyntheticSource(ranks=ranks, lines_per_s=rate, seconds=seconds, period=period)
-    channel = Channel(run_dir, lambda: None, lambda why: source.request_stop()).open()
+    feed = Feed()
+    channel = Channel(run_dir, lambda: None, lambda why: source.request_stop(), feed.add).open()
 
     def emit(batch: list) -> None:
         for e in batch:
@@ -40,12 +43,14 @@ def write(run_dir: Path, ranks: int, rate: int, seconds: float, period: float) -
             else:
                 record.event(e)
         record.flush()
+        feed.publish(batch, record)
     source.prepare(emit)
     try:
         source.run()
     finally:
-        record.close()
         channel.close()
+        feed.close()
+        record.close()
 
 
 def _latency(ranks: int, rate: int, period: float, seconds: float, presses: int, follow: str | None) -> dict:

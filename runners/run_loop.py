@@ -13,6 +13,7 @@ from pathlib import Path
 from . import events as ev
 from .edge import error_files, nccl_dumps, node_probe, procs, rank_usage, remote_stacks, stack_round
 from .edge.clock import now
+from .edge.feed import Feed
 from .edge.locality import pids_here
 from .edge.rank_deaths import RankDeaths
 from .edge.record import RunRecord, new_run_dir
@@ -65,6 +66,7 @@ class RunLoop(abc.ABC):
         self.emit_fn = emit or (lambda batch: None)
         self.run_dir = Path(record_dir) if record_dir is not None else new_run_dir(Path(runs_root), profile.name)
         self.record = RunRecord(self.run_dir)
+        self.feed = Feed()  # viewers in other processes that get each turn's batch (runners/edge/feed.py)
         self.pyspy, self.stack_method = pyspy, stack_method
         self._started_mono = time.monotonic()
         self.judge = Judge(profile, self._started_mono, time.time(), runner=runner)
@@ -259,10 +261,19 @@ class RunLoop(abc.ABC):
         if self.batch:
             batch, self.batch = self.batch, []
             self.record.flush()
+            self._publish(batch)
             try:
                 self.emit_fn(batch)
             except Exception:  # a front end's bug must not kill the run or lose its record
                 traceback.print_exc()
+        elif not self.feed.idle:  # a viewer that just subscribed gets its start frame
+            self._publish([])
+
+    def _publish(self, batch: list) -> None:
+        try:
+            self.feed.publish(batch, self.record)
+        except Exception:  # a viewer's feed must not kill the run either: the record has everything
+            traceback.print_exc()
 
     def _launcher_line(self, text: str) -> None:
         wall = time.time()

@@ -66,7 +66,7 @@ class Session(RunLoop):
     def _start(self) -> RunResult | None:
         p = self.profile
         try:  # first: the record is this engine's (engine.lock) and answers viewers from now on
-            self.channel = control.Channel(self.run_dir, self.request_dump, self.request_stop).open()
+            self.channel = control.Channel(self.run_dir, self.request_dump, self.request_stop, self.feed.add).open()
         except control.ChannelError as e:
             self._launcher_line(f"ddptui: {e}")
             return self._finish("failed", EXIT_USAGE)
@@ -226,6 +226,7 @@ class Session(RunLoop):
     def _release(self) -> None:
         if self.channel is not None:  # after the summary: a viewer that sees the lock free sees the run's end
             self.channel.close()
+        self.feed.close()  # after the channel: no viewer subscribes any more
         if self._subreaper:
             procs.stop_subreaping()
         fr_env.remove(self._sockets)

@@ -95,7 +95,8 @@ def test_the_channel_answers_holds_the_record_and_refuses_a_second_engine(tmp_pa
         control.ask(run, "stop", why="the terminal hung up, SIGHUP")  # what asked the viewer, into the record
         assert dumps == [1] and stops == ["asked through its control channel", "the terminal hung up, SIGHUP"]
         assert control.ask(run, "bogus") == {"ok": False, "error": "unknown op 'bogus' (one of ping, dump, stop, "
-                                                                   "hold, release)"}
+                                                                   "hold, release, feed)"}
+        assert control.ask(run, "feed") == {"ok": False, "error": "this engine serves no feed"}  # a channel without one
         with pytest.raises(control.ChannelError, match=r"another engine \(pid \d+\) already holds this record"):
             control.Channel(run, lambda: None, lambda why: None).open()
         # a launching dashboard's hold: released, its leaving stops nothing; dropped, it stops the run

@@ -13,7 +13,7 @@ from operator import itemgetter
 from pathlib import Path
 
 from ..runners import events as ev
-from ..runners.edge import control, open_files
+from ..runners.edge import control, feed, open_files
 from ..runners.edge.record import event_line, log_groups
 
 POLL = 0.25  # seconds between looks at the record: the engine flushes it once a loop turn (IDLE_POLL)
@@ -37,8 +37,11 @@ class Tail:
         self.path, self.offset, self.partial, self.keep = path, 0, b"", keep
         self.fd: int | None = None
 
-    def lines(self, size: int | None = None) -> list[str]:
-        """size: the file's size as just seen (None: unknown); a file that did not grow is not read."""
+    def lines(self, size: int | None = None, end: int | None = None) -> list[str]:
+        """size: the file's size as just seen (None: unknown); a file that did not grow is not read. end: read up to
+        there and no further (where a viewer's feed starts)."""
+        if end is not None:
+            size = end
         if size is not None and size <= self.offset:
             return []
         fd = self.fd  # kept open: read without its size, whether it grew or not (one call)
@@ -50,11 +53,12 @@ class Tail:
         chunks, pos = [], self.offset
         want = (size - self.offset if size is not None else 0) + 65536  # what grew, and room for more since
         try:
-            while True:  # to the end: a short read
-                got = os.pread(fd, want, pos)
+            while True:  # to the end (a short read), or to `end`
+                n = want if end is None else min(want, end - pos)
+                got = os.pread(fd, n, pos)
                 chunks.append(got)
                 pos += len(got)
-                if len(got) < want:
+                if len(got) < n or (end is not None and pos >= end):
                     break
         except OSError:
             return []
@@ -74,6 +78,11 @@ class Tail:
             return []
         self.partial = data[cut + 1:]
         return data[:cut].decode("utf-8", errors="replace").split("\n")
+
+    def skip_to(self, offset: int) -> None:
+        """What is before `offset` came another way (the engine's feed, which says where each flush ended: a line's
+        end)."""
+        self.offset, self.partial = offset, b""
 
     def close(self) -> None:
         if self.fd is not None:
@@ -104,11 +113,7 @@ class RecordReader:
                 if m is None:
                     continue
                 rank = int(m.group(1)) if m.group(1) is not None else None
-                tail = self.logs.get(rank)
-                if tail is None:
-                    if len(self.logs) >= self._budget:  # more logs than it keeps open: the limit raised if it may be
-                        self._budget = _fd_budget(max(64, 2 * len(self.logs)))
-                    tail = self.logs[rank] = Tail(Path(entry.path), keep=len(self.logs) < self._budget)
+                tail = self.logs.get(rank) or self._tail(rank)
                 if tail.keep:
                     continue
                 try:
@@ -117,15 +122,38 @@ class RecordReader:
                     pass
         return sizes
 
+    def _tail(self, rank: int | None) -> Tail:
+        if len(self.logs) >= self._budget:  # more logs than it keeps open: the limit raised if it may be
+            self._budget = _fd_budget(max(64, 2 * len(self.logs)))
+        name = "launcher.log" if rank is None else f"rank{rank}.log"
+        tail = self.logs[rank] = Tail(self.run_dir / name, keep=len(self.logs) < self._budget)
+        return tail
+
+    def skip(self, events_size: int, log_sizes: dict) -> None:
+        """The record up to these sizes came through the engine's feed: reading goes on from there."""
+        self.events.skip_to(events_size)
+        for rank, size in log_sizes.items():
+            (self.logs.get(rank) or self._tail(rank)).skip_to(size)
+
+    def took(self, events: list[ev.Event]) -> None:
+        """Events that came through the feed: the run's end among them is seen as if read."""
+        for e in events:
+            if type(e) is ev.RunFinished:
+                self.finished = e
+                self.finishes += 1
+
     def close(self) -> None:
         """The files kept open between reads closed (reading again opens them again)."""
         for tail in (self.events, *self.logs.values()):
             tail.close()
 
-    def read(self) -> list[ev.Event]:
+    def read(self, upto: tuple[int, dict] | None = None) -> list[ev.Event]:
+        """upto: (events.jsonl's size, each log's size) where a feed starts: read to there, no further (a log not
+        named there is not read)."""
         sizes = self._find_logs()
+        ends: dict = upto[1] if upto is not None else {}
         items: list[tuple[float, int, ev.Event]] = []
-        for line in self.events.lines():
+        for line in self.events.lines(end=upto[0] if upto is not None else None):
             if not line.strip():
                 continue
             e = event_line(line)
@@ -137,7 +165,7 @@ class RecordReader:
                 self.finishes += 1
             items.append((getattr(e, "wall", 0.0), len(items), e))
         for rank, tail in self.logs.items():
-            groups, bad = log_groups(tail.lines(sizes.get(rank)))
+            groups, bad = log_groups(tail.lines(sizes.get(rank), ends.get(rank, 0) if upto is not None else None))
             self.bad += bad
             for wall, stream, texts in groups:
                 items.append((wall, len(items), ev.LogLines(rank, stream, wall, 0.0, tuple(texts))))
@@ -154,11 +182,12 @@ class FollowSource:
 
     def __init__(self, run_dir: Path, chunk: int = 500, poll: float = POLL, past: int = 0,
                  alive: Callable[[], bool] | None = None,
-                 start: tuple[RecordReader, list[ev.Event]] | None = None) -> None:
+                 start: tuple[RecordReader, list[ev.Event]] | None = None, fed: bool = True) -> None:
         """past: run_finished events already in the record that do not end the follow (earlier attempts of a requeued
         batch job); alive: whether the engine still runs (default: it holds the record's lock); start: a reader of the
-        record that has read already, and what it read (shown first), for the follow to go on from."""
-        self.run_dir, self.chunk, self.poll, self.past = Path(run_dir), chunk, poll, past
+        record that has read already, and what it read (shown first), for the follow to go on from; fed: take the
+        engine's feed where it serves one (runners/edge/feed.py), else read the record alone."""
+        self.run_dir, self.chunk, self.poll, self.past, self.fed = Path(run_dir), chunk, poll, past, fed
         self._start = start
         self.alive = alive or (lambda: control.lock_held(self.run_dir))
         self._leave = threading.Event()
@@ -166,6 +195,7 @@ class FollowSource:
         self.left = False  # the viewer left before the run ended
         self.died: str | None = None  # the line said when the engine died before the end
         self.read_cpu = 0.0  # CPU seconds the reading of the record took so far (bench/ui_viewer.py says it apart)
+        self.feed_frames = 0  # frames that came through the engine's feed (tests, the bench)
 
     def prepare(self, emit: Callable[[list], None]) -> None:
         self.emit = emit
@@ -189,6 +219,12 @@ class FollowSource:
         got = held + self._read(reader)
         for i in range(0, len(got), self.chunk):
             self.emit(got[i:i + self.chunk])
+        sub = feed.Subscription.open(self.run_dir) if self.fed and reader.finishes <= self.past else None
+        if sub is not None:  # asked after the record's reading, not read again until the feed says where it starts
+            with sub:
+                code = self._fed(reader, sub)
+            if code is not None:
+                return code
         next_lock = 0.0
         while reader.finishes <= self.past:
             if self._leave.wait(self.poll):
@@ -216,6 +252,42 @@ class FollowSource:
         self._last_words(reader)
         assert reader.finished is not None, "read past the earlier attempts' ends"
         return reader.finished.exit_code
+
+    def _fed(self, reader: RecordReader, sub: feed.Subscription) -> int | None:
+        """The run's batches as the engine sends them, after the record read up to where they start; the exit code
+        once the run ended or the viewer left, None when the feed ended first (the record has the rest)."""
+        started = False
+        while not self._leave.is_set():
+            try:
+                bodies = sub.frames(self.poll)
+            except feed.FeedError:
+                return None
+            if bodies is None:
+                return None
+            for body in bodies:
+                cpu = time.thread_time()
+                try:
+                    kind, events_size, log_sizes, got = feed.read_frame(body)
+                except feed.FeedError:
+                    return None
+                if kind == "start" and not started:
+                    got = reader.read((events_size, log_sizes))
+                    started = True
+                elif kind == "start" or not started:
+                    return None  # not the frames a feed sends: the record is read from where the feed left it
+                else:
+                    reader.skip(events_size, log_sizes)
+                    reader.took(got)
+                self.read_cpu += time.thread_time() - cpu
+                self.feed_frames += 1
+                if got:
+                    self.emit(got)
+                if reader.finishes > self.past:
+                    self._last_words(reader)
+                    assert reader.finished is not None, "a run_finished was read"
+                    return reader.finished.exit_code
+        self.left = True
+        return 0
 
     def _last_words(self, reader: RecordReader) -> None:
         """The engine flushes the record's files one after the other: once it let go of the record (at most a
@@ -253,4 +325,4 @@ class FollowSource:
         return "asked the engine to stop every rank…"
 
     def again(self) -> FollowSource:
-        return FollowSource(self.run_dir, self.chunk, self.poll)  # (a record's rerun starts from its beginning)
+        return FollowSource(self.run_dir, self.chunk, self.poll, fed=self.fed)  # (a record's rerun starts from its beginning)

@@ -23,7 +23,7 @@ from pathlib import Path
 SOCKET, INFO, LOCK = "control.sock", "engine.json", "engine.lock"
 SUN_PATH_MAX = 107  # bytes of a unix socket's path (sun_path is 108 with its NUL)
 ASK_TIMEOUT = 5.0
-OPS = ("ping", "dump", "stop", "hold", "release")
+OPS = ("ping", "dump", "stop", "hold", "release", "feed")
 
 
 class ChannelError(Exception):
@@ -47,11 +47,14 @@ def socket_path(run_dir: Path) -> Path:
 class Channel:
     """Served by one daemon thread for the engine's whole life: holds engine.lock, answers one JSON line a request.
     `dump()` and `stop(why)` are the session's request_dump/request_stop; a viewer that said `hold` and goes away
-    without `release` (the dashboard that launched the run died: its terminal closed) stops the run."""
+    without `release` (the dashboard that launched the run died: its terminal closed) stops the run. A viewer that
+    asks for the `feed` gets its connection handed to `feed` (runners/edge/feed.py Feed.add): the run's batches
+    come on it from then on."""
 
-    def __init__(self, run_dir: Path, dump: Callable[[], None], stop: Callable[[str], None]) -> None:
+    def __init__(self, run_dir: Path, dump: Callable[[], None], stop: Callable[[str], None],
+                 feed: Callable[[socket.socket], None] | None = None) -> None:
         self.run_dir = Path(run_dir)
-        self._dump, self._stop = dump, stop
+        self._dump, self._stop, self._feed = dump, stop, feed
         self.path = socket_path(self.run_dir)
         self._lock_fd = -1
         self._sock: socket.socket | None = None
@@ -168,6 +171,11 @@ class Channel:
                 c.settimeout(1.0)
                 c.sendall((json.dumps(answer) + "\n").encode())
                 c.setblocking(False)
+            if st.get("feed") and answer.get("ok") and self._feed is not None:  # the connection is the feed's now
+                sel.unregister(c)
+                del conns[c]
+                self._feed(c)
+                return
 
     def _answer(self, line: bytes, st: dict) -> dict:
         try:
@@ -184,6 +192,10 @@ class Channel:
             self._stop(why[:200] if isinstance(why, str) and why else "asked through its control channel")
         elif op in ("hold", "release"):
             st["hold"] = op == "hold"
+        elif op == "feed":
+            if self._feed is None:
+                return {"ok": False, "error": "this engine serves no feed"}
+            st["feed"] = True
         else:
             return {"ok": False, "error": f"unknown op {op!r} (one of {', '.join(OPS)})"}
         return {"ok": True, "pid": os.getpid()}

@@ -96,6 +96,12 @@ class RunRecord:
     def event(self, ev: Event) -> None:
         self._events.write(json.dumps(ev.to_json(), default=str) + "\n")
 
+    def sizes(self, ranks: Iterable[int | None] | None = None) -> tuple[int, dict[int | None, int]]:
+        """How far events.jsonl and the logs of `ranks` (None: every log) are written, in bytes, once flushed (what
+        runners/edge/feed.py's frames say)."""
+        logs = self._logs if ranks is None else {r: self._logs[r] for r in ranks if r in self._logs}
+        return os.fstat(self._events.fileno()).st_size, {r: os.fstat(f.fileno()).st_size for r, f in logs.items()}
+
     def flush(self) -> None:
         self._events.flush()
         for f in self._logs.values():
