@@ -1,6 +1,6 @@
 """`make bench` section viewer (--only viewer): the dashboard as a viewer in another process (`ddptui attach RUN_DIR`,
-tui/follow.py reading the record a synthetic engine writes and flushes each turn) beside the dashboard in the engine's
-process, at 16 ranks x 1,000 lines/s and at 1,024 ranks x 10 lines/s: keypress -> repaint and the dashboard's CPU.
+tui/follow.py following the record a synthetic engine writes and flushes each turn, and the feed it publishes) beside
+the dashboard in the engine's process, at 16 ranks x 1,000 lines/s and at 1,024 ranks x 10 lines/s: keypress -> repaint and the dashboard's CPU.
 
   .venv/bin/python bench/ui_viewer.py write RUN_DIR RANKS RATE SECONDS PERIOD   # the engine's side (run.py starts it)
   .venv/bin/python bench/ui_viewer.py [--quick]                                  # the section alone, figures printed
@@ -124,8 +124,9 @@ def report(d: dict, fmt3) -> list[str]:
     L.append("`bench/ui_viewer.py`: the same presses of `t` as section 10 (`measure_latency`). In-process: the "
              "synthetic engine in the dashboard's process (CPU: the dashboard, the generator's thread left out). "
              "Viewer: a second process writes the record as the engine does (RunRecord, flushed every turn, the "
-             "control channel served) and a fresh dashboard process follows it (tui/follow.py; CPU: the whole "
-             "viewer, its reading of the record included).\n")
+             "control channel served, each turn's batch published to the feed: runners/edge/feed.py) and a fresh "
+             "dashboard process follows it (tui/follow.py: the record up to where the feed starts, then the feed's "
+             "frames; CPU: the whole viewer, its reading of the record and the feed included).\n")
     L.append("| load | | viewer | in-process | ratio viewer / in-process |\n|---|---|---|---|---|")
     for ranks, x in d.get("loads", {}).items():
         name = f"{int(ranks):,} ranks x {x.get('rate')} lines/s"
@@ -135,7 +136,7 @@ def report(d: dict, fmt3) -> list[str]:
         for key, words, unit, ratio in (("p95_ms", "keypress -> repaint p95", " ms", "ratio_p95"),
                                         ("p50_ms", "p50", " ms", None),
                                         ("ui_cpu_percent", "CPU, % of one core", " %", "ratio_cpu"),
-                                        ("read_cpu_percent", "of it reading the record", " %", None),
+                                        ("read_cpu_percent", "of it reading the record and the feed", " %", None),
                                         ("lines_per_s_absorbed", "lines/s folded", "", None)):
             if key not in x["viewer"]:  # results of an older bench, before the reading was said apart
                 continue

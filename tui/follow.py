@@ -194,7 +194,7 @@ class FollowSource:
         self.emit: Callable[[list], None] = lambda batch: None
         self.left = False  # the viewer left before the run ended
         self.died: str | None = None  # the line said when the engine died before the end
-        self.read_cpu = 0.0  # CPU seconds the reading of the record took so far (bench/ui_viewer.py says it apart)
+        self.read_cpu = 0.0  # CPU seconds the reading of the record and the feed took so far (bench/ui_viewer.py says it apart)
         self.feed_frames = 0  # frames that came through the engine's feed (tests, the bench)
 
     def prepare(self, emit: Callable[[list], None]) -> None:
