@@ -342,7 +342,7 @@ class NodeLost(Event):
 class CollectiveProgress(Event):
     """Where every rank is in its collectives, per process group, as its Flight Recorder says (pushed by the ranks
     when it changes): rank -> {pg name: {"desc", "ranks", "enqueued", "completed", "frontier": {"seq", "op",
-    "sizes", "dtypes"} or None}}, for the ranks whose numbers changed since the previous event (each with all its
+    "sizes", "dtypes", "backend"} or None}}, for the ranks whose numbers changed since the previous event (each with all its
     groups: a front end merges them). `laggards`: of all ranks, those behind the others of a group they share
     (runners/evidence/collectives.py)."""
 

@@ -253,9 +253,12 @@ ENTRIES = [
 
 
 def test_the_frontier_is_the_groups_first_collective_not_completed():
-    assert ddptui_fr.frontier(ENTRIES, "0", 9) == {"seq": 10, "op": "barrier", "sizes": [], "dtypes": []}
-    assert ddptui_fr.frontier(ENTRIES, "0", 8) == {"seq": 9, "op": "all_reduce", "sizes": [[72]], "dtypes": ["Float"]}
-    assert ddptui_fr.frontier(ENTRIES, "1", 2)["op"] == "all_gather"
+    assert ddptui_fr.frontier(ENTRIES, "0", 9) == {"seq": 10, "op": "barrier", "sizes": [], "dtypes": [],
+                                                   "backend": "gloo"}
+    assert ddptui_fr.frontier(ENTRIES, "0", 8) == {"seq": 9, "op": "all_reduce", "sizes": [[72]], "dtypes": ["Float"],
+                                                   "backend": "gloo"}
+    assert ddptui_fr.frontier(ENTRIES, "1", 2)["op"] == "all_gather" and ddptui_fr.frontier(ENTRIES, "1", 2)[
+        "backend"] == "nccl"
     assert ddptui_fr.frontier(ENTRIES, "0", 10) is None and ddptui_fr.frontier([], "0", 0) is None
 
 
@@ -288,7 +291,7 @@ def test_a_report_only_when_numbers_change_and_one_dump_for_a_collective_left_pe
     assert r.full_dumps == 0
     stuck = w.look()  # still pending one look later: one full dump names it
     assert stuck == {"0": {"desc": "default_pg", "ranks": [0, 1], "enqueued": 10, "completed": 9,
-                           "frontier": {"seq": 10, "op": "barrier", "sizes": [], "dtypes": []}}}
+                           "frontier": {"seq": 10, "op": "barrier", "sizes": [], "dtypes": [], "backend": "gloo"}}}
     assert r.full_dumps == 1
     assert w.look() == {} and w.look() == {} and r.full_dumps == 1  # still stuck: no second dump
     r.status = {"0": (10, 10)}

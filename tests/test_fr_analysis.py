@@ -181,6 +181,32 @@ def test_the_verdict_leads_with_the_finding_and_ends_with_the_culprits_own_frame
     assert json.loads(json.dumps(summary))["hang"]["collective"]["seq"] == 9
 
 
+def test_gloo_noting_every_members_collective_late_finds_where_the_members_part():
+    """gloo has noted no member completing #8, every member entered it and rank 0 went on to #9: gloo completes what
+    every member entered, so the hang is at #9, which rank 1 never entered. The same numbers from a backend that
+    notes completions as they happen (NCCL's watchdog) are a collective stuck with every member in it."""
+    late = dumps("hang_ddp")
+    for d in late.values():
+        d["pg_status"]["0"]["last_completed_collective"] = "7"
+    f = fr_analysis.analyse(late, 2)
+    assert (f.kind, f.seq, f.entered, f.missing, f.culprits) == ("missing", 9, (0,), (1,), (1,))
+    for d in late.values():
+        for e in d["entries"]:
+            e["profiling_name"] = e["profiling_name"].replace("gloo:", "nccl:")
+    assert fr_analysis.analyse(late, 2).kind == "stuck"
+    live = {r: {"0": {"desc": "default_pg", "ranks": [0, 1], "enqueued": enq, "completed": 7,
+                      "frontier": {"seq": 8, "op": "all_reduce", "sizes": [[161]], "dtypes": ["Float"]}}}
+            for r, enq in ((0, 9), (1, 8))}
+    for backend, want in (("gloo", ("missing", 9, (1,))), ("nccl", ("stuck", 8, ())), (None, ("stuck", 8, ()))):
+        for g in live.values():
+            g["0"]["frontier"]["backend"] = backend
+        f = fr_analysis.from_collectives(live, 2)
+        assert (f.kind, f.seq, f.culprits) == want, backend
+    even = {r: {"0": {**g["0"], "enqueued": 9, "frontier": {**g["0"]["frontier"], "backend": "gloo"}}}
+            for r, g in live.items()}  # both went on: nothing says who holds the other
+    assert fr_analysis.from_collectives(even, 2).kind == "stuck"
+
+
 def test_a_completion_gloo_noted_late_does_not_hide_the_rank_outside_any_collective():
     """As CI once saw on the built-in hang: rank 0 already waits in #9 but gloo has noted no rank completing #8, so
     every member "entered #8 and none completed it". The stacks find rank 1 asleep outside any collective: it is the
@@ -188,6 +214,8 @@ def test_a_completion_gloo_noted_late_does_not_hide_the_rank_outside_any_collect
     late = dumps("hang_ddp")
     for d in late.values():
         d["pg_status"]["0"]["last_completed_collective"] = "7"
+        for e in d["entries"]:  # as a backend would say it that ddptui takes to note completions as they happen
+            e["profiling_name"] = e["profiling_name"].replace("gloo:", "nccl:")
     f = fr_analysis.analyse(late, 2)
     assert (f.kind, f.seq, f.entered, f.culprits) == ("stuck", 8, (0, 1), ())
     s = ranks_at_step_3()

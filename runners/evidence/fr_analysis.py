@@ -42,6 +42,7 @@ class Group:
     enqueued: dict[int, int] = field(default_factory=dict)  # rank -> last enqueued seq (ranks with a dump)
     completed: dict[int, int] = field(default_factory=dict)
     calls: dict[int, dict[int, Call]] = field(default_factory=dict)  # rank -> seq -> its call
+    late: bool = False  # its backend notes completions late (gloo: a member may wait in the next collective already)
 
     def label(self) -> str:
         """"default group" / "group 1 (ranks 0, 1)" / "group 3 'pair01' (ranks 2, 3)"."""
@@ -176,6 +177,7 @@ def from_collectives(collectives: Mapping[int, Mapping[str, Mapping[str, Any]]],
             grp.completed[rank] = _int(g.get("completed"))
             f = g.get("frontier")
             if isinstance(f, dict) and f.get("seq") is not None:
+                grp.late = grp.late or f.get("backend") == "gloo"
                 grp.calls.setdefault(rank, {})[_int(f["seq"])] = Call(
                     _op(str(f.get("op") or "?")), _sizes(f.get("sizes")), tuple(str(x) for x in f.get("dtypes") or ()))
     for group in groups.values():
@@ -227,6 +229,11 @@ def _pending(g: Group, dumped: set[int]) -> Finding | None:
         if not [r for r in members if enq[r] >= seq]:
             return None
         done = []
+    elif g.late and not done and min(enq.values()) >= seq and len(set(enq.values())) > 1:
+        # gloo, every member in it and none noted done, while a member went on to the next: gloo completes what
+        # every member entered and notes it late (seen at a hang: rank 0 waiting in #16, both "in" #15); the
+        # collective that holds them is where the members part, the first one a member never entered
+        seq = min(enq.values()) + 1
     entered = [r for r in members if enq[r] >= seq and comp[r] < seq]
     missing = [r for r in members if enq[r] < seq]
     absent = tuple(r for r in g.members if r not in enq) if not done else ()
@@ -312,6 +319,7 @@ def _groups(dumps: Mapping[int, dict]) -> dict[str, Group]:
             g.calls.setdefault(rank, {})[int(e["collective_seq_id"])] = Call(
                 _op(str(e.get("profiling_name") or "?")), _sizes(e.get("input_sizes")),
                 tuple(str(x) for x in e.get("input_dtypes") or ()))
+            g.late = g.late or str(e.get("profiling_name") or "").startswith("gloo:")
         for name, st in (d.get("pg_status") or {}).items():
             g = groups.setdefault(str(name), Group(str(name), "", ()))
             if isinstance(st, dict):

@@ -265,7 +265,8 @@ def progress(summary: dict, named: dict[str, tuple[str | None, list[int] | None]
 
 
 def frontier(entries: list, name: str, completed: int) -> dict | None:
-    """The group's first collective not completed: {seq, op, sizes, dtypes} from a full dump's entries."""
+    """The group's first collective not completed: {seq, op, sizes, dtypes, backend} from a full dump's entries
+    (backend: "gloo" from its "gloo:all_reduce", None without a prefix)."""
     best = None
     for e in entries or ():
         try:
@@ -280,12 +281,12 @@ def frontier(entries: list, name: str, completed: int) -> dict | None:
     if best is None:
         return None
     seq, e = best
-    op = str(e.get("profiling_name") or "")
+    op, backend = str(e.get("profiling_name") or ""), None
     for p in _PREFIXES:
         if op.startswith(p):
-            op = op[len(p):]
+            op, backend = op[len(p):], p[:-1]
             break
-    return {"seq": seq, "op": op, "sizes": e.get("input_sizes"), "dtypes": e.get("input_dtypes")}
+    return {"seq": seq, "op": op, "sizes": e.get("input_sizes"), "dtypes": e.get("input_dtypes"), "backend": backend}
 
 
 class GroupChanges:
