@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 
 from .. import events as ev
-from .record import event_line
+from .record import event_line, event_text
 
 MARSHAL = 4  # marshal's format version: read alike by every Python ddptui runs on (3.10-3.13)
 HEAD = struct.Struct("<I")  # a frame: its body's length, then the body (marshal of a tuple)
@@ -39,7 +39,7 @@ def _item(e: ev.Event) -> tuple:
     if type(e) is ev.Progress:
         return (_PROGRESS, e.rank, e.step, e.loss, e.wall, e.source, tuple(tuple(p) for p in e.losses), e.samples,
                 e.step_time)
-    return (_OTHER, json.dumps(e.to_json(), default=str))  # as the record writes it, read back as replay reads it
+    return (_OTHER, event_text(e))  # as the record writes it, read back as replay reads it
 
 
 def frame(events_size: int, log_sizes: dict, batch: Iterable[ev.Event] = (), start: bool = False) -> bytes:
@@ -49,8 +49,7 @@ def frame(events_size: int, log_sizes: dict, batch: Iterable[ev.Event] = (), sta
     try:
         body = marshal.dumps((kind, events_size, log_sizes, [_item(e) for e in batch]), MARSHAL)
     except ValueError:  # a field of a type marshal does not take (a str or float subclass): as the record has it
-        body = marshal.dumps((kind, events_size, log_sizes, [(_OTHER, json.dumps(e.to_json(), default=str))
-                                                            for e in batch]), MARSHAL)
+        body = marshal.dumps((kind, events_size, log_sizes, [(_OTHER, event_text(e)) for e in batch]), MARSHAL)
     return HEAD.pack(len(body)) + body
 
 

@@ -33,6 +33,11 @@ def new_run_dir(runs_root: Path, profile_name: str) -> Path:
             path = base.with_name(f"{base.name}-{n}")
 
 
+def event_text(e: Event) -> str:
+    """An event as its line of events.jsonl (without the newline): what `event_line` reads back."""
+    return json.dumps(e.to_json(), default=str)
+
+
 def _stamp(wall: float) -> str:
     return datetime.fromtimestamp(wall).astimezone().isoformat(timespec="milliseconds")  # with its UTC offset
 
@@ -94,7 +99,7 @@ class RunRecord:
         self._log(rank).write(prefix + ("\n" + prefix).join(lines) + "\n")
 
     def event(self, ev: Event) -> None:
-        self._events.write(json.dumps(ev.to_json(), default=str) + "\n")
+        self._events.write(event_text(ev) + "\n")
 
     def sizes(self, ranks: Iterable[int | None] | None = None) -> tuple[int, dict[int | None, int]]:
         """How far events.jsonl and the logs of `ranks` (None: every log) are written, in bytes, once flushed (what
