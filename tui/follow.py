@@ -136,7 +136,7 @@ class RecordReader:
             (self.logs.get(rank) or self._tail(rank)).skip_to(size)
 
     def took(self, events: list[ev.Event]) -> None:
-        """Events that came through the feed: the run's end among them is seen as if read."""
+        """Events read or come through the feed: the run's end among them noted (`finished`, `finishes`)."""
         for e in events:
             if type(e) is ev.RunFinished:
                 self.finished = e
@@ -160,10 +160,8 @@ class RecordReader:
             if isinstance(e, str):
                 self.bad += 1
                 continue
-            if isinstance(e, ev.RunFinished):
-                self.finished = e
-                self.finishes += 1
             items.append((getattr(e, "wall", 0.0), len(items), e))
+        self.took([e for _, _, e in items])
         for rank, tail in self.logs.items():
             groups, bad = log_groups(tail.lines(sizes.get(rank), ends.get(rank, 0) if upto is not None else None))
             self.bad += bad
