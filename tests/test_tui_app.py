@@ -137,6 +137,51 @@ async def test_quit_while_live_asks_then_stops_and_waits_for_run_to_return():
     assert app.engine_done.is_set() and app.run_code == 0
 
 
+def ended_then_closing():
+    """A live run's stages: it runs, it ends (its summary event), and its engine closes only when released (stage 2),
+    as an engine tidies up (orphans swept, its channel and feed closed) after its summary."""
+    batches = crash_scenario()
+    return GatedSource([lambda t: batches[0], lambda t: batches[1] + batches[2], lambda t: []])
+
+
+@pytest.mark.timeout(30)
+@aio
+async def test_q_once_the_run_has_ended_asks_nothing_and_leaves_when_its_engine_has_closed():
+    src = ended_then_closing()
+    app = DdpApp(source=src)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.model is not None and app.model.live, 10, "the run to start")
+        src.release(1)
+        await until(pilot, lambda: app.model.finished is not None, 10, "the run's end to be drawn")
+        assert app.running  # the engine is still closing
+        await pilot.press("q")
+        from ddptui.tui.screens.confirm import ConfirmQuit
+        assert not isinstance(app.screen, ConfirmQuit) and app.is_running
+        src.release(2)
+        await until(pilot, lambda: not app.is_running, 10, "the app to leave once the engine closed")
+    assert app.return_code == 0
+
+
+@pytest.mark.timeout(30)
+@aio
+async def test_a_quit_question_still_open_when_the_run_ends_goes_and_the_end_stays_on_screen():
+    src = ended_then_closing()
+    app = DdpApp(source=src)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.model is not None and app.model.live, 10, "the run to start")
+        await pilot.press("q")
+        from ddptui.tui.screens.confirm import ConfirmQuit
+        assert isinstance(app.screen, ConfirmQuit)
+        src.release(1)
+        src.release(2)
+        await until(pilot, lambda: not app.running, 10, "the engine to end")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen), 10, "the question to go")
+        assert app.is_running and app.model.crash is not None
+        assert any("nothing to stop" in n.message for n in app._notifications)
+        await pilot.press("q")
+        await until(pilot, lambda: not app.is_running, 10, "q to leave the ended run")
+
+
 @pytest.mark.timeout(30)
 @aio
 async def test_rerun_after_the_end_starts_a_fresh_model():

@@ -344,6 +344,17 @@ class DdpApp(App):
         self._publish(final=True)  # the run's batches came before this message: its end is drawn at once
         if self._quitting:
             self.exit(return_code=self.run_code or 0)
+            return
+        self._drop_moot_question()
+
+    def _drop_moot_question(self) -> None:
+        """The run ended while a question about stopping it was open (q pressed in its last moments): nothing is left
+        to stop, so the question goes, and the dashboard stays on the run's end."""
+        from .screens.confirm import ConfirmQuit
+        stack = self.screen_stack  # (empty while the app is closing)
+        if stack and isinstance(stack[-1], ConfirmQuit):
+            stack[-1].dismiss(False)
+            self.notify("the run has ended: nothing to stop (q leaves)", markup=False)
 
     # -- actions ------------------------------------------------------------------------------------
     async def action_quit(self) -> None:
@@ -354,6 +365,11 @@ class DdpApp(App):
         if self._quitting:
             return
         if self.running and getattr(self.source, "kind", "") == "live":
+            if self.model is not None and self.model.finished is not None:
+                # the run has ended (its summary is drawn) and its engine is only closing: nothing to ask
+                self._quitting = True
+                self.set_timer(JOIN_SECONDS, lambda: self.exit(return_code=1))
+                return
             from .screens.confirm import ConfirmQuit
             if not isinstance(self.screen, ConfirmQuit):
                 self.push_screen(ConfirmQuit(), self._confirmed_quit)

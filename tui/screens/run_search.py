@@ -91,5 +91,5 @@ class SearchKeys:
         if shown and view.size.width:
             view.go_to(found[i])
         else:  # the tab shows now: scrolled once it has its size
-            view.current = found[i][:2]
-            view.call_after_refresh(view.go_to, found[i])
+            view.current, view.scrolled = found[i][:2], False
+            view.call_after_refresh(view.go_to_when_laid_out, found[i])

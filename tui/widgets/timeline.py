@@ -17,6 +17,7 @@ from ..search import Match, Query, occurrences
 from .tail_view import clean, highlighted
 
 PREFIX = 21  # "%9.3f %8s ! " before a line's text
+LAYOUT_TRIES = 20  # refreshes a match waits for the view's height before it is scrolled to as things are
 
 
 def timeline_text(model: RunModel, item) -> str:
@@ -61,6 +62,7 @@ class TimelineView(ScrollView, can_focus=True):
 
         self.search_query: Query | None = None  # the search whose matches are highlighted
         self.current: tuple[int, int] | None = None  # (row since the run began, start) of the match n/N went to
+        self.scrolled = True  # False while a match waits for the view's height to be scrolled into view
 
     def on_mount(self) -> None:
         # Follow the newest line through resizes too (the end banner, a smaller terminal), not only through
@@ -101,10 +103,20 @@ class TimelineView(ScrollView, can_focus=True):
         """Scroll the match into view (its row in the middle, its text in sight) and mark it as the current one."""
         row, start, end = match
         i = row - self._front_now()
-        self.current = (row, start)
+        self.current, self.scrolled = (row, start), True
         x = 0 if PREFIX + end <= self.size.width else PREFIX + start - 8
         self.scroll_to(x=max(0, x), y=max(0, i - self.size.height // 2), animate=False, immediate=True)
         self.refresh()
+
+    def go_to_when_laid_out(self, match: Match, tries: int = LAYOUT_TRIES) -> None:
+        """go_to once the view has its height: a tab that has just been shown gets it a refresh or more later, and a
+        match put in the middle of a view of height 0 would land at its top."""
+        if not self.size.height and tries > 0:
+            self.scrolled = False
+            self.call_after_refresh(self.go_to_when_laid_out, match, tries - 1)
+            self.refresh()
+            return
+        self.go_to(match)
 
     def show(self, model: RunModel, needle: str) -> None:
         needle = needle.lower()
