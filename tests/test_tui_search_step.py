@@ -49,7 +49,7 @@ async def test_search_highlights_steps_through_matches_scopes_and_says_a_bad_reg
         found = view.search_matches()
         n = len(found)
         assert n > 4 and box.border_subtitle == f"match 1/{n}"
-        await pilot.pause()
+        await until(pilot, lambda: view.scrolled, 10, "the first match scrolled into view")
 
         def current_row() -> int:
             assert view.current is not None
