@@ -366,9 +366,7 @@ class DdpApp(App):
             return
         if self.running and getattr(self.source, "kind", "") == "live":
             if self.model is not None and self.model.finished is not None:
-                # the run has ended (its summary is drawn) and its engine is only closing: nothing to ask
-                self._quitting = True
-                self.set_timer(JOIN_SECONDS, lambda: self.exit(return_code=1))
+                self._exit_once_run_returns()  # the run has ended (its summary is drawn): its engine is only closing
                 return
             from .screens.confirm import ConfirmQuit
             if not isinstance(self.screen, ConfirmQuit):
@@ -385,11 +383,15 @@ class DdpApp(App):
         if not self.running:
             self.exit(return_code=self.run_code or 0)
             return
-        self._quitting = True
         self.source.request_stop()
         kind = getattr(self.source, "kind", "")
         self.notify("detaching; the job runs on…" if kind == "attach" else "leaving; the run goes on…"
                     if kind == "follow" else "stopping every rank…", timeout=30)
+        self._exit_once_run_returns()
+
+    def _exit_once_run_returns(self) -> None:
+        """Leave when run() has returned (on_worker_state_changed), or after JOIN_SECONDS if the engine is wedged."""
+        self._quitting = True
         self.set_timer(JOIN_SECONDS, lambda: self.exit(return_code=1))
 
     def leave_on_signal(self, why: str) -> None:

@@ -91,5 +91,4 @@ class SearchKeys:
         if shown and view.size.width:
             view.go_to(found[i])
         else:  # the tab shows now: scrolled once it has its size
-            view.current, view.scrolled = found[i][:2], False
-            view.call_after_refresh(view.go_to_when_laid_out, found[i])
+            view.go_to_once_shown(found[i])

@@ -108,6 +108,12 @@ class TimelineView(ScrollView, can_focus=True):
         self.scroll_to(x=max(0, x), y=max(0, i - self.size.height // 2), animate=False, immediate=True)
         self.refresh()
 
+    def go_to_once_shown(self, match: Match) -> None:
+        """n from another tab: the match is the current one now, and is scrolled to after the refresh that shows the
+        tab, once the view has its height."""
+        self.current, self.scrolled = match[:2], False
+        self.call_after_refresh(self.go_to_when_laid_out, match)
+
     def go_to_when_laid_out(self, match: Match, tries: int = LAYOUT_TRIES) -> None:
         """go_to once the view has its height: a tab that has just been shown gets it a refresh or more later, and a
         match put in the middle of a view of height 0 would land at its top."""
