@@ -13,6 +13,9 @@ from tests.support.cli import ddptui, only_run
 pytestmark = pytest.mark.main_suite("real torchrun runs restarted by its elastic agent (20-40 s each)")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# how rank 1's raise ends: its own exit 1, or torchrun's SIGTERM while it still tears gloo down (its peer, aborted on
+# the closed connection, was seen first; CI under load)
+RAISED = ("exit 1", "RuntimeError, then SIGTERM")
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +43,7 @@ def test_a_crash_and_a_sigkill_end_their_attempts_and_the_third_trains_to_the_en
     assert done.returncode == 0, done.stdout[-3000:]
     assert summary["status"] == "ok" and summary["restarts"] == 2 and summary["max_restarts"] == 2
     a0, a1, a2 = summary["attempts"]
-    assert (a0["status"], a0["crash"]["root_rank"], a0["crash"]["exit"]) == ("failed", 1, "exit 1")
+    assert (a0["status"], a0["crash"]["root_rank"]) == ("failed", 1) and a0["crash"]["exit"] in RAISED, a0
     assert "RuntimeError: bad batch in attempt 0" in a0["verdict"]
     assert (a1["status"], a1["crash"]["root_rank"], a1["crash"]["exit"]) == ("failed", 0, "SIGKILL")
     assert "killed by SIGKILL" in a1["verdict"]
@@ -50,7 +53,8 @@ def test_a_crash_and_a_sigkill_end_their_attempts_and_the_third_trains_to_the_en
     assert all(r["steps"] == 20 and r["status"] == "exited" for r in summary["ranks"].values())
     assert summary["crash"] is None  # the run's end is its last attempt's: no crash
     out = done.stdout
-    assert "[attempt] attempt 0 failed: rank 1 failed first (exit 1): RuntimeError: bad batch in attempt 0" in out
+    assert any(f"[attempt] attempt 0 failed: rank 1 failed first ({how}): RuntimeError: bad batch in attempt 0" in out
+               for how in RAISED), out[-3000:]
     assert "[attempt] attempt 1 began: torchrun restarted every rank" in out
     assert "[attempt] attempt 2 ended ok" in out
     assert "attempts: 3 (2 restart(s) of torchrun, at most 2)" in out
