@@ -8,14 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import ddptui, only_run
+from tests.support.cli import RAISED, ddptui, only_run
 
 pytestmark = pytest.mark.main_suite("real torchrun runs restarted by its elastic agent (20-40 s each)")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-# how rank 1's raise ends: its own exit 1, or torchrun's SIGTERM while it still tears gloo down (its peer, aborted on
-# the closed connection, was seen first; CI under load)
-RAISED = ("exit 1", "RuntimeError, then SIGTERM")
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,10 @@ from pathlib import Path
 from tests.support.wait import Deadline, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
+# How a rank that raised RuntimeError under torchrun is said to have ended: its own exit 1, or its exception then
+# torchrun's SIGTERM (it was still tearing its gloo group down when its peer, aborted on the closed connection, was
+# seen first: CI under load). The rank is the root cause either way.
+RAISED = ("exit 1", "RuntimeError, then SIGTERM")
 
 
 def ddptui(*args, runs_dir, timeout=120, **kw):
